@@ -1,1 +1,106 @@
-fn main() {}
+//! `bucketload`: the command-line face of bucketload.
+//!
+//! `serve` runs the embedded S3-compatible server; `gen`, `ls`, `stats` and `cp` create, list,
+//! describe and copy datasets in any store (`s3://`, `file://`, local paths, `mem://`). Store
+//! flags are global and share their names with the store crate's configuration; exit codes are
+//! documented in `docs/CLI.md` and in [`exit`].
+
+mod data;
+mod exit;
+mod progress;
+mod serve;
+mod store_args;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Keeps accelerators fed from object storage.
+#[derive(Debug, Parser)]
+#[command(name = "bucketload", version, about, propagate_version = true)]
+#[command(after_help = exit::EXIT_CODES_HELP)]
+struct Cli {
+    #[command(flatten)]
+    store: store_args::StoreArgs,
+    /// More log output on stderr (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the embedded S3-compatible server (latency, bandwidth and fault emulation).
+    Serve(serve::ServeArgs),
+    /// Generate a synthetic image-classification dataset (noise JPEGs, one folder per class).
+    Gen(data::GenArgs),
+    /// List objects and directories.
+    Ls(data::LsArgs),
+    /// Describe a dataset: counts per class, sizes, image dimensions, request cost.
+    Stats(data::StatsArgs),
+    /// Copy objects between local folders and object stores.
+    Cp(data::CpArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return exit::usage(e),
+    };
+    init_logging(cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            return exit::report(&anyhow::Error::new(e).context("cannot start the async runtime"));
+        }
+    };
+    let outcome = runtime.block_on(run_until_interrupted(cli));
+    // Dropping the runtime cancels what an interrupt left running (multipart uploads abort on drop).
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    match outcome {
+        Some(Ok(())) => ExitCode::SUCCESS,
+        Some(Err(e)) => exit::report(&e),
+        None => exit::interrupted(),
+    }
+}
+
+/// Runs the command; `None` when Ctrl-C arrived first (`serve` handles its own signals).
+async fn run_until_interrupted(cli: Cli) -> Option<anyhow::Result<()>> {
+    if matches!(cli.command, Command::Serve(_)) {
+        return Some(run(cli).await);
+    }
+    tokio::select! {
+        result = run(cli) => Some(result),
+        _ = tokio::signal::ctrl_c() => None,
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let store = cli.store;
+    match cli.command {
+        Command::Serve(args) => serve::run(args).await,
+        Command::Gen(args) => data::gen_cmd(&store, args).await,
+        Command::Ls(args) => data::ls(&store, args).await,
+        Command::Stats(args) => data::stats(&store, args).await,
+        Command::Cp(args) => data::cp(&store, args).await,
+    }
+}
+
+/// Logs go to stderr; quiet by default so command output stays clean.
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info,bucketload=info",
+        _ => "debug,hyper=info,h2=info,rustls=info",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,1 +1,23 @@
-//! placeholder
+//! bucketload: keeps accelerators fed from object storage.
+//!
+//! This crate is the engine. Today it holds the [`dataset`] tools that the `bucketload` CLI
+//! drives: generate a synthetic image dataset, list it, describe it and copy it between stores.
+//! Stores come from [`bucketload_store::Store`]; every tool works on its `ObjectStore`.
+//!
+//! ```no_run
+//! use bucketload::dataset::{GenSpec, Location, NoProgress, generate};
+//! use bucketload_store::{Store, StoreConfig};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Store::open("s3://demo/train", &StoreConfig::from_env())?;
+//! let spec = GenSpec::builder().with_samples(2000).with_classes(10).with_size(100_000).build()?;
+//! let report = generate(&Location::from_store(&store), &spec, &NoProgress).await?;
+//! println!("{} objects, {} bytes in {:.1} s", report.objects, report.bytes, report.seconds);
+//! # Ok(()) }
+//! ```
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+pub mod dataset;
+mod error;
+
+pub use error::{BoxError, Error, Result};

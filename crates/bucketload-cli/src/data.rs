@@ -1,0 +1,387 @@
+//! The data commands: `gen`, `ls`, `stats`, `cp`.
+
+use std::io::Write;
+
+use anyhow::Context;
+use bucketload::dataset::{self, CopyOptions, Entry, GenSpec, ListReport, Location, StatsOptions};
+use bucketload_store::object_store::{ObjectStoreExt, path::Path};
+use bucketload_store::{Scheme, Store, StoreConfig};
+use clap::Args;
+use futures::TryStreamExt;
+
+use crate::progress::Bar;
+use crate::store_args::{StoreArgs, open_dir, open_object, parse_size, should_create_bucket};
+
+/// Flags of `gen`.
+#[derive(Debug, Args)]
+pub struct GenArgs {
+    /// Where to write the dataset, e.g. s3://demo/train or ./train
+    uri: String,
+    /// Number of images
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    samples: u64,
+    /// Number of classes (folders class_000, class_001, ...)
+    #[arg(long, default_value_t = 10, value_name = "K")]
+    classes: usize,
+    /// Target size of each JPEG, e.g. 100KB (files land within ±10%)
+    #[arg(long, default_value = "100KB", value_parser = parse_size, value_name = "SIZE")]
+    size: u64,
+    /// Seed: the same seed writes the same bytes
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Create the bucket if it does not exist (automatic for loopback endpoints)
+    #[arg(long)]
+    create_bucket: bool,
+    /// Print the report as JSON
+    #[arg(long)]
+    json: bool,
+}
+
+/// Flags of `ls`.
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// What to list, e.g. s3://demo/train
+    uri: String,
+    /// List every object below, not one level
+    #[arg(short, long)]
+    recursive: bool,
+    /// Print the number of objects and their total size at the end
+    #[arg(long)]
+    summarize: bool,
+}
+
+/// Flags of `stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// The dataset, e.g. s3://demo/train
+    uri: String,
+    /// Print JSON instead of text
+    #[arg(long)]
+    json: bool,
+    /// Images whose header is read for their dimensions (0 skips)
+    #[arg(long, default_value_t = 32, value_name = "N")]
+    sample: usize,
+    /// Price the transfer too, as read from outside the bucket's region
+    #[arg(long)]
+    out_of_region: bool,
+}
+
+/// Flags of `cp`.
+#[derive(Debug, Args)]
+pub struct CpArgs {
+    /// Source: an object (or with --recursive, a prefix or folder)
+    src: String,
+    /// Destination: an object, a folder ending in `/`, or with --recursive a prefix
+    dst: String,
+    /// Copy every object below SRC to the same relative key below DST
+    #[arg(short, long)]
+    recursive: bool,
+    /// Create the destination bucket if it does not exist (automatic for loopback endpoints)
+    #[arg(long)]
+    create_bucket: bool,
+}
+
+/// `gen`.
+pub async fn gen_cmd(args: &StoreArgs, a: GenArgs) -> anyhow::Result<()> {
+    let config = args.config();
+    let spec = GenSpec::builder()
+        .with_samples(a.samples)
+        .with_classes(a.classes)
+        .with_size(a.size)
+        .with_seed(a.seed)
+        .with_concurrency(config.concurrency())
+        .build()?;
+    let uri = local_to_absolute(&a.uri)?;
+    let (store, location) = open_dir(&uri, &config)?;
+    prepare_destination(&store, &config, a.create_bucket).await?;
+    let bar = Bar::new("generating");
+    let report = dataset::generate(&location, &spec, &bar).await?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    let secs = report.seconds.max(1e-3);
+    writeln!(
+        out,
+        "wrote {}, {} in {:.1} s ({:.0} objects/s, {:.1} MB/s) to {}; images {}x{} quality {}",
+        objects(report.objects),
+        human(report.bytes),
+        report.seconds,
+        report.objects as f64 / secs,
+        report.bytes as f64 / 1e6 / secs,
+        location,
+        report.shape.width,
+        report.shape.height,
+        report.shape.quality
+    )?;
+    Ok(())
+}
+
+/// Creates the bucket (or local folder) when allowed, see [`should_create_bucket`].
+async fn prepare_destination(
+    store: &Store,
+    config: &StoreConfig,
+    flag: bool,
+) -> anyhow::Result<()> {
+    let scheme = store.uri().scheme();
+    if scheme == Scheme::File || (scheme == Scheme::S3 && should_create_bucket(flag, config)) {
+        store
+            .create_bucket()
+            .await
+            .with_context(|| format!("cannot create the bucket of {store}"))?;
+    }
+    Ok(())
+}
+
+/// Local relative paths become absolute, so the store and its messages name the real folder.
+fn local_to_absolute(uri: &str) -> anyhow::Result<String> {
+    if uri.contains("://") || uri.starts_with('/') {
+        return Ok(uri.to_string());
+    }
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let joined = cwd.join(uri.trim_start_matches("./"));
+    Ok(joined.to_string_lossy().trim_end_matches("/.").to_string())
+}
+
+/// `ls`.
+pub async fn ls(args: &StoreArgs, a: LsArgs) -> anyhow::Result<()> {
+    let config = args.config();
+    let uri = local_to_absolute(&a.uri)?;
+    let (_store, location) = open_dir(&uri, &config)?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut totals = ListReport::default();
+    let mut entries = dataset::list(&location, None, a.recursive);
+    while let Some(entry) = entries.try_next().await? {
+        totals.add(&entry);
+        print_entry(&mut out, &entry)?;
+    }
+    if totals == ListReport::default() {
+        // Nothing below the URI: it may name a single object.
+        let meta = head_object(&uri, &config).await?;
+        let entry = Entry::Object(meta);
+        totals.add(&entry);
+        print_entry(&mut out, &entry)?;
+    }
+    if a.summarize {
+        writeln!(
+            out,
+            "\nTotal Objects: {}\n   Total Size: {} ({} bytes)",
+            totals.objects,
+            human(totals.bytes),
+            totals.bytes
+        )?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn print_entry(out: &mut impl Write, entry: &Entry) -> std::io::Result<()> {
+    match entry {
+        Entry::Dir(prefix) => writeln!(out, "{:>30} {prefix}/", "PRE"),
+        Entry::Object(meta) => {
+            writeln!(
+                out,
+                "{} {:>10} {}",
+                meta.last_modified.format("%Y-%m-%d %H:%M:%S"),
+                meta.size,
+                meta.location
+            )
+        }
+        _ => Ok(()),
+    }
+}
+
+async fn head_object(
+    uri: &str,
+    config: &StoreConfig,
+) -> anyhow::Result<bucketload_store::object_store::ObjectMeta> {
+    let (_store, location, key) = open_object(uri, config).map_err(|_| nothing_at(uri))?;
+    let meta = location
+        .store()
+        .head(&key)
+        .await
+        .map_err(|e| location.error(&key, e))?;
+    Ok(meta)
+}
+
+fn nothing_at(uri: &str) -> anyhow::Error {
+    bucketload_store::Error::NotFound {
+        uri: uri.to_string(),
+        what: "object or prefix",
+        hint: "check the path with `bucketload ls` on its parent".to_string(),
+    }
+    .into()
+}
+
+/// `stats`.
+pub async fn stats(args: &StoreArgs, a: StatsArgs) -> anyhow::Result<()> {
+    let config = args.config();
+    let uri = local_to_absolute(&a.uri)?;
+    let (_store, location) = open_dir(&uri, &config)?;
+    let prices = bucketload_store::PriceTable {
+        in_region: !a.out_of_region,
+        ..Default::default()
+    };
+    let options = StatsOptions::default()
+        .with_sample(a.sample)
+        .with_concurrency(config.concurrency())
+        .with_prices(prices);
+    let bar = Bar::new("listing");
+    let stats = dataset::stats(&location, &options, &bar).await?;
+    if stats.objects == 0 {
+        return Err(nothing_at(&location.to_string()));
+    }
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer_pretty(&mut out, &stats)?;
+        writeln!(out)?;
+    } else {
+        print_stats(&mut out, &stats)?;
+    }
+    Ok(())
+}
+
+fn print_stats(out: &mut impl Write, s: &dataset::DatasetStats) -> std::io::Result<()> {
+    writeln!(out, "dataset   {}", s.uri)?;
+    writeln!(out, "objects   {} ({} total)", s.objects, human(s.bytes))?;
+    if !s.classes.is_empty() {
+        let counts: Vec<u64> = s.classes.values().copied().collect();
+        let (lo, hi) = (
+            counts.iter().min().copied().unwrap_or(0),
+            counts.iter().max().copied().unwrap_or(0),
+        );
+        writeln!(
+            out,
+            "classes   {} (objects per class: min {lo}, max {hi})",
+            s.classes.len()
+        )?;
+        for (name, n) in &s.classes {
+            writeln!(out, "  {name:<20} {n}")?;
+        }
+    }
+    let p = &s.sizes;
+    writeln!(
+        out,
+        "sizes     p0 {}  p50 {}  p90 {}  p99 {}  max {}",
+        human(p.p0),
+        human(p.p50),
+        human(p.p90),
+        human(p.p99),
+        human(p.max)
+    )?;
+    let dims: Vec<String> = s
+        .images
+        .dimensions
+        .iter()
+        .map(|(d, n)| format!("{d} ({n})"))
+        .collect();
+    writeln!(
+        out,
+        "images    {} sampled: {}",
+        s.images.sampled,
+        dims.join(", ")
+    )?;
+    for bad in &s.images.unreadable {
+        writeln!(out, "  unreadable: {bad}")?;
+    }
+    let c = &s.cost;
+    writeln!(
+        out,
+        "one pass  {} LIST + {} GET requests = ${:.4} requests + ${:.4} transfer (S3 Standard prices)",
+        c.list_requests, c.get_requests, c.requests_usd, c.transfer_usd
+    )
+}
+
+/// `cp`.
+pub async fn cp(args: &StoreArgs, a: CpArgs) -> anyhow::Result<()> {
+    let config = args.config();
+    let options = CopyOptions::default()
+        .with_part_size(config.part_size())
+        .with_concurrency(config.concurrency());
+    let src = local_to_absolute(&a.src)?;
+    let dst = local_to_absolute(&a.dst)?;
+    let bar = Bar::new("copying");
+    let report = if a.recursive {
+        let (_s, src_loc) = open_dir(&src, &config)?;
+        let (dst_store, dst_loc) = open_dir(&dst, &config)?;
+        prepare_destination(&dst_store, &config, a.create_bucket).await?;
+        dataset::copy_tree(&src_loc, &dst_loc, options, &bar).await?
+    } else {
+        let (_s, src_loc, src_key) = open_object(&src, &config)?;
+        let (dst_loc, dst_key) =
+            open_destination(&dst, &a.dst, &src_key, &config, a.create_bucket).await?;
+        dataset::copy_object(&src_loc, &src_key, &dst_loc, &dst_key, options, &bar).await?
+    };
+    let secs = report.seconds.max(1e-3);
+    writeln!(
+        std::io::stdout().lock(),
+        "copied {}, {} in {:.1} s ({:.1} MB/s)",
+        objects(report.objects),
+        human(report.bytes),
+        report.seconds,
+        report.bytes as f64 / 1e6 / secs
+    )?;
+    Ok(())
+}
+
+/// The destination of a single-object copy: `dst/<name of src>` when `dst` ends with `/` or is a
+/// local folder, else `dst` itself.
+async fn open_destination(
+    dst: &str,
+    as_given: &str,
+    src_key: &Path,
+    config: &StoreConfig,
+    create_bucket: bool,
+) -> anyhow::Result<(Location, Path)> {
+    let is_dir = as_given.ends_with('/')
+        || crate::store_args::split_last(dst).1.is_empty()
+        || std::path::Path::new(dst).is_dir();
+    let (store, location, key) = if is_dir {
+        let (store, location) = open_dir(dst, config)?;
+        let name = src_key.filename().unwrap_or("object").to_string();
+        (store, location, Path::from(name))
+    } else {
+        open_object(dst, config)?
+    };
+    prepare_destination(&store, config, create_bucket).await?;
+    Ok((location, key))
+}
+
+/// "1 object", "2 objects".
+fn objects(n: u64) -> String {
+    if n == 1 {
+        "1 object".to_string()
+    } else {
+        format!("{n} objects")
+    }
+}
+
+/// Bytes in decimal units, e.g. "100.2 KB".
+pub fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1000.0 && unit < UNITS.len() - 1 {
+        value /= 1000.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_sizes_use_decimal_units() {
+        assert_eq!(human(999), "999 B");
+        assert_eq!(human(100_200), "100.2 KB");
+        assert_eq!(human(2_500_000_000), "2.5 GB");
+    }
+}

@@ -1,0 +1,173 @@
+//! Global store flags, shared by every data command, named like the store crate's settings.
+//!
+//! Anything not given on the command line comes from the environment as
+//! [`StoreConfig::from_env`] reads it (AWS_* variables, profiles).
+
+use std::time::Duration;
+
+use bucketload::dataset::Location;
+use bucketload_store::object_store::path::Path;
+use bucketload_store::{Addressing, Store, StoreConfig};
+use clap::Args;
+
+/// Flags that configure how stores are reached.
+#[derive(Debug, Clone, Args)]
+pub struct StoreArgs {
+    /// S3 endpoint URL, e.g. http://127.0.0.1:9000 [env: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL]
+    #[arg(long, global = true, value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// Region [env: AWS_REGION, AWS_DEFAULT_REGION; default us-east-1]
+    #[arg(long, global = true)]
+    pub region: Option<String>,
+    /// Named profile of ~/.aws/credentials and ~/.aws/config [env: AWS_PROFILE]
+    #[arg(long, global = true)]
+    pub profile: Option<String>,
+    /// Bucket addressing: path, virtual or auto (path-style for custom endpoints)
+    #[arg(long, global = true, value_parser = parse_addressing)]
+    pub addressing: Option<Addressing>,
+    /// Send unsigned requests (public buckets)
+    #[arg(long, global = true)]
+    pub no_sign_request: bool,
+    /// Part size of ranged GETs and multipart uploads, e.g. 8MiB [default: 8MiB]
+    #[arg(long, global = true, value_parser = parse_size, value_name = "SIZE")]
+    pub part_size: Option<u64>,
+    /// Requests in flight [default: 64]
+    #[arg(long, global = true, value_name = "N")]
+    pub concurrency: Option<usize>,
+    /// Retries of a failed request [default: 10]
+    #[arg(long, global = true, value_name = "N")]
+    pub max_retries: Option<usize>,
+    /// Give up retrying a request after this long, e.g. 30s
+    #[arg(long, global = true, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub retry_timeout: Option<Duration>,
+    /// TCP connect timeout, e.g. 5s [default: 5s]
+    #[arg(long, global = true, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub connect_timeout: Option<Duration>,
+}
+
+/// Parses a size with the store crate's rules ("100KB", "256MiB", "4096").
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    bucketload_store::parse_size(s).map_err(|e| e.to_string())
+}
+
+fn parse_addressing(s: &str) -> Result<Addressing, String> {
+    s.parse::<Addressing>().map_err(|e| e.to_string())
+}
+
+impl StoreArgs {
+    /// The store configuration: environment first, flags on top.
+    pub fn config(&self) -> StoreConfig {
+        let mut c = StoreConfig::from_env();
+        if let Some(v) = &self.endpoint {
+            c = c.with_endpoint(v.clone());
+        }
+        if let Some(v) = &self.region {
+            c = c.with_region(v.clone());
+        }
+        if let Some(v) = &self.profile {
+            c = c.with_profile(v.clone());
+        }
+        if let Some(v) = self.addressing {
+            c = c.with_addressing(v);
+        }
+        if self.no_sign_request {
+            c = c.with_anonymous(true);
+        }
+        self.apply_limits(c)
+    }
+
+    fn apply_limits(&self, mut c: StoreConfig) -> StoreConfig {
+        if let Some(v) = self.part_size {
+            c = c.with_part_size(v);
+        }
+        if let Some(v) = self.concurrency {
+            c = c.with_concurrency(v);
+        }
+        if let Some(v) = self.max_retries {
+            c = c.with_max_retries(v);
+        }
+        if let Some(v) = self.retry_timeout {
+            c = c.with_retry_timeout(v);
+        }
+        if let Some(v) = self.connect_timeout {
+            c = c.with_connect_timeout(v);
+        }
+        c
+    }
+}
+
+/// Opens `uri` as a directory-like location (keys below it).
+pub fn open_dir(uri: &str, config: &StoreConfig) -> anyhow::Result<(Store, Location)> {
+    // The store's error already names the URI and lists the accepted forms.
+    let store = Store::open(uri, config)?;
+    let location = Location::from_store(&store);
+    Ok((store, location))
+}
+
+/// Opens the parent of `uri` and returns the key of the last path component, for single objects.
+pub fn open_object(uri: &str, config: &StoreConfig) -> anyhow::Result<(Store, Location, Path)> {
+    let (parent, name) = split_last(uri);
+    if name.is_empty() {
+        let message = format!("{uri} names a directory, not an object; add --recursive");
+        return Err(bucketload::Error::invalid_input(message).into());
+    }
+    let (store, location) = open_dir(parent, config)?;
+    Ok((store, location, Path::from(name)))
+}
+
+/// Splits `s3://b/a/b.jpg` into (`s3://b/a`, `b.jpg`) and `./x.jpg` into (`.`, `x.jpg`).
+pub fn split_last(uri: &str) -> (&str, &str) {
+    match uri.rfind('/') {
+        // Keep `scheme://` and a leading `/` whole.
+        Some(i) if uri[..i].ends_with(':') || uri[..i].ends_with(":/") => (uri, ""),
+        Some(0) => ("/", &uri[1..]),
+        Some(i) => (&uri[..i], &uri[i + 1..]),
+        None => (".", uri),
+    }
+}
+
+/// Whether `gen` and `cp` create a missing bucket: always with `--create-bucket`, and by
+/// default when the endpoint is on this machine (the embedded server, or any local dev server),
+/// where creating a bucket is harmless. Never for AWS itself without the flag.
+pub fn should_create_bucket(flag: bool, config: &StoreConfig) -> bool {
+    flag || config.endpoint().is_some_and(is_loopback_url)
+}
+
+fn is_loopback_url(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let host_port = rest.split('/').next().unwrap_or("");
+    let host = if let Some(v6) = host_port.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        host_port.split(':').next().unwrap_or("")
+    };
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_last_keeps_scheme_and_root() {
+        assert_eq!(split_last("s3://b/a/x.jpg"), ("s3://b/a", "x.jpg"));
+        assert_eq!(split_last("s3://b/x.jpg"), ("s3://b", "x.jpg"));
+        assert_eq!(split_last("s3://b"), ("s3://b", ""));
+        assert_eq!(split_last("/x.jpg"), ("/", "x.jpg"));
+        assert_eq!(split_last("x.jpg"), (".", "x.jpg"));
+        assert_eq!(split_last("file:///tmp/x"), ("file:///tmp", "x"));
+        assert_eq!(split_last("s3://b/dir/"), ("s3://b/dir", ""));
+    }
+
+    #[test]
+    fn loopback_endpoints_are_recognised() {
+        assert!(is_loopback_url("http://127.0.0.1:9000"));
+        assert!(is_loopback_url("http://localhost:9000/"));
+        assert!(is_loopback_url("http://[::1]:9000"));
+        assert!(!is_loopback_url("https://s3.us-east-1.amazonaws.com"));
+        assert!(!is_loopback_url("http://10.0.0.1:9000"));
+    }
+}

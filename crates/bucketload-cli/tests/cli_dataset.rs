@@ -1,0 +1,114 @@
+//! gen → ls → stats against the embedded server, and determinism of `gen`.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use bucketload_store::object_store::ObjectStore;
+use bucketload_store::{Store, StoreConfig};
+use common::Fixture;
+use futures::TryStreamExt;
+
+const TARGET: u64 = 20_000;
+
+#[test]
+fn gen_then_ls_then_stats() {
+    let fx = Fixture::start();
+    let run = fx
+        .run(&[
+            "gen",
+            "s3://demo/train",
+            "--samples",
+            "60",
+            "--classes",
+            "3",
+            "--size",
+            "20KB",
+        ])
+        .ok();
+    assert!(run.stdout.contains("wrote 60 objects"), "{run:#?}");
+
+    let ls = fx.run(&["ls", "s3://demo/train"]).ok();
+    let dirs: Vec<&str> = ls
+        .stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with("PRE"))
+        .collect();
+    assert_eq!(dirs.len(), 3, "{}", ls.stdout);
+    assert!(ls.stdout.contains("PRE class_000/"), "{}", ls.stdout);
+
+    let ls = fx
+        .run(&["ls", "s3://demo/train", "--recursive", "--summarize"])
+        .ok();
+    assert!(ls.stdout.contains("class_001/000001.jpg"), "{}", ls.stdout);
+    assert!(ls.stdout.contains("Total Objects: 60"), "{}", ls.stdout);
+
+    let stats = fx
+        .run(&["stats", "s3://demo/train", "--json", "--sample", "8"])
+        .ok();
+    let v: serde_json::Value = serde_json::from_str(&stats.stdout).unwrap();
+    assert_eq!(v["objects"], 60);
+    for class in ["class_000", "class_001", "class_002"] {
+        assert_eq!(v["classes"][class], 20, "{v}");
+    }
+    for p in ["p0", "p50", "max"] {
+        let size = v["sizes"][p].as_u64().unwrap() as f64;
+        assert!(
+            (size - TARGET as f64).abs() <= 0.1 * TARGET as f64,
+            "{p} = {size}"
+        );
+    }
+    assert_eq!(v["images"]["sampled"], 8);
+    let dims = v["images"]["dimensions"].as_object().unwrap();
+    assert_eq!(dims.len(), 1, "every image has the same shape: {v}");
+    assert_eq!(v["cost"]["get_requests"], 60);
+    assert_eq!(v["cost"]["list_requests"], 1);
+
+    let text = fx.run(&["stats", "s3://demo/train"]).ok();
+    assert!(text.stdout.contains("objects   60"), "{}", text.stdout);
+}
+
+#[test]
+fn same_seed_gives_same_etags() {
+    let fx = Fixture::start();
+    for prefix in ["a", "b", "c"] {
+        let seed = if prefix == "c" { "8" } else { "7" };
+        let uri = format!("s3://det/{prefix}");
+        fx.run(&[
+            "gen",
+            &uri,
+            "--samples",
+            "12",
+            "--classes",
+            "2",
+            "--size",
+            "5KB",
+            "--seed",
+            seed,
+        ])
+        .ok();
+    }
+    let etags = |prefix: &str| {
+        let config = StoreConfig::from_env()
+            .with_endpoint(fx.endpoint())
+            .with_region("us-east-1")
+            .with_credentials(
+                bucketload_server::DEFAULT_ACCESS_KEY,
+                bucketload_server::DEFAULT_SECRET_KEY,
+                None,
+            );
+        let store = Store::open(&format!("s3://det/{prefix}"), &config).unwrap();
+        let mut tags: Vec<(String, String)> = fx.block_on(async {
+            let list: Vec<_> = store.object_store().list(None).try_collect().await.unwrap();
+            list.into_iter()
+                .map(|m| (m.location.to_string(), m.e_tag.unwrap_or_default()))
+                .collect()
+        });
+        tags.sort();
+        tags
+    };
+    let (a, b, c) = (etags("a"), etags("b"), etags("c"));
+    assert_eq!(a.len(), 12);
+    assert!(a.iter().all(|(_, tag)| !tag.is_empty()), "{a:?}");
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+}

@@ -1,0 +1,121 @@
+//! Shared fixture of the CLI tests: an embedded S3 server on loopback and a runner for the
+//! built `bucketload` binary with a clean AWS environment pointing at it.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use bucketload_server::{DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY, RunningServer};
+use bucketload_test_support::EmbeddedServer;
+
+/// A running embedded server and a scratch folder; dropping it stops the server.
+pub struct Fixture {
+    server: Option<EmbeddedServer>,
+    runtime: tokio::runtime::Runtime,
+    work: tempfile::TempDir,
+}
+
+impl Fixture {
+    pub fn start() -> Fixture {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let server = runtime.block_on(EmbeddedServer::start());
+        Fixture {
+            server: Some(server),
+            runtime,
+            work: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn endpoint(&self) -> String {
+        self.server.as_ref().unwrap().endpoint().to_string()
+    }
+
+    pub fn server(&self) -> &RunningServer {
+        self.server.as_ref().unwrap().server()
+    }
+
+    /// A scratch folder for local files.
+    pub fn work(&self) -> &Path {
+        self.work.path()
+    }
+
+    pub fn work_path(&self, name: &str) -> PathBuf {
+        self.work.path().join(name)
+    }
+
+    /// The binary with the dev credentials and the endpoint in the environment, nothing else.
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bucketload"));
+        for (key, _) in std::env::vars() {
+            if key.starts_with("AWS_") || key == "RUST_LOG" {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.env("HOME", self.work.path())
+            .env("AWS_ENDPOINT_URL", self.endpoint())
+            .env("AWS_ACCESS_KEY_ID", DEFAULT_ACCESS_KEY)
+            .env("AWS_SECRET_ACCESS_KEY", DEFAULT_SECRET_KEY)
+            .env("AWS_REGION", "us-east-1")
+            .current_dir(self.work.path());
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Run {
+        Run::from(self.command().args(args).output().unwrap())
+    }
+
+    /// Runs an async block on the fixture's runtime (for checks through the store crate).
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.runtime.block_on(f)
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        // The server's tasks run on this runtime: drop the server inside it.
+        let server = self.server.take();
+        self.runtime.block_on(async move { drop(server) });
+    }
+}
+
+/// What a run of the binary did.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(o: Output) -> Run {
+        Run {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+impl Run {
+    /// Panics with the output unless the run succeeded.
+    pub fn ok(self) -> Run {
+        assert_eq!(self.code, 0, "failed: {self:#?}");
+        self
+    }
+
+    /// The first line of stderr, which must be `error: ...`.
+    pub fn error_line(&self) -> &str {
+        let line = self.stderr.lines().next().unwrap_or("");
+        assert!(line.starts_with("error: "), "no error line: {self:#?}");
+        assert!(!self.stderr.contains("panicked"), "panic: {self:#?}");
+        assert!(
+            !self.stderr.contains("RUST_BACKTRACE"),
+            "backtrace hint: {self:#?}"
+        );
+        line
+    }
+}

@@ -1,0 +1,159 @@
+//! A connection's socket: caps what it sends with a token bucket, and turns an injected
+//! reset into a real TCP RST (zero linger, then close).
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
+
+use crate::service::ConnState;
+
+/// Token bucket on a connection's writes.
+#[derive(Debug)]
+struct Throttle {
+    rate: f64,
+    /// At most 50 ms of rate (bounded to 1 KiB..1 MiB) is sent in one burst, so the cap holds
+    /// over short windows without a wakeup per packet.
+    burst: f64,
+    tokens: f64,
+    last: Instant,
+    sleep: Pin<Box<Sleep>>,
+}
+
+impl Throttle {
+    fn new(bytes_per_sec: u64) -> Self {
+        let rate = bytes_per_sec as f64;
+        let burst = (rate / 20.0).clamp(1024.0, 1024.0 * 1024.0);
+        let now = Instant::now();
+        Self {
+            rate,
+            burst,
+            tokens: burst,
+            last: now,
+            sleep: Box::pin(tokio::time::sleep_until(now)),
+        }
+    }
+
+    /// Waits until at least one burst-sized slice (or what is asked) may be sent.
+    fn poll_acquire(&mut self, cx: &mut Context<'_>, wanted: usize) -> Poll<usize> {
+        let need = (wanted as f64).min(self.burst);
+        loop {
+            let now = Instant::now();
+            self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * self.rate)
+                .min(self.burst);
+            self.last = now;
+            if self.tokens >= need {
+                return Poll::Ready(self.tokens as usize);
+            }
+            let wait = Duration::from_secs_f64((need - self.tokens) / self.rate);
+            self.sleep.as_mut().reset(now + wait);
+            ready!(self.sleep.as_mut().poll(cx));
+        }
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.tokens -= n as f64;
+    }
+}
+
+/// The socket of one accepted connection.
+#[derive(Debug)]
+pub(crate) struct ConnIo {
+    stream: TcpStream,
+    state: Arc<ConnState>,
+    throttle: Option<Throttle>,
+}
+
+impl ConnIo {
+    pub(crate) fn new(stream: TcpStream, state: Arc<ConnState>, bandwidth: Option<u64>) -> Self {
+        Self {
+            stream,
+            state,
+            throttle: bandwidth.map(Throttle::new),
+        }
+    }
+
+    /// After an injected reset, arms a RST and fails every further write.
+    fn check_reset(&self) -> io::Result<()> {
+        if self.state.reset.load(Ordering::Acquire) {
+            let _ = self.stream.set_zero_linger();
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                "injected connection reset",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ConnIo {
+    fn drop(&mut self) {
+        let _ = self.check_reset();
+    }
+}
+
+impl AsyncRead for ConnIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for ConnIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.check_reset()?;
+        let this = &mut *self;
+        let Some(throttle) = this.throttle.as_mut() else {
+            return Pin::new(&mut this.stream).poll_write(cx, buf);
+        };
+        let allowed = ready!(throttle.poll_acquire(cx, buf.len())).max(1);
+        let n = allowed.min(buf.len());
+        let written = ready!(Pin::new(&mut this.stream).poll_write(cx, &buf[..n]))?;
+        throttle.consume(written);
+        Poll::Ready(Ok(written))
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        if self.throttle.is_some() {
+            let buf = bufs
+                .iter()
+                .find(|b| !b.is_empty())
+                .map_or(&[][..], |b| &**b);
+            return self.poll_write(cx, buf);
+        }
+        self.check_reset()?;
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.throttle.is_none() && self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.check_reset()?;
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.check_reset()?;
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}

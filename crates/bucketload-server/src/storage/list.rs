@@ -1,0 +1,390 @@
+//! ListObjectsV2 over the directory tree, in S3 order (UTF-8 byte order of whole keys).
+//!
+//! Sorting each directory's entries by name, with '/' appended to directory names, visits
+//! keys in global byte order: every key below directory `d` starts with `d/`, and no other
+//! entry of the parent starts with `d/` since names hold no '/'. The walk starts in the
+//! deepest directory the prefix names, binary-searches each sorted directory for the first
+//! entry past the start marker, and skips subtrees the marker or a common prefix already
+//! covers, so one page costs about `max_keys` stats and sidecar reads however many keys
+//! precede it.
+
+use std::fs;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+
+use s3s::S3Error;
+
+use super::{ObjectMeta, Storage, internal};
+
+/// One ListObjectsV2 request, resolved.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ListQuery {
+    pub(crate) prefix: String,
+    pub(crate) delimiter: Option<String>,
+    /// Only keys strictly greater than this are listed.
+    pub(crate) after: Option<String>,
+    /// Keys starting with this (a common prefix already returned) are skipped.
+    pub(crate) skip_prefix: Option<String>,
+    pub(crate) max_keys: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ListItem {
+    Object(String, ObjectMeta),
+    CommonPrefix(String),
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct ListPage {
+    pub(crate) items: Vec<ListItem>,
+    pub(crate) truncated: bool,
+}
+
+struct Entry {
+    /// Name, with '/' appended for directories.
+    sort_name: String,
+    is_dir: bool,
+}
+
+struct Walk<'a> {
+    storage: &'a Storage,
+    bucket: &'a str,
+    query: &'a ListQuery,
+    page: ListPage,
+}
+
+impl Storage {
+    /// Lists one page of a bucket.
+    pub(crate) fn list(&self, bucket: &str, query: &ListQuery) -> Result<ListPage, S3Error> {
+        let bucket_dir = self.bucket_dir(bucket)?;
+        let mut walk = Walk {
+            storage: self,
+            bucket,
+            query,
+            page: ListPage::default(),
+        };
+        if query.max_keys == 0 {
+            return Ok(walk.page);
+        }
+        // The deepest directory fully named by the prefix, and the start of names within it.
+        let (dir_key, name_start) = match query.prefix.rfind('/') {
+            Some(i) => (&query.prefix[..=i], &query.prefix[i + 1..]),
+            None => ("", query.prefix.as_str()),
+        };
+        if super::check_key(dir_key.trim_end_matches('/')).is_err() && !dir_key.is_empty() {
+            return Ok(walk.page);
+        }
+        let dir = bucket_dir.join(dir_key);
+        match walk.visit(&dir, dir_key, name_start) {
+            Ok(_) => Ok(walk.page),
+            Err(e) => Err(internal(e)),
+        }
+    }
+}
+
+impl Walk<'_> {
+    /// Visits the entries of `dir` (whose keys start with `dir_key`) whose names start with
+    /// `name_start`; breaks once the page is full.
+    fn visit(
+        &mut self,
+        dir: &Path,
+        dir_key: &str,
+        name_start: &str,
+    ) -> std::io::Result<ControlFlow<()>> {
+        let entries = match read_sorted(dir) {
+            Ok(entries) => entries,
+            Err(e) if super::is_missing(&e) => return Ok(ControlFlow::Continue(())),
+            Err(e) => return Err(e),
+        };
+        let first = self.first_index(&entries, dir_key, name_start);
+        for entry in &entries[first..] {
+            if !entry.sort_name.starts_with(name_start) {
+                break;
+            }
+            let key = format!("{dir_key}{}", entry.sort_name);
+            if self.skipped(&key, entry.is_dir) {
+                continue;
+            }
+            let flow = if entry.is_dir {
+                self.visit_dir(
+                    &dir.join(&entry.sort_name[..entry.sort_name.len() - 1]),
+                    &key,
+                )?
+            } else {
+                self.visit_file(&dir.join(&entry.sort_name), key)?
+            };
+            if flow.is_break() {
+                return Ok(flow);
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// Index of the first entry that may hold keys past the start marker and the prefix.
+    fn first_index(&self, entries: &[Entry], dir_key: &str, name_start: &str) -> usize {
+        let by_prefix = entries.partition_point(|e| e.sort_name.as_str() < name_start);
+        let by_marker = match self
+            .query
+            .after
+            .as_deref()
+            .and_then(|a| a.strip_prefix(dir_key))
+        {
+            // Entries sorting before the marker hold only smaller keys, except a directory
+            // the marker lies in (the last such entry: see the module docs).
+            Some(rest) => entries.partition_point(|e| {
+                e.sort_name.as_str() < rest && !(e.is_dir && rest.starts_with(e.sort_name.as_str()))
+            }),
+            None => 0,
+        };
+        by_prefix.max(by_marker)
+    }
+
+    /// True when every key of this entry (a key, or a directory ending in '/') is excluded by
+    /// the marker or by the common prefix to skip.
+    fn skipped(&self, key: &str, is_dir: bool) -> bool {
+        if let Some(skip) = &self.query.skip_prefix
+            && key.starts_with(skip.as_str())
+        {
+            return true;
+        }
+        match &self.query.after {
+            Some(after) if is_dir => after.as_str() >= key && !after.starts_with(key),
+            Some(after) => key <= after.as_str(),
+            None => false,
+        }
+    }
+
+    fn visit_dir(&mut self, dir: &Path, key: &str) -> std::io::Result<ControlFlow<()>> {
+        // With a delimiter inside the directory's own path, the whole subtree is one common
+        // prefix: emit it once if the subtree holds a listed key, without walking it.
+        if let Some(prefix) = self.common_prefix(key)
+            && prefix.len() <= key.len()
+        {
+            if self.last_prefix() == Some(prefix.as_str()) || !self.has_key(dir, key)? {
+                return Ok(ControlFlow::Continue(()));
+            }
+            return Ok(self.push(ListItem::CommonPrefix(prefix)));
+        }
+        self.visit(dir, key, "")
+    }
+
+    fn visit_file(&mut self, path: &Path, key: String) -> std::io::Result<ControlFlow<()>> {
+        if let Some(prefix) = self.common_prefix(&key) {
+            if self.last_prefix() == Some(prefix.as_str()) {
+                return Ok(ControlFlow::Continue(()));
+            }
+            return Ok(self.push(ListItem::CommonPrefix(prefix)));
+        }
+        let Ok(stat) = fs::metadata(path) else {
+            return Ok(ControlFlow::Continue(()));
+        };
+        if !stat.is_file() {
+            return Ok(ControlFlow::Continue(()));
+        }
+        let meta_path = self.storage.internal("meta", self.bucket).join(&key);
+        let meta = self.storage.sidecar(path, &meta_path, &stat)?;
+        Ok(self.push(ListItem::Object(key, meta)))
+    }
+
+    /// The common prefix `key` rolls up into, if the delimiter occurs after the prefix.
+    fn common_prefix(&self, key: &str) -> Option<String> {
+        let delimiter = self.query.delimiter.as_deref().filter(|d| !d.is_empty())?;
+        let rest = key.get(self.query.prefix.len()..)?;
+        let at = rest.find(delimiter)?;
+        Some(format!(
+            "{}{}",
+            self.query.prefix,
+            &rest[..at + delimiter.len()]
+        ))
+    }
+
+    fn last_prefix(&self) -> Option<&str> {
+        match self.page.items.last() {
+            Some(ListItem::CommonPrefix(p)) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// True if the subtree `dir` (keys starting with `dir_key`) holds a key not skipped.
+    fn has_key(&self, dir: &Path, dir_key: &str) -> std::io::Result<bool> {
+        let entries = match read_sorted(dir) {
+            Ok(entries) => entries,
+            Err(e) if super::is_missing(&e) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        for entry in &entries[self.first_index(&entries, dir_key, "")..] {
+            let key = format!("{dir_key}{}", entry.sort_name);
+            if self.skipped(&key, entry.is_dir) {
+                continue;
+            }
+            let found = if entry.is_dir {
+                self.has_key(
+                    &dir.join(&entry.sort_name[..entry.sort_name.len() - 1]),
+                    &key,
+                )?
+            } else {
+                true
+            };
+            if found {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Adds an item, or notes that the page is full and stops the walk.
+    fn push(&mut self, item: ListItem) -> ControlFlow<()> {
+        if self.page.items.len() >= self.query.max_keys {
+            self.page.truncated = true;
+            return ControlFlow::Break(());
+        }
+        self.page.items.push(item);
+        ControlFlow::Continue(())
+    }
+}
+
+/// Entries of a directory sorted in key order; names that are not UTF-8 are skipped.
+fn read_sorted(dir: &Path) -> std::io::Result<Vec<Entry>> {
+    let mut entries = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        let file_type = entry.file_type()?;
+        let is_dir = if file_type.is_symlink() {
+            fs::metadata(PathBuf::from(dir).join(&name))
+                .map(|m| m.is_dir())
+                .unwrap_or(false)
+        } else {
+            file_type.is_dir()
+        };
+        let sort_name = if is_dir { format!("{name}/") } else { name };
+        entries.push(Entry { sort_name, is_dir });
+    }
+    entries.sort_unstable_by(|a, b| a.sort_name.cmp(&b.sort_name));
+    Ok(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::ObjectAttrs;
+
+    fn storage_with(keys: &[&str]) -> (tempfile::TempDir, Storage) {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), false).unwrap();
+        storage.create_bucket("b").unwrap();
+        for key in keys {
+            let mut temp = storage.begin_write().unwrap();
+            temp.write(key.as_bytes()).unwrap();
+            let etag = hex::encode(temp.md5());
+            storage
+                .commit("b", key, temp, etag, ObjectAttrs::default())
+                .unwrap();
+        }
+        (dir, storage)
+    }
+
+    fn names(page: &ListPage) -> Vec<String> {
+        page.items
+            .iter()
+            .map(|i| match i {
+                ListItem::Object(k, _) => k.clone(),
+                ListItem::CommonPrefix(p) => format!("[{p}]"),
+            })
+            .collect()
+    }
+
+    fn query(
+        prefix: &str,
+        delimiter: Option<&str>,
+        after: Option<&str>,
+        max_keys: usize,
+    ) -> ListQuery {
+        ListQuery {
+            prefix: prefix.into(),
+            delimiter: delimiter.map(Into::into),
+            after: after.map(Into::into),
+            skip_prefix: None,
+            max_keys,
+        }
+    }
+
+    const KEYS: &[&str] = &["a-c", "a/b", "a/c/d", "a0", "b", "a/c-x", "ab/x", "z/y/x"];
+
+    #[test]
+    fn full_listing_is_in_byte_order() {
+        let (_d, s) = storage_with(KEYS);
+        let page = s.list("b", &query("", None, None, 1000)).unwrap();
+        let mut expected: Vec<String> = KEYS.iter().map(|k| k.to_string()).collect();
+        expected.sort();
+        assert_eq!(names(&page), expected);
+        assert!(!page.truncated);
+    }
+
+    #[test]
+    fn delimiter_and_prefix() {
+        let (_d, s) = storage_with(KEYS);
+        let page = s.list("b", &query("", Some("/"), None, 1000)).unwrap();
+        assert_eq!(names(&page), ["a-c", "[a/]", "a0", "[ab/]", "b", "[z/]"]);
+        let page = s.list("b", &query("a/", Some("/"), None, 1000)).unwrap();
+        assert_eq!(names(&page), ["a/b", "a/c-x", "[a/c/]"]);
+        let page = s.list("b", &query("a/c", None, None, 1000)).unwrap();
+        assert_eq!(names(&page), ["a/c-x", "a/c/d"]);
+        let page = s.list("b", &query("a", Some("-"), None, 1000)).unwrap();
+        assert_eq!(
+            names(&page),
+            ["[a-]", "a/b", "[a/c-]", "a/c/d", "a0", "ab/x"]
+        );
+    }
+
+    #[test]
+    fn pagination_with_markers() {
+        let (_d, s) = storage_with(KEYS);
+        let mut all = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = s.list("b", &query("", None, after.as_deref(), 3)).unwrap();
+            all.extend(names(&page));
+            if !page.truncated {
+                break;
+            }
+            after = all.last().cloned();
+        }
+        let mut expected: Vec<String> = KEYS.iter().map(|k| k.to_string()).collect();
+        expected.sort();
+        assert_eq!(all, expected);
+    }
+
+    #[test]
+    fn start_after_inside_a_directory() {
+        let (_d, s) = storage_with(KEYS);
+        let page = s.list("b", &query("", None, Some("a/c"), 1000)).unwrap();
+        assert_eq!(names(&page), ["a/c-x", "a/c/d", "a0", "ab/x", "b", "z/y/x"]);
+        let mut q = query("", Some("/"), None, 1000);
+        q.after = Some("a/".into());
+        q.skip_prefix = Some("a/".into());
+        assert_eq!(
+            names(&s.list("b", &q).unwrap()),
+            ["a0", "[ab/]", "b", "[z/]"]
+        );
+    }
+
+    #[test]
+    fn missing_prefix_directory_lists_nothing() {
+        let (_d, s) = storage_with(KEYS);
+        assert!(
+            s.list("b", &query("nope/", None, None, 10))
+                .unwrap()
+                .items
+                .is_empty()
+        );
+        assert!(
+            s.list("b", &query("b/", None, None, 10))
+                .unwrap()
+                .items
+                .is_empty()
+        );
+    }
+}

@@ -1,0 +1,328 @@
+//! Multipart uploads: one directory per upload holding `upload.json` and, per part,
+//! `NNNNN` (bytes) and `NNNNN.json` (ETag and size). Completion concatenates the listed parts
+//! into a temporary file (`copy_file_range` where the kernel has it) and commits it like a
+//! single PUT, with the S3 multipart ETag: MD5 of the concatenated binary part MD5s + "-N".
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use md5::{Digest, Md5};
+use s3s::{S3Error, s3_error};
+use serde::{Deserialize, Serialize};
+
+use super::{ObjectAttrs, ObjectMeta, Storage, TempObject, internal, is_missing};
+
+/// S3's limit on part numbers.
+const MAX_PART_NUMBER: i32 = 10_000;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct UploadRecord {
+    key: String,
+    initiated_ns: u64,
+    attrs: ObjectAttrs,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct PartInfo {
+    pub(crate) number: i32,
+    pub(crate) etag: String,
+    pub(crate) size: u64,
+    pub(crate) mtime_ns: u64,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct UploadInfo {
+    pub(crate) key: String,
+    pub(crate) id: String,
+    pub(crate) initiated: SystemTime,
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn no_such_upload(id: &str) -> S3Error {
+    s3_error!(
+        NoSuchUpload,
+        "multipart upload {id} does not exist; it may have been completed or aborted"
+    )
+}
+
+impl Storage {
+    pub(crate) fn create_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        attrs: ObjectAttrs,
+    ) -> Result<String, S3Error> {
+        super::check_key(key)?;
+        self.bucket_dir(bucket)?;
+        let id = self.unique_id();
+        let dir = self.internal("uploads", bucket).join(&id);
+        fs::create_dir_all(&dir).map_err(internal)?;
+        let record = UploadRecord {
+            key: key.to_owned(),
+            initiated_ns: now_ns(),
+            attrs,
+        };
+        fs::write(
+            dir.join("upload.json"),
+            serde_json::to_vec(&record).map_err(|e| internal(e.into()))?,
+        )
+        .map_err(internal)?;
+        Ok(id)
+    }
+
+    /// The directory of upload `id`, checking it exists and belongs to `key`.
+    fn upload_dir(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+    ) -> Result<(PathBuf, UploadRecord), S3Error> {
+        self.bucket_dir(bucket)?;
+        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(no_such_upload(id));
+        }
+        let dir = self.internal("uploads", bucket).join(id);
+        let bytes = fs::read(dir.join("upload.json")).map_err(|e| {
+            if is_missing(&e) {
+                no_such_upload(id)
+            } else {
+                internal(e)
+            }
+        })?;
+        let record: UploadRecord =
+            serde_json::from_slice(&bytes).map_err(|e| internal(e.into()))?;
+        if record.key != key {
+            return Err(no_such_upload(id));
+        }
+        Ok((dir, record))
+    }
+
+    /// Checks an upload exists before its part's bytes are received.
+    pub(crate) fn check_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+        part: i32,
+    ) -> Result<(), S3Error> {
+        if !(1..=MAX_PART_NUMBER).contains(&part) {
+            return Err(s3_error!(
+                InvalidArgument,
+                "part numbers must lie between 1 and 10000"
+            ));
+        }
+        self.upload_dir(bucket, key, id).map(|_| ())
+    }
+
+    /// Stores a received part, replacing any earlier part with the same number.
+    pub(crate) fn commit_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+        part: i32,
+        mut temp: TempObject,
+    ) -> Result<PartInfo, S3Error> {
+        let (dir, _) = self.upload_dir(bucket, key, id)?;
+        let info = PartInfo {
+            number: part,
+            etag: hex::encode(temp.md5()),
+            size: temp.size(),
+            mtime_ns: now_ns(),
+        };
+        let Some(path) = temp.path.take() else {
+            return Err(s3_error!(InternalError, "part written twice"));
+        };
+        let part_path = dir.join(format!("{part:05}"));
+        if let Err(e) = fs::rename(&path, &part_path) {
+            let _ = fs::remove_file(&path);
+            return Err(if is_missing(&e) {
+                no_such_upload(id)
+            } else {
+                internal(e)
+            });
+        }
+        let json = serde_json::to_vec(&info).map_err(|e| internal(e.into()))?;
+        fs::write(dir.join(format!("{part:05}.json")), json).map_err(internal)?;
+        Ok(info)
+    }
+
+    pub(crate) fn list_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+    ) -> Result<Vec<PartInfo>, S3Error> {
+        let (dir, _) = self.upload_dir(bucket, key, id)?;
+        read_parts(&dir).map_err(internal)
+    }
+
+    /// Assembles the listed parts (ascending numbers, matching ETags) into the object.
+    pub(crate) fn complete_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+        parts: &[(i32, String)],
+        min_part_size: u64,
+    ) -> Result<ObjectMeta, S3Error> {
+        let (dir, record) = self.upload_dir(bucket, key, id)?;
+        if parts.is_empty() {
+            return Err(s3_error!(
+                MalformedXML,
+                "CompleteMultipartUpload must list at least one part"
+            ));
+        }
+        if parts.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(s3_error!(
+                InvalidPartOrder,
+                "parts must be listed in ascending order of part number"
+            ));
+        }
+        let stored = read_parts(&dir).map_err(internal)?;
+        let mut temp = self.begin_write()?;
+        let mut md5s = Md5::new();
+        for (i, (number, etag)) in parts.iter().enumerate() {
+            let info = stored
+                .iter()
+                .find(|p| p.number == *number && p.etag == etag.trim_matches('"'))
+                .ok_or_else(|| {
+                    s3_error!(
+                        InvalidPart,
+                        "part {number} was not uploaded or its ETag differs"
+                    )
+                })?;
+            if i + 1 < parts.len() && info.size < min_part_size {
+                return Err(s3_error!(
+                    EntityTooSmall,
+                    "part {number} holds {} bytes; every part but the last needs at least {min_part_size} bytes (as S3; ServerBuilder::with_min_part_size lowers it)",
+                    info.size
+                ));
+            }
+            md5s.update(
+                hex::decode(&info.etag)
+                    .map_err(|_| s3_error!(InternalError, "corrupt part record"))?,
+            );
+            temp.append_file(&dir.join(format!("{number:05}")))?;
+        }
+        let etag = format!("{}-{}", hex::encode(md5s.finalize()), parts.len());
+        let meta = self.commit(bucket, key, temp, etag, record.attrs)?;
+        let _ = fs::remove_dir_all(&dir);
+        Ok(meta)
+    }
+
+    pub(crate) fn abort_upload(&self, bucket: &str, key: &str, id: &str) -> Result<(), S3Error> {
+        let (dir, _) = self.upload_dir(bucket, key, id)?;
+        fs::remove_dir_all(&dir).map_err(|e| {
+            if is_missing(&e) {
+                no_such_upload(id)
+            } else {
+                internal(e)
+            }
+        })
+    }
+
+    /// Uploads in progress, ordered by key then initiation time.
+    pub(crate) fn list_uploads(
+        &self,
+        bucket: &str,
+        prefix: &str,
+    ) -> Result<Vec<UploadInfo>, S3Error> {
+        self.bucket_dir(bucket)?;
+        let root = self.internal("uploads", bucket);
+        let entries = match fs::read_dir(&root) {
+            Ok(entries) => entries,
+            Err(e) if is_missing(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(internal(e)),
+        };
+        let mut uploads = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(internal)?;
+            let Ok(id) = entry.file_name().into_string() else {
+                continue;
+            };
+            let Some(record) = read_record(&entry.path()) else {
+                continue;
+            };
+            if record.key.starts_with(prefix) {
+                let initiated = UNIX_EPOCH + std::time::Duration::from_nanos(record.initiated_ns);
+                uploads.push(UploadInfo {
+                    key: record.key,
+                    id,
+                    initiated,
+                });
+            }
+        }
+        uploads.sort_by(|a, b| (&a.key, a.initiated).cmp(&(&b.key, b.initiated)));
+        Ok(uploads)
+    }
+}
+
+fn read_record(dir: &Path) -> Option<UploadRecord> {
+    serde_json::from_slice(&fs::read(dir.join("upload.json")).ok()?).ok()
+}
+
+fn read_parts(dir: &Path) -> std::io::Result<Vec<PartInfo>> {
+    let mut parts = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.len() == 10
+            && name.ends_with(".json")
+            && name.as_bytes()[0].is_ascii_digit()
+            && let Ok(info) = serde_json::from_slice::<PartInfo>(&fs::read(entry.path())?)
+        {
+            parts.push(info);
+        }
+    }
+    parts.sort_by_key(|p| p.number);
+    Ok(parts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upload_part(storage: &Storage, id: &str, n: i32, bytes: &[u8]) -> PartInfo {
+        let mut temp = storage.begin_write().unwrap();
+        temp.write(bytes).unwrap();
+        storage.commit_part("b", "k", id, n, temp).unwrap()
+    }
+
+    #[test]
+    fn multipart_etag_is_md5_of_part_md5s() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), false).unwrap();
+        storage.create_bucket("b").unwrap();
+        let id = storage
+            .create_upload("b", "k", ObjectAttrs::default())
+            .unwrap();
+        let p1 = upload_part(&storage, &id, 1, b"hello ");
+        let p2 = upload_part(&storage, &id, 2, b"world");
+        assert_eq!(storage.list_uploads("b", "").unwrap().len(), 1);
+        assert_eq!(storage.list_parts("b", "k", &id).unwrap().len(), 2);
+        let parts = [(1, p1.etag.clone()), (2, p2.etag.clone())];
+        let err = storage
+            .complete_upload("b", "k", &id, &parts, 100)
+            .unwrap_err();
+        assert_eq!(err.code(), &s3s::S3ErrorCode::EntityTooSmall);
+        let meta = storage.complete_upload("b", "k", &id, &parts, 0).unwrap();
+        let mut md5s = Vec::new();
+        md5s.extend(hex::decode(&p1.etag).unwrap());
+        md5s.extend(hex::decode(&p2.etag).unwrap());
+        assert_eq!(meta.etag, format!("{}-2", hex::encode(Md5::digest(&md5s))));
+        assert_eq!(fs::read(dir.path().join("b/k")).unwrap(), b"hello world");
+        assert!(storage.list_uploads("b", "").unwrap().is_empty());
+        assert_eq!(
+            storage.abort_upload("b", "k", &id).unwrap_err().code(),
+            &s3s::S3ErrorCode::NoSuchUpload
+        );
+    }
+}

@@ -1,0 +1,155 @@
+//! CreateBucket, which object_store does not offer: one SigV4-signed
+//! `PUT /<bucket>` (path-style) or `PUT /` on `<bucket>.<host>`
+//! (virtual-hosted), with a LocationConstraint outside us-east-1.
+
+use crate::config::Addressing;
+use crate::sigv4::{self, SignParams};
+use crate::{Error, Store};
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode};
+use object_store::client::{HttpClient, HttpRequest};
+use url::Url;
+
+/// The URL CreateBucket is sent to.
+fn bucket_url(store: &Store) -> String {
+    let config = store.config();
+    let bucket = store.uri().bucket();
+    let endpoint = match store.endpoint() {
+        Some(e) => e.trim_end_matches('/').to_owned(),
+        None => format!("https://s3.{}.amazonaws.com", config.region()),
+    };
+    match config.addressing() {
+        Addressing::VirtualHosted => {
+            format!("{}/", crate::store::virtual_hosted(&endpoint, bucket))
+        }
+        _ => format!("{endpoint}/{bucket}"),
+    }
+}
+
+fn body(region: &str) -> Bytes {
+    // us-east-1 is the default location and S3 rejects it as a constraint.
+    if region == "us-east-1" {
+        return Bytes::new();
+    }
+    Bytes::from(format!(
+        "<CreateBucketConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
+         <LocationConstraint>{region}</LocationConstraint></CreateBucketConfiguration>"
+    ))
+}
+
+fn request(store: &Store) -> Result<HttpRequest, Error> {
+    let bucket_uri = store.uri().root().trim_end_matches('/').to_owned();
+    let invalid = |reason: String| Error::InvalidUri {
+        uri: bucket_uri.clone(),
+        reason,
+    };
+    let url_text = bucket_url(store);
+    let url =
+        Url::parse(&url_text).map_err(|e| invalid(format!("bad endpoint `{url_text}`: {e}")))?;
+    let config = store.config();
+    let payload = body(config.region());
+    let mut headers = HeaderMap::new();
+    if let (false, Some(creds)) = (config.anonymous(), config.credentials()) {
+        let params = SignParams {
+            method: &Method::PUT,
+            url: &url,
+            payload_sha256: &sigv4::sha256_hex(&payload),
+            region: config.region(),
+            service: "s3",
+            now: chrono::Utc::now(),
+        };
+        sigv4::sign(&mut headers, &params, &creds)
+            .map_err(|e| invalid(format!("credentials contain invalid characters: {e}")))?;
+    }
+    let mut req = http::Request::builder()
+        .method(Method::PUT)
+        .uri(url.as_str())
+        .body(payload.into())
+        .map_err(|e| invalid(e.to_string()))?;
+    *req.headers_mut() = headers;
+    Ok(req)
+}
+
+/// Sends CreateBucket; Ok if created or already ours.
+pub(crate) async fn create(store: &Store, client: &HttpClient) -> Result<(), Error> {
+    let bucket_uri = store.uri().root().trim_end_matches('/').to_owned();
+    let response = client
+        .execute(request(store)?)
+        .await
+        .map_err(|e| Error::Unreachable {
+            uri: bucket_uri.clone(),
+            endpoint: bucket_url(store),
+            source: Box::new(e),
+        })?;
+    let status = response.status();
+    let text = match response.into_body().bytes().await {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        Err(_) => String::new(),
+    };
+    tracing::debug!(bucket = %bucket_uri, %status, "create bucket");
+    classify(status, &text, &bucket_uri)
+}
+
+fn classify(status: StatusCode, body: &str, bucket_uri: &str) -> Result<(), Error> {
+    if status.is_success() || body.contains("BucketAlreadyOwnedByYou") {
+        return Ok(());
+    }
+    let answer = || -> crate::error::BoxError { format!("{status}: {body}").into() };
+    Err(match status {
+        StatusCode::CONFLICT if body.contains("BucketAlreadyExists") => Error::InvalidInput {
+            message: format!(
+                "{bucket_uri}: the bucket name is taken by another account; choose another name"
+            ),
+        },
+        StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED => Error::PermissionDenied {
+            uri: bucket_uri.to_owned(),
+            source: answer(),
+        },
+        _ => Error::Other {
+            uri: bucket_uri.to_owned(),
+            message: "cannot create the bucket".to_owned(),
+            source: answer(),
+        },
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::StoreConfig;
+
+    #[test]
+    fn urls_follow_addressing() {
+        let c = StoreConfig::default().with_endpoint("http://127.0.0.1:9000/");
+        let s = Store::open("s3://bkt/x", &c).unwrap();
+        assert_eq!(bucket_url(&s), "http://127.0.0.1:9000/bkt");
+        let s = Store::open("s3://bkt", &c.with_addressing(Addressing::VirtualHosted)).unwrap();
+        assert_eq!(bucket_url(&s), "http://bkt.127.0.0.1:9000/");
+        let c = StoreConfig::default().with_region("eu-west-1");
+        let s = Store::open("s3://bkt", &c).unwrap();
+        assert_eq!(bucket_url(&s), "https://bkt.s3.eu-west-1.amazonaws.com/");
+    }
+
+    #[test]
+    fn location_constraint_outside_us_east_1() {
+        assert!(body("us-east-1").is_empty());
+        let b = body("eu-west-1");
+        assert!(String::from_utf8_lossy(&b).contains("<LocationConstraint>eu-west-1<"));
+    }
+
+    #[test]
+    fn answers_are_classified() {
+        assert!(classify(StatusCode::OK, "", "s3://b").is_ok());
+        let owned = "<Error><Code>BucketAlreadyOwnedByYou</Code></Error>";
+        assert!(classify(StatusCode::CONFLICT, owned, "s3://b").is_ok());
+        let taken = "<Error><Code>BucketAlreadyExists</Code></Error>";
+        let err = classify(StatusCode::CONFLICT, taken, "s3://b").unwrap_err();
+        assert!(
+            err.to_string().contains("s3://b: the bucket name is taken"),
+            "{err}"
+        );
+        let err = classify(StatusCode::FORBIDDEN, "", "s3://b").unwrap_err();
+        assert!(matches!(err, Error::PermissionDenied { .. }));
+    }
+}

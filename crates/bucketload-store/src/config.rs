@@ -1,0 +1,523 @@
+//! Store configuration: the standard AWS environment and shared files, each
+//! value overridable by a `with_*` setter.
+//!
+//! Precedence, highest first (the AWS CLI's order):
+//! - credentials: [`StoreConfig::with_credentials`]; the profile named by
+//!   [`StoreConfig::with_profile`]; `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/
+//!   `AWS_SESSION_TOKEN`; the profile from `AWS_PROFILE` (or `default`);
+//! - region: setter; `AWS_REGION`; `AWS_DEFAULT_REGION`; the profile's
+//!   `region`; `us-east-1`;
+//! - endpoint: setter; `AWS_ENDPOINT_URL_S3`; `AWS_ENDPOINT_URL`; the
+//!   profile's `endpoint_url`; none (AWS itself).
+
+use crate::ini::{self, Ini};
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default part size for ranged reads and multipart writes: 8 MiB, the AWS
+/// CLI's default and S3's sweet spot between request count and parallelism.
+pub const DEFAULT_PART_SIZE: u64 = 8 << 20;
+/// Default requests in flight: enough to hide ~100 ms of first-byte latency
+/// at several GB/s without exhausting sockets.
+pub const DEFAULT_CONCURRENCY: usize = 64;
+/// Default retries per request, object_store's own default.
+pub const DEFAULT_MAX_RETRIES: usize = 10;
+/// Default total time a request may spend retrying (object_store's default).
+pub const DEFAULT_RETRY_TIMEOUT: Duration = Duration::from_secs(180);
+/// Default TCP connect timeout (object_store's default).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Region used when nothing configures one.
+pub const DEFAULT_REGION: &str = "us-east-1";
+
+/// How bucket names go into S3 request URLs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Addressing {
+    /// Path-style for a custom endpoint, virtual-hosted for AWS itself.
+    #[default]
+    Auto,
+    /// `http://endpoint/bucket/key`.
+    Path,
+    /// `http://bucket.endpoint/key`.
+    VirtualHosted,
+}
+
+impl std::str::FromStr for Addressing {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(Addressing::Auto),
+            "path" => Ok(Addressing::Path),
+            "virtual" | "virtual-hosted" | "virtual_hosted" => Ok(Addressing::VirtualHosted),
+            _ => Err(crate::Error::InvalidInput {
+                message: format!("addressing `{s}` is not one of path, virtual, auto"),
+            }),
+        }
+    }
+}
+
+/// Static AWS credentials.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Credentials {
+    pub(crate) key: String,
+    pub(crate) secret: String,
+    pub(crate) token: Option<String>,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("key", &self.key)
+            .field("secret", &"******")
+            .field("token", &self.token.as_ref().map(|_| "******"))
+            .finish()
+    }
+}
+
+/// What the environment and the shared files said, captured once.
+#[derive(Debug, Default)]
+struct Env {
+    vars: HashMap<String, String>,
+    config: Ini,
+    credentials: Ini,
+}
+
+impl Env {
+    fn var(&self, name: &str) -> Option<&str> {
+        self.vars
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// A key of profile `name` from the config file (`[profile x]`, or
+    /// `[default]`) or the credentials file (`[x]`), credentials first.
+    fn profile_value(&self, name: &str, key: &str) -> Option<&str> {
+        let config_section = match name {
+            "default" => "default".to_owned(),
+            n => format!("profile {n}"),
+        };
+        let from_creds = self.credentials.get(name).and_then(|s| s.get(key));
+        let from_config = || {
+            self.config
+                .get(&config_section)
+                .or_else(|| self.config.get(name))
+                .and_then(|s| s.get(key))
+        };
+        from_creds.or_else(from_config).map(String::as_str)
+    }
+
+    fn profile_credentials(&self, name: &str) -> Option<Credentials> {
+        Some(Credentials {
+            key: self.profile_value(name, "aws_access_key_id")?.to_owned(),
+            secret: self
+                .profile_value(name, "aws_secret_access_key")?
+                .to_owned(),
+            token: self
+                .profile_value(name, "aws_session_token")
+                .map(str::to_owned),
+        })
+    }
+
+    fn env_credentials(&self) -> Option<Credentials> {
+        Some(Credentials {
+            key: self.var("AWS_ACCESS_KEY_ID")?.to_owned(),
+            secret: self.var("AWS_SECRET_ACCESS_KEY")?.to_owned(),
+            token: self.var("AWS_SESSION_TOKEN").map(str::to_owned),
+        })
+    }
+}
+
+/// Settings for opening a [`Store`](crate::Store).
+///
+/// Start from [`StoreConfig::from_env`] (or `StoreConfig::default()` for no
+/// environment at all) and override with the `with_*` setters.
+#[derive(Clone)]
+pub struct StoreConfig {
+    env: Arc<Env>,
+    credentials: Option<Credentials>,
+    region: Option<String>,
+    endpoint: Option<String>,
+    profile: Option<String>,
+    addressing: Addressing,
+    anonymous: bool,
+    part_size: u64,
+    concurrency: usize,
+    max_retries: usize,
+    retry_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            env: Arc::new(Env::default()),
+            credentials: None,
+            region: None,
+            endpoint: None,
+            profile: None,
+            addressing: Addressing::Auto,
+            anonymous: false,
+            part_size: DEFAULT_PART_SIZE,
+            concurrency: DEFAULT_CONCURRENCY,
+            max_retries: DEFAULT_MAX_RETRIES,
+            retry_timeout: DEFAULT_RETRY_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+}
+
+impl fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreConfig")
+            .field("credentials", &self.credentials())
+            .field("region", &self.region())
+            .field("endpoint", &self.endpoint())
+            .field("profile", &self.profile_name())
+            .field("addressing", &self.addressing)
+            .field("anonymous", &self.anonymous)
+            .field("part_size", &self.part_size)
+            .field("concurrency", &self.concurrency)
+            .field("max_retries", &self.max_retries)
+            .field("retry_timeout", &self.retry_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+impl StoreConfig {
+    /// Reads the standard AWS environment variables and shared files of
+    /// this process; see the module docs for precedence.
+    pub fn from_env() -> StoreConfig {
+        StoreConfig::from_env_map(&std::env::vars().collect())
+    }
+
+    /// Like [`StoreConfig::from_env`], with the variables taken from `vars`
+    /// (`HOME`, `AWS_*`); the shared files are read from disk.
+    pub fn from_env_map(vars: &HashMap<String, String>) -> StoreConfig {
+        let vars = vars.clone();
+        let file = |var: &str, default: &str| -> Option<PathBuf> {
+            match vars.get(var).filter(|v| !v.is_empty()) {
+                Some(p) => Some(PathBuf::from(p)),
+                None => vars.get("HOME").map(|h| PathBuf::from(h).join(default)),
+            }
+        };
+        let read = |path: Option<PathBuf>| -> Ini {
+            path.and_then(|p| std::fs::read_to_string(p).ok())
+                .map(|t| ini::parse(&t))
+                .unwrap_or_default()
+        };
+        let config = read(file("AWS_CONFIG_FILE", ".aws/config"));
+        let credentials = read(file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials"));
+        StoreConfig {
+            env: Arc::new(Env {
+                vars,
+                config,
+                credentials,
+            }),
+            ..StoreConfig::default()
+        }
+    }
+
+    /// Sets the S3 endpoint, e.g. `http://127.0.0.1:9000`. Default: from the
+    /// environment, else AWS itself. An `http://` endpoint allows plain HTTP.
+    pub fn with_endpoint(mut self, url: impl Into<String>) -> Self {
+        self.endpoint = Some(url.into());
+        self
+    }
+
+    /// Sets the region. Default: from the environment or profile, else
+    /// `us-east-1`.
+    pub fn with_region(mut self, region: impl Into<String>) -> Self {
+        self.region = Some(region.into());
+        self
+    }
+
+    /// Selects a profile of the shared config/credentials files; its
+    /// credentials win over `AWS_ACCESS_KEY_ID`. Default: `AWS_PROFILE`, else
+    /// `default`.
+    pub fn with_profile(mut self, name: impl Into<String>) -> Self {
+        self.profile = Some(name.into());
+        self
+    }
+
+    /// Sets static credentials, overriding the environment and profiles.
+    pub fn with_credentials(
+        mut self,
+        key: impl Into<String>,
+        secret: impl Into<String>,
+        token: Option<String>,
+    ) -> Self {
+        self.credentials = Some(Credentials {
+            key: key.into(),
+            secret: secret.into(),
+            token,
+        });
+        self
+    }
+
+    /// Sets path-style or virtual-hosted addressing. Default: [`Addressing::Auto`].
+    pub fn with_addressing(mut self, a: Addressing) -> Self {
+        self.addressing = a;
+        self
+    }
+
+    /// Sends unsigned requests (public buckets). Default: `false`.
+    pub fn with_anonymous(mut self, yes: bool) -> Self {
+        self.anonymous = yes;
+        self
+    }
+
+    /// Sets the part size of ranged reads and multipart writes. Default: 8 MiB.
+    pub fn with_part_size(mut self, bytes: u64) -> Self {
+        self.part_size = bytes;
+        self
+    }
+
+    /// Sets the maximum requests in flight per store. Default: 64.
+    pub fn with_concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n;
+        self
+    }
+
+    /// Sets the retries per request after the first attempt. Default: 10.
+    pub fn with_max_retries(mut self, n: usize) -> Self {
+        self.max_retries = n;
+        self
+    }
+
+    /// Sets the total time a request may spend retrying. Default: 180 s.
+    pub fn with_retry_timeout(mut self, timeout: Duration) -> Self {
+        self.retry_timeout = timeout;
+        self
+    }
+
+    /// Sets the TCP connect timeout. Default: 5 s.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The profile in use: the setter's, else `AWS_PROFILE`, else `default`.
+    pub fn profile_name(&self) -> &str {
+        self.profile
+            .as_deref()
+            .or_else(|| self.env.var("AWS_PROFILE"))
+            .unwrap_or("default")
+    }
+
+    /// The region in use.
+    pub fn region(&self) -> &str {
+        self.region
+            .as_deref()
+            .or_else(|| self.env.var("AWS_REGION"))
+            .or_else(|| self.env.var("AWS_DEFAULT_REGION"))
+            .or_else(|| self.env.profile_value(self.profile_name(), "region"))
+            .unwrap_or(DEFAULT_REGION)
+    }
+
+    /// The S3 endpoint in use, if not AWS itself.
+    pub fn endpoint(&self) -> Option<&str> {
+        self.endpoint
+            .as_deref()
+            .or_else(|| self.env.var("AWS_ENDPOINT_URL_S3"))
+            .or_else(|| self.env.var("AWS_ENDPOINT_URL"))
+            .or_else(|| self.env.profile_value(self.profile_name(), "endpoint_url"))
+    }
+
+    /// The addressing style after resolving [`Addressing::Auto`].
+    pub fn addressing(&self) -> Addressing {
+        match self.addressing {
+            Addressing::Auto if self.endpoint().is_some() => Addressing::Path,
+            Addressing::Auto => Addressing::VirtualHosted,
+            other => other,
+        }
+    }
+
+    /// True if requests are sent unsigned.
+    pub fn anonymous(&self) -> bool {
+        self.anonymous
+    }
+
+    /// Part size in bytes.
+    pub fn part_size(&self) -> u64 {
+        self.part_size
+    }
+
+    /// Maximum requests in flight.
+    pub fn concurrency(&self) -> usize {
+        self.concurrency
+    }
+
+    /// Retries per request.
+    pub fn max_retries(&self) -> usize {
+        self.max_retries
+    }
+
+    /// Total time a request may spend retrying.
+    pub fn retry_timeout(&self) -> Duration {
+        self.retry_timeout
+    }
+
+    /// TCP connect timeout.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// True if static credentials were found (setter, profile or environment).
+    pub fn has_credentials(&self) -> bool {
+        self.credentials().is_some()
+    }
+
+    /// The access key id in use, if any (never the secret).
+    pub fn access_key_id(&self) -> Option<String> {
+        self.credentials().map(|c| c.key)
+    }
+
+    pub(crate) fn credentials(&self) -> Option<Credentials> {
+        if let Some(c) = &self.credentials {
+            return Some(c.clone());
+        }
+        if let Some(name) = &self.profile {
+            return self.env.profile_credentials(name);
+        }
+        self.env
+            .env_credentials()
+            .or_else(|| self.env.profile_credentials(self.profile_name()))
+    }
+
+    /// A raw environment variable captured by `from_env`, e.g. for GCS and
+    /// Azure settings.
+    pub(crate) fn env_vars(&self) -> &HashMap<String, String> {
+        &self.env.vars
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn vars(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
+        let path = dir.join(name);
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        path.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn defaults_without_environment() {
+        let c = StoreConfig::from_env_map(&HashMap::new());
+        assert_eq!(c.region(), "us-east-1");
+        assert_eq!(c.endpoint(), None);
+        assert_eq!(c.addressing(), Addressing::VirtualHosted);
+        assert_eq!(c.part_size(), 8 << 20);
+        assert_eq!(c.concurrency(), 64);
+        assert_eq!(c.max_retries(), 10);
+        assert!(!c.has_credentials());
+    }
+
+    #[test]
+    fn environment_variables_and_precedence() {
+        let c = StoreConfig::from_env_map(&vars(&[
+            ("AWS_ACCESS_KEY_ID", "AK"),
+            ("AWS_SECRET_ACCESS_KEY", "SK"),
+            ("AWS_SESSION_TOKEN", "TK"),
+            ("AWS_DEFAULT_REGION", "eu-west-1"),
+            ("AWS_REGION", "eu-central-1"),
+            ("AWS_ENDPOINT_URL", "http://generic:1"),
+            ("AWS_ENDPOINT_URL_S3", "http://s3:2"),
+        ]));
+        let creds = c.credentials().unwrap();
+        assert_eq!((creds.key.as_str(), creds.secret.as_str()), ("AK", "SK"));
+        assert_eq!(creds.token.as_deref(), Some("TK"));
+        assert_eq!(c.region(), "eu-central-1");
+        assert_eq!(c.endpoint(), Some("http://s3:2"));
+        assert_eq!(c.addressing(), Addressing::Path);
+        let c = c
+            .with_region("ap-south-1")
+            .with_endpoint("http://x:3")
+            .with_addressing(Addressing::VirtualHosted)
+            .with_credentials("K2", "S2", None);
+        assert_eq!(c.region(), "ap-south-1");
+        assert_eq!(c.endpoint(), Some("http://x:3"));
+        assert_eq!(c.addressing(), Addressing::VirtualHosted);
+        assert_eq!(c.credentials().unwrap().key, "K2");
+    }
+
+    #[test]
+    fn profiles_from_shared_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = write(
+            dir.path(),
+            "config",
+            "[default]\nregion = us-west-1\n[profile dev]\nregion = eu-north-1\nendpoint_url = http://dev:9000\n",
+        );
+        let creds = write(
+            dir.path(),
+            "credentials",
+            "[default]\naws_access_key_id = DK\naws_secret_access_key = DS\n[dev]\naws_access_key_id = PK\naws_secret_access_key = PS\naws_session_token = PT\n",
+        );
+        let base = vars(&[
+            ("AWS_CONFIG_FILE", &config),
+            ("AWS_SHARED_CREDENTIALS_FILE", &creds),
+        ]);
+        let c = StoreConfig::from_env_map(&base);
+        assert_eq!(c.region(), "us-west-1");
+        assert_eq!(c.credentials().unwrap().key, "DK");
+        let dev = c.clone().with_profile("dev");
+        assert_eq!(dev.region(), "eu-north-1");
+        assert_eq!(dev.endpoint(), Some("http://dev:9000"));
+        assert_eq!(dev.credentials().unwrap().token.as_deref(), Some("PT"));
+        let mut with_env = base.clone();
+        with_env.insert("AWS_PROFILE".into(), "dev".into());
+        with_env.insert("AWS_ACCESS_KEY_ID".into(), "EK".into());
+        with_env.insert("AWS_SECRET_ACCESS_KEY".into(), "ES".into());
+        let c = StoreConfig::from_env_map(&with_env);
+        assert_eq!(c.profile_name(), "dev");
+        assert_eq!(c.region(), "eu-north-1");
+        assert_eq!(
+            c.credentials().unwrap().key,
+            "EK",
+            "env keys beat AWS_PROFILE"
+        );
+        assert_eq!(c.with_profile("dev").credentials().unwrap().key, "PK");
+    }
+
+    #[test]
+    fn home_directory_files_and_debug_hides_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(".aws")).unwrap();
+        write(
+            &dir.path().join(".aws"),
+            "credentials",
+            "[default]\naws_access_key_id = HK\naws_secret_access_key = very-secret\n",
+        );
+        let home = dir.path().to_string_lossy().into_owned();
+        let c = StoreConfig::from_env_map(&vars(&[("HOME", &home)]));
+        assert_eq!(c.credentials().unwrap().key, "HK");
+        let debug = format!("{c:?}");
+        assert!(!debug.contains("very-secret"), "{debug}");
+    }
+
+    #[test]
+    fn addressing_parses() {
+        assert_eq!("path".parse::<Addressing>().unwrap(), Addressing::Path);
+        assert_eq!(
+            "virtual".parse::<Addressing>().unwrap(),
+            Addressing::VirtualHosted
+        );
+        assert!("sideways".parse::<Addressing>().is_err());
+    }
+}

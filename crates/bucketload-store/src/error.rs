@@ -1,0 +1,314 @@
+//! The store's public [`Error`] and the mapping from `object_store` errors.
+//!
+//! object_store reports S3 failures as `Generic` errors whose source chain holds
+//! a retry error with the HTTP status, so classification looks at the variant
+//! first, then at the status, then at the transport error kind.
+
+use object_store::client::{HttpError, HttpErrorKind};
+use std::error::Error as StdError;
+
+/// A boxed error kept as the cause of an [`Error`].
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// Errors returned by the store layer.
+///
+/// Every variant names the object (or endpoint) concerned and, where the user
+/// can act, says what to do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The object, or its bucket, does not exist.
+    #[error("{uri}: {what} not found; {hint}")]
+    NotFound {
+        /// Full URI of the object or bucket.
+        uri: String,
+        /// "object" or "bucket".
+        what: &'static str,
+        /// What to check.
+        hint: String,
+    },
+    /// The credentials were refused or do not allow the operation.
+    #[error("{uri}: permission denied; check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or --profile")]
+    PermissionDenied {
+        /// Full URI of the object or bucket.
+        uri: String,
+        /// The store's answer.
+        #[source]
+        source: BoxError,
+    },
+    /// The server asked us to slow down and retries did not get through.
+    #[error("{uri}: throttled by the server after retries; lower --concurrency or try later")]
+    Throttled {
+        /// Full URI of the object or bucket.
+        uri: String,
+        /// The store's answer.
+        #[source]
+        source: BoxError,
+    },
+    /// A URI could not be parsed or names an unsupported scheme.
+    #[error("invalid store uri `{uri}`: {reason}")]
+    InvalidUri {
+        /// The URI as given.
+        uri: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// The endpoint could not be reached.
+    #[error("{uri}: cannot reach {endpoint}; is the endpoint right and the server up?")]
+    Unreachable {
+        /// Full URI of the object or bucket.
+        uri: String,
+        /// The endpoint tried.
+        endpoint: String,
+        /// The transport error.
+        #[source]
+        source: BoxError,
+    },
+    /// Data came back short or otherwise wrong.
+    #[error("{uri}: corrupt or short data: {detail}")]
+    Corrupt {
+        /// Full URI of the object.
+        uri: String,
+        /// What was wrong, e.g. the byte range.
+        detail: String,
+    },
+    /// A value given by the user is not valid.
+    #[error("invalid input: {message}")]
+    InvalidInput {
+        /// What was wrong and what is expected.
+        message: String,
+    },
+    /// Any other failure; the cause says more.
+    #[error("{uri}: {message}")]
+    Other {
+        /// Full URI of the object or bucket.
+        uri: String,
+        /// Short description of the operation that failed.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+/// How a failure is classified for metrics and error mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorClass {
+    NotFound,
+    Permission,
+    Throttled,
+    Server,
+    Network,
+    Other,
+}
+
+impl Error {
+    /// Maps an `object_store` error about `uri` into an [`Error`].
+    ///
+    /// `endpoint` is used for unreachable-endpoint messages; `list_hint` is the
+    /// URI a user could list to check the key.
+    pub fn from_object_store(
+        err: object_store::Error,
+        uri: &str,
+        endpoint: &str,
+        list_hint: &str,
+    ) -> Error {
+        match classify(&err) {
+            ErrorClass::NotFound => not_found(&err, uri, list_hint),
+            ErrorClass::Permission => Error::PermissionDenied {
+                uri: uri.to_owned(),
+                source: Box::new(err),
+            },
+            ErrorClass::Throttled => Error::Throttled {
+                uri: uri.to_owned(),
+                source: Box::new(err),
+            },
+            ErrorClass::Network => Error::Unreachable {
+                uri: uri.to_owned(),
+                endpoint: endpoint.to_owned(),
+                source: Box::new(err),
+            },
+            ErrorClass::Server | ErrorClass::Other => Error::Other {
+                uri: uri.to_owned(),
+                message: "request failed".to_owned(),
+                source: Box::new(err),
+            },
+        }
+    }
+
+    /// True if this error means the object or bucket does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::NotFound { .. })
+    }
+}
+
+/// What an error message needs to know about the object: its URI, the
+/// endpoint (for unreachable errors) and the bucket root (for `ls` hints).
+#[derive(Debug, Clone)]
+pub(crate) struct ErrorContext {
+    pub(crate) uri: String,
+    pub(crate) endpoint: String,
+    pub(crate) root: String,
+}
+
+impl ErrorContext {
+    /// Context naming only a key, when the store's URI is unknown.
+    pub(crate) fn key(key: &str) -> Self {
+        ErrorContext {
+            uri: key.to_owned(),
+            endpoint: "the store".to_owned(),
+            root: String::new(),
+        }
+    }
+
+    /// Maps `err` about this object, naming it `label` (e.g. URI and range).
+    pub(crate) fn map_as(&self, err: object_store::Error, label: &str) -> Error {
+        let root = match self.root.as_str() {
+            "" => label,
+            r => r,
+        };
+        Error::from_object_store(err, label, &self.endpoint, root)
+    }
+
+    pub(crate) fn map(&self, err: object_store::Error) -> Error {
+        self.map_as(err, &self.uri)
+    }
+}
+
+fn not_found(err: &object_store::Error, uri: &str, list_hint: &str) -> Error {
+    if mentions(err, "NoSuchBucket") {
+        let bucket = list_hint.trim_end_matches('/');
+        return Error::NotFound {
+            uri: bucket.to_owned(),
+            what: "bucket",
+            hint: "create it first or check the bucket name and --endpoint".to_owned(),
+        };
+    }
+    Error::NotFound {
+        uri: uri.to_owned(),
+        what: "object",
+        hint: format!("check the key with `bucketload ls {list_hint}`"),
+    }
+}
+
+/// Classifies an `object_store` error.
+pub(crate) fn classify(err: &object_store::Error) -> ErrorClass {
+    use object_store::Error as E;
+    match err {
+        E::NotFound { .. } => return ErrorClass::NotFound,
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => return ErrorClass::Permission,
+        _ => {}
+    }
+    if let Some(class) = status_class(err) {
+        return class;
+    }
+    if let Some(kind) = http_error_kind(err) {
+        return match kind {
+            HttpErrorKind::Connect | HttpErrorKind::Timeout => ErrorClass::Network,
+            HttpErrorKind::Request | HttpErrorKind::Interrupted => ErrorClass::Network,
+            _ => ErrorClass::Other,
+        };
+    }
+    ErrorClass::Other
+}
+
+/// Finds the HTTP status of a failed request in the source chain, if any.
+///
+/// object_store's retry error is private; its `Display` carries
+/// "Server returned non-2xx status code: 503 Service Unavailable", which is
+/// the stable, documented part we read.
+fn status_class(err: &object_store::Error) -> Option<ErrorClass> {
+    let text = chain_text(err);
+    let code = text
+        .split("status code: ")
+        .nth(1)
+        .and_then(|rest| rest.get(..3))
+        .and_then(|c| c.parse::<u16>().ok())?;
+    Some(match code {
+        404 => ErrorClass::NotFound,
+        401 | 403 => ErrorClass::Permission,
+        429 | 503 if text.contains("SlowDown") || code == 429 => ErrorClass::Throttled,
+        500..=599 => ErrorClass::Server,
+        _ => ErrorClass::Other,
+    })
+}
+
+fn http_error_kind(err: &object_store::Error) -> Option<HttpErrorKind> {
+    let mut source: Option<&(dyn StdError + 'static)> = Some(err);
+    while let Some(e) = source {
+        if let Some(h) = e.downcast_ref::<HttpError>() {
+            return Some(h.kind());
+        }
+        source = e.source();
+    }
+    None
+}
+
+fn mentions(err: &object_store::Error, needle: &str) -> bool {
+    chain_text(err).contains(needle)
+}
+
+/// The `Display` of an error and all its sources, joined.
+pub(crate) fn chain_text(err: &(dyn StdError + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(e) = source {
+        out.push_str(": ");
+        out.push_str(&e.to_string());
+        source = e.source();
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_found_names_the_uri_and_hint() {
+        let err = object_store::Error::NotFound {
+            path: "k".into(),
+            source: "missing".into(),
+        };
+        let mapped = Error::from_object_store(err, "s3://b/k", "http://x", "s3://b/");
+        assert!(mapped.is_not_found());
+        assert_eq!(
+            mapped.to_string(),
+            "s3://b/k: object not found; check the key with `bucketload ls s3://b/`"
+        );
+    }
+
+    #[test]
+    fn generic_with_status_is_classified() {
+        let err = object_store::Error::Generic {
+            store: "S3",
+            source: "Server returned non-2xx status code: 403 Forbidden: AccessDenied".into(),
+        };
+        assert_eq!(classify(&err), ErrorClass::Permission);
+        let err = object_store::Error::Generic {
+            store: "S3",
+            source: "Server returned non-2xx status code: 503 Service Unavailable: SlowDown".into(),
+        };
+        assert_eq!(classify(&err), ErrorClass::Throttled);
+        let err = object_store::Error::Generic {
+            store: "S3",
+            source: "Server returned non-2xx status code: 500 Internal Server Error".into(),
+        };
+        assert_eq!(classify(&err), ErrorClass::Server);
+    }
+
+    #[test]
+    fn no_such_bucket_names_the_bucket() {
+        let err = object_store::Error::Generic {
+            store: "S3",
+            source: "Server returned non-2xx status code: 404 Not Found: <Code>NoSuchBucket</Code>"
+                .into(),
+        };
+        let mapped = Error::from_object_store(err, "s3://b/k", "http://x", "s3://b/");
+        assert_eq!(
+            mapped.to_string(),
+            "s3://b: bucket not found; create it first or check the bucket name and --endpoint"
+        );
+    }
+}

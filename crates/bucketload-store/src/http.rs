@@ -1,0 +1,136 @@
+//! Counting HTTP attempts below object_store's retry loop.
+//!
+//! object_store retries failed requests inside its own futures, invisible to
+//! an `ObjectStore` wrapper. [`MeteredConnector`] wraps the default reqwest
+//! connector so every HTTP attempt passes through [`MeteredService`], which
+//! counts it globally and in the [`Attempts`] of the logical request being
+//! polled (a Tokio task-local set by [`crate::metered::MeteredStore`]).
+//!
+//! object_store sends a retry as an exact clone of the failed request (same
+//! URI, Range and signature), so within one logical request an attempt whose
+//! fingerprint was already seen is a retry; distinct fingerprints are the
+//! pages of a LIST or the batches of a bulk DELETE.
+
+use crate::metrics::Metrics;
+use async_trait::async_trait;
+use object_store::ClientOptions;
+use object_store::client::{
+    HttpClient, HttpConnector, HttpError, HttpRequest, HttpResponse, HttpService, ReqwestConnector,
+};
+use std::collections::HashSet;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+tokio::task_local! {
+    /// The attempts of the logical request currently being polled.
+    pub(crate) static ATTEMPTS: Arc<Attempts>;
+}
+
+/// HTTP attempts seen while polling one logical request.
+#[derive(Debug, Default)]
+pub(crate) struct Attempts {
+    total: AtomicU64,
+    distinct: Mutex<HashSet<u64>>,
+}
+
+impl Attempts {
+    fn record(&self, fingerprint: u64) {
+        self.total.fetch_add(1, Ordering::Relaxed);
+        self.distinct
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(fingerprint);
+    }
+
+    /// All attempts.
+    pub(crate) fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// Attempts that repeated an earlier request of the same logical request.
+    pub(crate) fn repeats(&self) -> u64 {
+        let distinct = self
+            .distinct
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len() as u64;
+        self.total().saturating_sub(distinct)
+    }
+}
+
+/// Identifies a request: method, URI and the headers that differ between
+/// distinct requests to the same URI (range, signature, body digest).
+fn fingerprint(req: &HttpRequest) -> u64 {
+    let mut h = DefaultHasher::new();
+    req.method().hash(&mut h);
+    req.uri().hash(&mut h);
+    for name in ["range", "authorization", "content-length", "content-md5"] {
+        req.headers().get(name).map(|v| v.as_bytes()).hash(&mut h);
+    }
+    h.finish()
+}
+
+/// An [`HttpConnector`] that counts every attempt into [`Metrics`].
+#[derive(Debug)]
+pub(crate) struct MeteredConnector {
+    metrics: Metrics,
+}
+
+impl MeteredConnector {
+    pub(crate) fn new(metrics: Metrics) -> Self {
+        MeteredConnector { metrics }
+    }
+}
+
+impl HttpConnector for MeteredConnector {
+    fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
+        let client = ReqwestConnector::default().connect(options)?;
+        Ok(HttpClient::new(MeteredService {
+            client,
+            metrics: self.metrics.clone(),
+        }))
+    }
+}
+
+/// The counting [`HttpService`].
+#[derive(Debug)]
+struct MeteredService {
+    client: HttpClient,
+    metrics: Metrics,
+}
+
+#[async_trait]
+impl HttpService for MeteredService {
+    async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
+        self.metrics.http_attempt();
+        let fp = fingerprint(&req);
+        // Outside any logical request (e.g. a credential refresh) there is
+        // nothing to attribute the attempt to; it still counts globally.
+        let _ = ATTEMPTS.try_with(|a| a.record(fp));
+        tracing::trace!(method = %req.method(), uri = %req.uri(), "http attempt");
+        self.client.execute(req).await
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identical_requests_are_repeats() {
+        let req = |uri: &str| {
+            http::Request::builder()
+                .uri(uri)
+                .body(object_store::client::HttpRequestBody::empty())
+                .unwrap()
+        };
+        let a = Attempts::default();
+        a.record(fingerprint(&req("http://h/b/k")));
+        a.record(fingerprint(&req("http://h/b/k")));
+        a.record(fingerprint(&req("http://h/b/k?continuation-token=x")));
+        assert_eq!((a.total(), a.repeats()), (3, 1));
+    }
+}

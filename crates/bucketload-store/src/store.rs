@@ -1,0 +1,370 @@
+//! [`Store`]: a URI opened into a metered, concurrency-limited `ObjectStore`.
+//!
+//! Layers, outermost first: `PrefixStore` (keys relative to the URI's
+//! prefix) → `LimitStore` (requests in flight) → [`MeteredStore`] → the
+//! backend (S3/GCS/Azure with the counting HTTP connector, local files, or a
+//! named in-process memory store).
+
+use crate::Error;
+use crate::config::{Addressing, StoreConfig};
+use crate::error::ErrorContext;
+use crate::http::MeteredConnector;
+use crate::metered::MeteredStore;
+use crate::metrics::Metrics;
+use crate::uri::{Scheme, StoreUri};
+use object_store::aws::AmazonS3Builder;
+use object_store::azure::MicrosoftAzureBuilder;
+use object_store::client::{HttpClient, HttpConnector};
+use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::limit::LimitStore;
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::prefix::PrefixStore;
+use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+/// An opened store URI: the `ObjectStore` to use, its metrics and config.
+///
+/// Cheap to clone; clones share the connection pool and the metrics.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    uri: StoreUri,
+    config: StoreConfig,
+    store: Arc<dyn ObjectStore>,
+    metrics: Metrics,
+    endpoint: Option<String>,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("uri", &self.inner.uri.to_string())
+            .field("endpoint", &self.inner.endpoint)
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+impl fmt::Display for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.inner.endpoint {
+            Some(e) => write!(f, "{} ({e})", self.inner.uri),
+            None => write!(f, "{}", self.inner.uri),
+        }
+    }
+}
+
+/// Named memory stores of this process, so `mem://name` is shared.
+fn memory_store(name: &str) -> Arc<InMemory> {
+    static STORES: OnceLock<Mutex<HashMap<String, Arc<InMemory>>>> = OnceLock::new();
+    let mut stores = STORES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    Arc::clone(stores.entry(name.to_owned()).or_default())
+}
+
+impl Store {
+    /// Opens `uri`: `s3://bucket[/prefix]`, `gs://`, `az://`, `file:///abs`,
+    /// a local path, or `mem://[name]`. No request is sent.
+    pub fn open(uri: &str, config: &StoreConfig) -> Result<Store, Error> {
+        let parsed = StoreUri::parse(uri)?;
+        let metrics = Metrics::new();
+        let invalid = |e: object_store::Error| Error::InvalidUri {
+            uri: uri.to_owned(),
+            reason: format!("cannot configure the store: {e}"),
+        };
+        let (backend, prefix): (Arc<dyn ObjectStore>, &str) = match parsed.scheme() {
+            Scheme::S3 => (
+                Arc::new(s3(&parsed, config, &metrics).map_err(invalid)?),
+                parsed.prefix(),
+            ),
+            Scheme::Gcs => (
+                Arc::new(gcs(&parsed, config, &metrics).map_err(invalid)?),
+                parsed.prefix(),
+            ),
+            Scheme::Azure => (
+                Arc::new(azure(&parsed, config, &metrics).map_err(invalid)?),
+                parsed.prefix(),
+            ),
+            Scheme::File => (Arc::new(LocalFileSystem::new()), parsed.prefix()),
+            Scheme::Memory => (memory_store(parsed.bucket()), parsed.prefix()),
+        };
+        let limited = LimitStore::new(
+            MeteredStore::new(backend, metrics.clone()),
+            config.concurrency().max(1),
+        );
+        let store: Arc<dyn ObjectStore> = match prefix {
+            "" => Arc::new(limited),
+            p => Arc::new(PrefixStore::new(limited, p)),
+        };
+        let endpoint = (parsed.scheme() == Scheme::S3)
+            .then(|| config.endpoint().map(str::to_owned))
+            .flatten();
+        tracing::debug!(uri = %parsed, ?endpoint, "store opened");
+        Ok(Store {
+            inner: Arc::new(Inner {
+                uri: parsed,
+                config: config.clone(),
+                store,
+                metrics,
+                endpoint,
+            }),
+        })
+    }
+
+    /// The parsed URI.
+    pub fn uri(&self) -> &StoreUri {
+        &self.inner.uri
+    }
+
+    /// The metered store; paths are relative to the URI's prefix.
+    pub fn object_store(&self) -> Arc<dyn ObjectStore> {
+        Arc::clone(&self.inner.store)
+    }
+
+    /// The counters of every request made through this store.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// The configuration the store was opened with.
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    /// The full URI of `key`, for messages.
+    pub fn object_uri(&self, key: &Path) -> String {
+        self.inner.uri.join(key.as_ref())
+    }
+
+    /// Maps an error from [`Store::object_store`] about `key` into an
+    /// [`Error`] naming the object and what to do.
+    pub fn map_error(&self, err: object_store::Error, key: &Path) -> Error {
+        self.error_context(key).map(err)
+    }
+
+    fn error_context(&self, key: &Path) -> ErrorContext {
+        ErrorContext {
+            uri: self.object_uri(key),
+            endpoint: self.endpoint_display(),
+            root: self.inner.uri.root(),
+        }
+    }
+
+    fn endpoint_display(&self) -> String {
+        match (&self.inner.endpoint, self.inner.uri.scheme()) {
+            (Some(e), _) => e.clone(),
+            (None, Scheme::S3) => format!("s3.{}.amazonaws.com", self.inner.config.region()),
+            (None, s) => s.as_str().to_owned(),
+        }
+    }
+
+    /// Creates the bucket. For `s3` this sends one signed CreateBucket and
+    /// succeeds if the bucket already exists and is ours; `file` creates the
+    /// directory; other schemes have nothing to create.
+    pub async fn create_bucket(&self) -> Result<(), Error> {
+        match self.inner.uri.scheme() {
+            Scheme::S3 => crate::bucket::create(self, &self.http_client()?).await,
+            Scheme::File => {
+                let dir = self.inner.uri.local_dir().unwrap_or_default();
+                tokio::fs::create_dir_all(&dir)
+                    .await
+                    .map_err(|e| Error::Other {
+                        uri: self.inner.uri.to_string(),
+                        message: "cannot create the directory".to_owned(),
+                        source: Box::new(e),
+                    })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn http_client(&self) -> Result<HttpClient, Error> {
+        let options = client_options(&self.inner.config);
+        MeteredConnector::new(self.inner.metrics.clone())
+            .connect(&options)
+            .map_err(|e| Error::Other {
+                uri: self.inner.uri.to_string(),
+                message: "cannot build an HTTP client".to_owned(),
+                source: Box::new(e),
+            })
+    }
+
+    /// Reads `key` as parallel ranged GETs (see [`get_parallel`](crate::get_parallel));
+    /// errors carry the object's full URI.
+    pub fn get_parallel(
+        &self,
+        key: &Path,
+        opts: crate::ParallelGet,
+    ) -> futures::stream::BoxStream<'static, Result<bytes::Bytes, Error>> {
+        crate::parallel::parallel(
+            self.object_store(),
+            key.clone(),
+            opts,
+            Arc::new(self.error_context(key)),
+        )
+    }
+
+    /// A [`MultipartWriter`](crate::MultipartWriter) for `key` with the
+    /// configured part size; errors carry the object's full URI.
+    pub fn writer(&self, key: &Path, concurrency: usize) -> crate::MultipartWriter {
+        let opts = crate::MultipartOptions {
+            part_size: self.inner.config.part_size(),
+            concurrency,
+        };
+        crate::MultipartWriter::new(self.object_store(), key.clone(), opts)
+            .with_context(self.error_context(key))
+    }
+
+    pub(crate) fn endpoint(&self) -> Option<&str> {
+        self.inner.endpoint.as_deref()
+    }
+}
+
+fn client_options(config: &StoreConfig) -> ClientOptions {
+    let http = config.endpoint().is_some_and(|e| e.starts_with("http://"));
+    ClientOptions::new()
+        .with_allow_http(http)
+        // Keep an idle connection per request in flight so bursts reuse them.
+        .with_pool_max_idle_per_host(config.concurrency().max(1))
+        .with_connect_timeout(config.connect_timeout())
+}
+
+fn retry_config(config: &StoreConfig) -> RetryConfig {
+    RetryConfig {
+        backoff: BackoffConfig::default(),
+        max_retries: config.max_retries(),
+        retry_timeout: config.retry_timeout(),
+    }
+}
+
+/// `http://host:port` with the bucket as the first host label.
+pub(crate) fn virtual_hosted(endpoint: &str, bucket: &str) -> String {
+    match endpoint.split_once("://") {
+        Some((scheme, rest)) => format!("{scheme}://{bucket}.{rest}"),
+        None => format!("https://{bucket}.{endpoint}"),
+    }
+}
+
+fn s3(
+    uri: &StoreUri,
+    config: &StoreConfig,
+    metrics: &Metrics,
+) -> object_store::Result<impl ObjectStore> {
+    let mut b = AmazonS3Builder::new()
+        .with_bucket_name(uri.bucket())
+        .with_region(config.region())
+        .with_client_options(client_options(config))
+        .with_retry(retry_config(config))
+        .with_http_connector(MeteredConnector::new(metrics.clone()));
+    let virtual_hosted_style = config.addressing() == Addressing::VirtualHosted;
+    b = b.with_virtual_hosted_style_request(virtual_hosted_style);
+    if let Some(endpoint) = config.endpoint() {
+        let endpoint = endpoint.trim_end_matches('/');
+        b = match virtual_hosted_style {
+            true => b.with_endpoint(virtual_hosted(endpoint, uri.bucket())),
+            false => b.with_endpoint(endpoint),
+        };
+        b = b.with_allow_http(endpoint.starts_with("http://"));
+    }
+    if config.anonymous() {
+        b = b.with_skip_signature(true);
+    } else if let Some(c) = config.credentials() {
+        b = b.with_access_key_id(c.key).with_secret_access_key(c.secret);
+        if let Some(t) = c.token {
+            b = b.with_token(t);
+        }
+    }
+    b.build()
+}
+
+fn gcs(
+    uri: &StoreUri,
+    config: &StoreConfig,
+    metrics: &Metrics,
+) -> object_store::Result<impl ObjectStore> {
+    let mut b = GoogleCloudStorageBuilder::new();
+    for (k, v) in config.env_vars() {
+        if k.starts_with("GOOGLE_")
+            && let Ok(key) = k.to_ascii_lowercase().parse()
+        {
+            b = b.with_config(key, v);
+        }
+    }
+    b.with_bucket_name(uri.bucket())
+        .with_client_options(client_options(config))
+        .with_retry(retry_config(config))
+        .with_http_connector(MeteredConnector::new(metrics.clone()))
+        .build()
+}
+
+fn azure(
+    uri: &StoreUri,
+    config: &StoreConfig,
+    metrics: &Metrics,
+) -> object_store::Result<impl ObjectStore> {
+    let mut b = MicrosoftAzureBuilder::new();
+    for (k, v) in config.env_vars() {
+        if k.starts_with("AZURE_")
+            && let Ok(key) = k.to_ascii_lowercase().parse()
+        {
+            b = b.with_config(key, v);
+        }
+    }
+    b.with_container_name(uri.bucket())
+        .with_client_options(client_options(config))
+        .with_retry(retry_config(config))
+        .with_http_connector(MeteredConnector::new(metrics.clone()))
+        .build()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use object_store::ObjectStoreExt;
+
+    #[test]
+    fn display_names_endpoint() {
+        let c = StoreConfig::default().with_endpoint("http://127.0.0.1:9000");
+        let s = Store::open("s3://bkt/pre", &c).unwrap();
+        assert_eq!(s.to_string(), "s3://bkt/pre (http://127.0.0.1:9000)");
+        assert_eq!(s.object_uri(&Path::from("a/b")), "s3://bkt/pre/a/b");
+        assert_eq!(virtual_hosted("http://h:1", "b"), "http://b.h:1");
+    }
+
+    #[test]
+    fn cloud_schemes_open_without_network() {
+        let c = StoreConfig::default();
+        let gs = Store::open("gs://bkt/p", &c).unwrap();
+        assert_eq!(gs.to_string(), "gs://bkt/p");
+        let err = Store::open("az://container", &c).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with("invalid store uri `az://container`: cannot configure"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn named_memory_stores_are_shared() {
+        let a = Store::open("mem://shared-test/p", &StoreConfig::default()).unwrap();
+        let b = Store::open("mem://shared-test", &StoreConfig::default()).unwrap();
+        a.object_store()
+            .put(&Path::from("k"), "v".into())
+            .await
+            .unwrap();
+        let got = b.object_store().get(&Path::from("p/k")).await.unwrap();
+        assert_eq!(got.bytes().await.unwrap(), "v");
+        assert_eq!(a.metrics().snapshot().requests.put, 1);
+        assert_eq!(b.metrics().snapshot().requests.get, 1);
+    }
+}

@@ -1,0 +1,228 @@
+//! Store URIs: `s3://bucket/prefix`, `gs://`, `az://`, `file:///abs`, plain
+//! local paths and `mem://name`.
+
+use crate::Error;
+use std::fmt;
+use std::path::PathBuf;
+
+/// The accepted schemes, listed in error messages.
+pub const ACCEPTED_SCHEMES: &str = "s3://bucket[/prefix], gs://bucket[/prefix], az://container[/prefix], file:///abs/path, /abs/path, ./rel/path, mem://[name]";
+
+/// The kind of backend a URI names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Scheme {
+    /// Amazon S3 or an S3-compatible server.
+    S3,
+    /// Google Cloud Storage.
+    Gcs,
+    /// Azure Blob Storage.
+    Azure,
+    /// A local directory.
+    File,
+    /// A named in-process memory store.
+    Memory,
+}
+
+impl Scheme {
+    /// The URI scheme, e.g. `"s3"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::S3 => "s3",
+            Scheme::Gcs => "gs",
+            Scheme::Azure => "az",
+            Scheme::File => "file",
+            Scheme::Memory => "mem",
+        }
+    }
+}
+
+/// A parsed store URI.
+///
+/// For `s3`, `gs` and `az` the bucket is the container and the prefix is the
+/// key prefix; for `file` the bucket is empty and the prefix is the absolute
+/// directory; for `mem` the bucket is the store's name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StoreUri {
+    scheme: Scheme,
+    bucket: String,
+    prefix: String,
+}
+
+impl StoreUri {
+    /// Parses a URI or a local path (relative paths are made absolute against
+    /// the current directory).
+    pub fn parse(uri: &str) -> Result<StoreUri, Error> {
+        let invalid = |reason: String| Error::InvalidUri {
+            uri: uri.to_owned(),
+            reason,
+        };
+        let Some((scheme, rest)) = uri.split_once("://") else {
+            return local_path(uri).map_err(invalid);
+        };
+        let scheme = match scheme.to_ascii_lowercase().as_str() {
+            "s3" | "s3a" => Scheme::S3,
+            "gs" | "gcs" => Scheme::Gcs,
+            "az" | "azure" | "abfs" => Scheme::Azure,
+            "file" => return file_uri(rest).map_err(invalid),
+            "mem" | "memory" => Scheme::Memory,
+            other => {
+                return Err(invalid(format!(
+                    "unsupported scheme `{other}`; use one of {ACCEPTED_SCHEMES}"
+                )));
+            }
+        };
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() && scheme != Scheme::Memory {
+            return Err(invalid(format!(
+                "missing bucket name; use {}://bucket[/prefix]",
+                scheme.as_str()
+            )));
+        }
+        Ok(StoreUri {
+            scheme,
+            bucket: bucket.to_owned(),
+            prefix: prefix.trim_matches('/').to_owned(),
+        })
+    }
+
+    /// The backend kind.
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+
+    /// The bucket (or container, or memory store name); empty for `file`.
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// The key prefix (for `file`, the absolute directory), without
+    /// leading or trailing `/`.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The local directory of a `file` URI.
+    pub fn local_dir(&self) -> Option<PathBuf> {
+        (self.scheme == Scheme::File).then(|| PathBuf::from(format!("/{}", self.prefix)))
+    }
+
+    /// The full URI of `key`, a path relative to this URI's prefix.
+    pub fn join(&self, key: &str) -> String {
+        let base = self.to_string();
+        let key = key.trim_start_matches('/');
+        match (base.ends_with('/'), key.is_empty()) {
+            (_, true) => base,
+            (true, false) => format!("{base}{key}"),
+            (false, false) => format!("{base}/{key}"),
+        }
+    }
+
+    /// The URI of the bucket root, with a trailing `/` (for `ls` hints).
+    pub fn root(&self) -> String {
+        match self.scheme {
+            Scheme::File => "file:///".to_owned(),
+            s => format!("{}://{}/", s.as_str(), self.bucket),
+        }
+    }
+}
+
+impl fmt::Display for StoreUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.scheme {
+            Scheme::File => write!(f, "file:///{}", self.prefix),
+            s if self.prefix.is_empty() => write!(f, "{}://{}", s.as_str(), self.bucket),
+            s => write!(f, "{}://{}/{}", s.as_str(), self.bucket, self.prefix),
+        }
+    }
+}
+
+fn file_uri(rest: &str) -> Result<StoreUri, String> {
+    // `file:///abs` leaves `/abs`; `file://localhost/abs` is also accepted.
+    let path = rest.strip_prefix("localhost").unwrap_or(rest);
+    if !path.starts_with('/') {
+        return Err("file URIs need an absolute path, e.g. file:///data/train".to_owned());
+    }
+    local_path(path)
+}
+
+fn local_path(path: &str) -> Result<StoreUri, String> {
+    if path.is_empty() {
+        return Err(format!("empty path; use one of {ACCEPTED_SCHEMES}"));
+    }
+    let path = PathBuf::from(path);
+    let abs = if path.is_absolute() {
+        path
+    } else {
+        std::env::current_dir()
+            .map_err(|e| format!("cannot resolve a relative path: {e}"))?
+            .join(path)
+    };
+    let text = abs
+        .to_str()
+        .ok_or_else(|| "the path is not valid UTF-8".to_owned())?;
+    let normal: Vec<&str> = text
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    Ok(StoreUri {
+        scheme: Scheme::File,
+        bucket: String::new(),
+        prefix: normal.join("/"),
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s3_with_and_without_prefix() {
+        let u = StoreUri::parse("s3://bkt/a/b/").unwrap();
+        assert_eq!(
+            (u.scheme(), u.bucket(), u.prefix()),
+            (Scheme::S3, "bkt", "a/b")
+        );
+        assert_eq!(u.to_string(), "s3://bkt/a/b");
+        assert_eq!(u.join("k.jpg"), "s3://bkt/a/b/k.jpg");
+        assert_eq!(u.root(), "s3://bkt/");
+        let u = StoreUri::parse("s3://bkt").unwrap();
+        assert_eq!(u.prefix(), "");
+        assert_eq!(u.join("k"), "s3://bkt/k");
+    }
+
+    #[test]
+    fn file_and_local_paths() {
+        let u = StoreUri::parse("file:///tmp/data/").unwrap();
+        assert_eq!(u.scheme(), Scheme::File);
+        assert_eq!(u.local_dir().unwrap(), PathBuf::from("/tmp/data"));
+        assert_eq!(u.to_string(), "file:///tmp/data");
+        assert_eq!(u.join("x"), "file:///tmp/data/x");
+        let u = StoreUri::parse("/tmp/./d").unwrap();
+        assert_eq!(u.to_string(), "file:///tmp/d");
+        let u = StoreUri::parse("./rel").unwrap();
+        let cwd = std::env::current_dir().unwrap().join("rel");
+        assert_eq!(u.local_dir().unwrap(), cwd);
+    }
+
+    #[test]
+    fn memory_and_cloud() {
+        let u = StoreUri::parse("mem://shared").unwrap();
+        assert_eq!((u.scheme(), u.bucket()), (Scheme::Memory, "shared"));
+        assert_eq!(StoreUri::parse("mem://").unwrap().bucket(), "");
+        assert_eq!(StoreUri::parse("gs://b/p").unwrap().scheme(), Scheme::Gcs);
+        assert_eq!(StoreUri::parse("az://c").unwrap().scheme(), Scheme::Azure);
+    }
+
+    #[test]
+    fn wrong_scheme_lists_accepted_ones() {
+        let err = StoreUri::parse("ftp://host/x").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("ftp://host/x"), "{text}");
+        assert!(text.contains("s3://bucket"), "{text}");
+        assert!(matches!(err, Error::InvalidUri { .. }));
+        assert!(StoreUri::parse("s3://").is_err());
+        assert!(StoreUri::parse("file://rel").is_err());
+    }
+}

@@ -1,0 +1,250 @@
+//! Retries and failure mapping against the embedded server's injected
+//! faults: the server counts every attempt, the store's metrics must count
+//! one logical request and the retries.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on any error
+
+use bucketload_server::FaultKind;
+use bucketload_store::object_store::ObjectStoreExt;
+use bucketload_store::object_store::path::Path;
+use bucketload_store::{Error, MultipartOptions, MultipartWriter, ParallelGet, Store};
+use bucketload_test_support::{EmbeddedServer, s3_config};
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use std::time::Duration;
+
+async fn setup() -> (EmbeddedServer, Store) {
+    let server = EmbeddedServer::start().await;
+    let bucket = server.bucket().await;
+    let store = Store::open(&format!("s3://{bucket}"), &server.store_config()).unwrap();
+    (server, store)
+}
+
+fn body(len: usize) -> Bytes {
+    (0..len)
+        .map(|i| (i % 253) as u8)
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+#[tokio::test]
+async fn two_503s_on_get_are_two_retries() {
+    let (server, store) = setup().await;
+    let key = Path::from("obj");
+    store
+        .object_store()
+        .put(&key, body(4096).into())
+        .await
+        .unwrap();
+    server
+        .faults()
+        .fail_next("GetObject", 2, FaultKind::Status(503));
+    let got = store
+        .object_store()
+        .get(&key)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(got, body(4096));
+    assert_eq!(server.counters().get("GetObject"), 3);
+    let s = store.metrics().snapshot();
+    assert_eq!(s.requests.get, 1);
+    assert_eq!(s.retries, 2);
+    assert_eq!(s.http_attempts, 4, "one PUT and three GET attempts");
+    assert_eq!(
+        s.errors.server + s.errors.throttled,
+        0,
+        "retried errors are not failures"
+    );
+}
+
+#[tokio::test]
+async fn two_503s_on_upload_part_are_two_retries() {
+    let (server, store) = setup().await;
+    server
+        .faults()
+        .fail_next("UploadPart", 2, FaultKind::Status(503));
+    let opts = MultipartOptions {
+        part_size: 5 << 20,
+        concurrency: 1,
+    };
+    let data = body(12 << 20);
+    let mut w = MultipartWriter::new(store.object_store(), Path::from("ckpt"), opts);
+    w.write(data.clone()).await.unwrap();
+    w.finish().await.unwrap();
+    assert_eq!(server.counters().get("UploadPart"), 5);
+    let s = store.metrics().snapshot();
+    assert_eq!(s.requests.multipart_part, 3);
+    assert_eq!(s.retries, 2);
+    let got = store.object_store().get(&Path::from("ckpt")).await.unwrap();
+    assert_eq!(got.bytes().await.unwrap(), data);
+}
+
+#[tokio::test]
+async fn reset_mid_body_is_resumed_and_counted() {
+    let (server, store) = setup().await;
+    let key = Path::from("reset");
+    let data = body(1 << 20);
+    store
+        .object_store()
+        .put(&key, data.clone().into())
+        .await
+        .unwrap();
+    server
+        .faults()
+        .fail_next("GetObject", 1, FaultKind::ResetMidBody);
+    let got = store
+        .object_store()
+        .get(&key)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(got, data);
+    assert_eq!(server.counters().get("GetObject"), 2);
+    let s = store.metrics().snapshot();
+    assert_eq!((s.requests.get, s.retries), (1, 1));
+    assert_eq!(s.bytes_in, 1 << 20);
+}
+
+#[tokio::test]
+async fn exhausted_slowdowns_are_throttled() {
+    let server = EmbeddedServer::start().await;
+    let bucket = server.bucket().await;
+    let config = server.store_config().with_max_retries(2);
+    let store = Store::open(&format!("s3://{bucket}"), &config).unwrap();
+    let key = Path::from("hot");
+    store.object_store().put(&key, "x".into()).await.unwrap();
+    server
+        .faults()
+        .fail_next("GetObject", 3, FaultKind::Status(503));
+    let err = store.object_store().get(&key).await.unwrap_err();
+    let err = store.map_error(err, &key);
+    assert!(matches!(err, Error::Throttled { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .starts_with(&format!("s3://{bucket}/hot: throttled")),
+        "{err}"
+    );
+    assert_eq!(server.counters().get("GetObject"), 3);
+    let s = store.metrics().snapshot();
+    assert_eq!((s.retries, s.errors.throttled), (2, 1));
+}
+
+#[tokio::test]
+async fn wrong_credentials_are_permission_denied() {
+    let server = EmbeddedServer::start().await;
+    let bucket = server.bucket().await;
+    let config = s3_config(server.endpoint(), "bucketload", "not-the-secret");
+    let store = Store::open(&format!("s3://{bucket}"), &config).unwrap();
+    let key = Path::from("k");
+    let err = store.object_store().get(&key).await.unwrap_err();
+    let err = store.map_error(err, &key);
+    assert!(matches!(err, Error::PermissionDenied { .. }), "{err:?}");
+    assert!(err.to_string().contains("check AWS_ACCESS_KEY_ID"), "{err}");
+    assert_eq!(store.metrics().snapshot().errors.permission, 1);
+    let err = store.create_bucket().await.unwrap_err();
+    assert!(matches!(err, Error::PermissionDenied { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn closed_port_is_unreachable_after_counted_retries() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let config = s3_config(&endpoint, "k", "s")
+        .with_max_retries(2)
+        .with_retry_timeout(Duration::from_secs(5))
+        .with_connect_timeout(Duration::from_secs(1));
+    let store = Store::open("s3://nowhere", &config).unwrap();
+    let key = Path::from("k");
+    let err = store.object_store().get(&key).await.unwrap_err();
+    let err = store.map_error(err, &key);
+    assert!(matches!(err, Error::Unreachable { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&endpoint) && text.contains("is the endpoint right"),
+        "{text}"
+    );
+    let s = store.metrics().snapshot();
+    assert_eq!((s.http_attempts, s.retries, s.errors.network), (3, 2, 1));
+}
+
+#[tokio::test]
+async fn missing_bucket_is_named() {
+    let server = EmbeddedServer::start().await;
+    let store = Store::open("s3://no-such-bucket/p", &server.store_config()).unwrap();
+    let key = Path::from("k");
+    let err = store.object_store().get(&key).await.unwrap_err();
+    let err = store.map_error(err, &key);
+    assert!(
+        err.to_string()
+            .starts_with("s3://no-such-bucket: bucket not found"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn failed_part_names_object_and_range() {
+    let server = EmbeddedServer::start().await;
+    let bucket = server.bucket().await;
+    let config = server.store_config().with_max_retries(1);
+    let store = Store::open(&format!("s3://{bucket}/d"), &config).unwrap();
+    let key = Path::from("shard.tar");
+    store
+        .object_store()
+        .put(&key, body(3000).into())
+        .await
+        .unwrap();
+    server
+        .faults()
+        .fail_next("GetObject", 2, FaultKind::Status(500));
+    let opts = ParallelGet {
+        part_size: 1000,
+        concurrency: 1,
+        size: Some(3000),
+    };
+    let items: Vec<_> = store.get_parallel(&key, opts).collect().await;
+    assert_eq!(items.len(), 1, "the stream ends at the first error");
+    let err = items[0].as_ref().unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!("s3://{bucket}/d/shard.tar (bytes 0-999)")),
+        "{text}"
+    );
+    assert_eq!(
+        server.counters().get("GetObject"),
+        2,
+        "one attempt and one retry"
+    );
+    assert_eq!(store.metrics().snapshot().errors.server, 1);
+}
+
+#[tokio::test]
+async fn truncated_part_is_resumed() {
+    let (server, store) = setup().await;
+    let key = Path::from("t");
+    let data = body(64 << 10);
+    store
+        .object_store()
+        .put(&key, data.clone().into())
+        .await
+        .unwrap();
+    server
+        .faults()
+        .fail_next("GetObject", 1, FaultKind::Truncate);
+    let opts = ParallelGet {
+        part_size: 16 << 10,
+        concurrency: 2,
+        size: Some(64 << 10),
+    };
+    let parts: Vec<Bytes> = store.get_parallel(&key, opts).try_collect().await.unwrap();
+    assert_eq!(parts.concat(), data);
+    assert_eq!(server.counters().get("GetObject"), 5);
+    assert_eq!(store.metrics().snapshot().retries, 1);
+}

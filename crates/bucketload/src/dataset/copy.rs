@@ -1,0 +1,244 @@
+//! Copies objects between any two stores (local folder, S3, memory, ...).
+//!
+//! Small objects (up to one part) take one GET and one PUT. Larger ones stream through
+//! [`get_parallel`] (ranged GETs in flight, bytes in order) into a [`MultipartWriter`], so a
+//! transfer holds a few parts in memory whatever the object size; at most [`BIG_TRANSFERS`] large
+//! objects move at once. A failed transfer aborts its multipart upload (local files are written to
+//! a temporary name and renamed), so no partial object is ever visible. Errors name the object.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
+use bucketload_store::{
+    DEFAULT_PARALLEL_GETS, MultipartOptions, MultipartWriter, ParallelGet, get_parallel,
+};
+use futures::{StreamExt, TryStreamExt};
+use tokio::sync::Semaphore;
+
+use super::list::{Entry, list};
+use super::{Location, Progress};
+use crate::error::{Error, Result};
+
+/// Large objects copied at once; each keeps its own parts in flight.
+const BIG_TRANSFERS: usize = 4;
+
+/// Options of a copy. Defaults: 8 MiB parts, 64 requests in flight.
+#[derive(Debug, Clone, Copy)]
+pub struct CopyOptions {
+    part_size: u64,
+    concurrency: usize,
+}
+
+impl Default for CopyOptions {
+    fn default() -> Self {
+        CopyOptions {
+            part_size: 8 << 20,
+            concurrency: 64,
+        }
+    }
+}
+
+impl CopyOptions {
+    /// Part size of ranged GETs and multipart uploads; objects up to this size are copied whole
+    /// (default 8 MiB; at least 5 MiB is needed by S3 for multipart parts).
+    pub fn with_part_size(mut self, bytes: u64) -> Self {
+        self.part_size = bytes.max(1);
+        self
+    }
+
+    /// Objects (and parts) in flight (default 64).
+    pub fn with_concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    /// Parts in flight per large object: a share of the requests, at most the store's default
+    /// for one object (8), so a large transfer holds about 2 × 8 parts (reading and writing).
+    fn part_concurrency(&self) -> usize {
+        (self.concurrency / BIG_TRANSFERS).clamp(2, DEFAULT_PARALLEL_GETS.max(2))
+    }
+}
+
+/// What a copy did.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct CopyReport {
+    /// Objects copied.
+    pub objects: u64,
+    /// Bytes copied.
+    pub bytes: u64,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+}
+
+/// Copies every object below the root of `src` to the same relative key below `dst`.
+pub async fn copy_tree(
+    src: &Location,
+    dst: &Location,
+    options: CopyOptions,
+    progress: &dyn Progress,
+) -> Result<CopyReport> {
+    let started = Instant::now();
+    let big = Arc::new(Semaphore::new(BIG_TRANSFERS));
+    let result = list(src, None, true)
+        .try_filter_map(|entry| async move {
+            Ok(match entry {
+                Entry::Object(meta) => Some(meta),
+                _ => None,
+            })
+        })
+        .map_ok(|meta| {
+            let big = Arc::clone(&big);
+            async move {
+                let size = copy_one(
+                    src,
+                    &meta.location,
+                    dst,
+                    &meta.location,
+                    Some(meta.size),
+                    options,
+                    &big,
+                    progress,
+                )
+                .await?;
+                progress.advance(1, 0);
+                Ok(size)
+            }
+        })
+        .try_buffer_unordered(options.concurrency)
+        .try_fold(CopyReport::default(), |mut report, size| async move {
+            report.objects += 1;
+            report.bytes += size;
+            Ok(report)
+        })
+        .await;
+    progress.finish();
+    let mut report = result?;
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Copies one object; returns its size.
+pub async fn copy_object(
+    src: &Location,
+    src_key: &Path,
+    dst: &Location,
+    dst_key: &Path,
+    options: CopyOptions,
+    progress: &dyn Progress,
+) -> Result<CopyReport> {
+    let started = Instant::now();
+    let big = Semaphore::new(1);
+    let bytes = copy_one(src, src_key, dst, dst_key, None, options, &big, progress).await;
+    progress.advance(u64::from(bytes.is_ok()), 0);
+    progress.finish();
+    Ok(CopyReport {
+        objects: 1,
+        bytes: bytes?,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn copy_one(
+    src: &Location,
+    src_key: &Path,
+    dst: &Location,
+    dst_key: &Path,
+    size: Option<u64>,
+    options: CopyOptions,
+    big: &Semaphore,
+    progress: &dyn Progress,
+) -> Result<u64> {
+    let size = match size {
+        Some(s) => s,
+        None => {
+            src.store()
+                .head(src_key)
+                .await
+                .map_err(|e| src.error(src_key, e))?
+                .size
+        }
+    };
+    tracing::debug!(src = %src.uri_of(src_key), dst = %dst.uri_of(dst_key), size, "copy");
+    if size <= options.part_size {
+        let data = src
+            .store()
+            .get(src_key)
+            .await
+            .map_err(|e| src.error(src_key, e))?;
+        let data = data.bytes().await.map_err(|e| src.error(src_key, e))?;
+        let len = data.len() as u64;
+        dst.store()
+            .put(dst_key, PutPayload::from_bytes(data))
+            .await
+            .map_err(|e| dst.error(dst_key, e))?;
+        progress.advance(0, len);
+        return Ok(len);
+    }
+    let _permit = big.acquire().await.map_err(|e| Error::Task {
+        reason: e.to_string(),
+    })?;
+    copy_large(src, src_key, dst, dst_key, size, options, progress).await
+}
+
+async fn copy_large(
+    src: &Location,
+    src_key: &Path,
+    dst: &Location,
+    dst_key: &Path,
+    size: u64,
+    options: CopyOptions,
+    progress: &dyn Progress,
+) -> Result<u64> {
+    let get = ParallelGet {
+        part_size: options.part_size,
+        concurrency: options.part_concurrency(),
+        size: Some(size),
+    };
+    let mut parts = get_parallel(src.store().clone(), src_key.clone(), get);
+    let put = MultipartOptions {
+        part_size: options.part_size,
+        concurrency: options.part_concurrency(),
+    };
+    let mut writer = MultipartWriter::new(dst.store().clone(), dst_key.clone(), put)
+        .with_uri(dst.uri_of(dst_key));
+    let mut copied = 0u64;
+    let failed = |source| Error::Copy {
+        src: src.uri_of(src_key),
+        dst: dst.uri_of(dst_key),
+        source,
+    };
+    while let Some(chunk) = parts.next().await {
+        let written = match chunk {
+            Ok(chunk) => {
+                copied += chunk.len() as u64;
+                progress.advance(0, chunk.len() as u64);
+                writer.write(chunk).await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            abort(writer).await;
+            return Err(failed(e));
+        }
+    }
+    if copied != size {
+        abort(writer).await;
+        return Err(Error::Corrupt {
+            uri: src.uri_of(src_key),
+            reason: format!(
+                "read {copied} bytes of {size}; the object changed during the copy, copy it again"
+            ),
+        });
+    }
+    writer.finish().await.map_err(failed)?;
+    Ok(copied)
+}
+
+/// Aborts an upload after a failure; the failure is what the caller reports.
+async fn abort(writer: MultipartWriter) {
+    if let Err(e) = writer.abort().await {
+        tracing::warn!(error = %e, "aborting a failed multipart upload failed; the store's lifecycle rules must clean it");
+    }
+}

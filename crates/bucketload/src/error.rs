@@ -1,0 +1,75 @@
+//! The engine's error type.
+//!
+//! Store failures keep the store crate's classification ([`bucketload_store::Error`]: not found,
+//! permission denied, unreachable, throttled, ...), mapped with the full URI of the object by
+//! [`crate::dataset::Location`]; the engine adds its own failures (bad arguments, corrupt data,
+//! encoding).
+
+/// A boxed error used as the source of some variants.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong in the engine.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A store operation failed; the store error names the object and says what to do.
+    #[error(transparent)]
+    Store(#[from] bucketload_store::Error),
+    /// Copying a large object failed; the source names the part that failed.
+    #[error("copying {src} to {dst} failed (nothing was written)")]
+    Copy {
+        /// Full URI of the source.
+        src: String,
+        /// Full URI of the destination.
+        dst: String,
+        /// What failed.
+        #[source]
+        source: bucketload_store::Error,
+    },
+    /// An argument was not valid.
+    #[error("invalid input: {message}")]
+    InvalidInput {
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// Data read from the store is not what it should be.
+    #[error("{uri} is corrupt: {reason}")]
+    Corrupt {
+        /// Full URI of the object.
+        uri: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Encoding a synthetic image failed.
+    #[error("encoding a synthetic JPEG failed: {reason}")]
+    Encode {
+        /// The encoder's message.
+        reason: String,
+    },
+    /// A background task panicked or was cancelled.
+    #[error("a background task failed: {reason}")]
+    Task {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Result alias of the engine.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Builds an [`Error::InvalidInput`].
+    pub fn invalid_input(message: impl Into<String>) -> Error {
+        Error::InvalidInput {
+            message: message.into(),
+        }
+    }
+
+    /// The store error inside, if this is one.
+    pub fn as_store(&self) -> Option<&bucketload_store::Error> {
+        match self {
+            Error::Store(e) | Error::Copy { source: e, .. } => Some(e),
+            _ => None,
+        }
+    }
+}

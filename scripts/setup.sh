@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything bucketload's build, demo and tests need on a fresh Debian machine
+# with a Rust toolchain and Python 3.11: Debian packages (only when missing) and the
+# Python test tools (boto3, the AWS CLI, moto's server, pytest) into ./.venv.
+# Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v cc >/dev/null || need_apt+=(build-essential)
+command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+if ((${#need_apt[@]})); then
+    echo "setup: installing Debian packages: ${need_apt[*]}" >&2
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+fi
+
+stamp=.venv/.requirements-dev.txt
+if [ ! -x .venv/bin/python ] || ! cmp -s requirements-dev.txt "$stamp"; then
+    echo "setup: installing Python test tools into .venv" >&2
+    python3 -m venv .venv
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+    cp requirements-dev.txt "$stamp"
+fi

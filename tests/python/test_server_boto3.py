@@ -1,0 +1,164 @@
+"""boto3, an independent S3 client, against `bucketload serve`."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+from botocore.exceptions import ClientError
+
+from conftest import make_client
+
+
+def _code(err: ClientError) -> str:
+    return err.response["Error"]["Code"]
+
+
+def test_put_get_head_roundtrip(s3, bucket):
+    body = os.urandom(123_457)
+    put = s3.put_object(Bucket=bucket, Key="dir/a.bin", Body=body, ContentType="application/x-test",
+                        Metadata={"owner": "pytest"})
+    assert put["ETag"] == f'"{hashlib.md5(body).hexdigest()}"'
+    got = s3.get_object(Bucket=bucket, Key="dir/a.bin")
+    assert got["Body"].read() == body
+    assert got["ETag"] == put["ETag"]
+    head = s3.head_object(Bucket=bucket, Key="dir/a.bin")
+    assert head["ContentLength"] == len(body)
+    assert head["ContentType"] == "application/x-test"
+    assert head["Metadata"] == {"owner": "pytest"}
+
+
+def test_ranged_get(s3, bucket):
+    body = bytes(range(256)) * 1000
+    s3.put_object(Bucket=bucket, Key="r", Body=body)
+    got = s3.get_object(Bucket=bucket, Key="r", Range="bytes=1000-1999")
+    assert got["Body"].read() == body[1000:2000]
+    assert got["ContentRange"] == f"bytes 1000-1999/{len(body)}"
+    suffix = s3.get_object(Bucket=bucket, Key="r", Range="bytes=-10")["Body"].read()
+    assert suffix == body[-10:]
+    open_ended = s3.get_object(Bucket=bucket, Key="r", Range=f"bytes={len(body) - 5}-")["Body"].read()
+    assert open_ended == body[-5:]
+
+
+def test_invalid_range_is_416(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="small", Body=b"0123456789")
+    with pytest.raises(ClientError) as err:
+        s3.get_object(Bucket=bucket, Key="small", Range="bytes=100-200")
+    assert _code(err.value) == "InvalidRange"
+    assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 416
+
+
+def test_missing_key_and_directory_key_are_404(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="folder/file", Body=b"x")
+    for key in ("nope", "folder", "folder/"):
+        with pytest.raises(ClientError) as err:
+            s3.get_object(Bucket=bucket, Key=key)
+        assert _code(err.value) == "NoSuchKey", key
+        with pytest.raises(ClientError) as err:
+            s3.head_object(Bucket=bucket, Key=key)
+        assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404, key
+
+
+def test_missing_bucket(s3):
+    with pytest.raises(ClientError) as err:
+        s3.list_objects_v2(Bucket="no-such-bucket-here")
+    assert _code(err.value) == "NoSuchBucket"
+
+
+def test_list_with_delimiter_and_pagination(s3, bucket):
+    keys = [f"a/{i:04d}.jpg" for i in range(25)] + ["b/x", "b/y/z", "top"]
+    for k in keys:
+        s3.put_object(Bucket=bucket, Key=k, Body=k.encode())
+
+    top = s3.list_objects_v2(Bucket=bucket, Delimiter="/")
+    assert [p["Prefix"] for p in top["CommonPrefixes"]] == ["a/", "b/"]
+    assert [o["Key"] for o in top["Contents"]] == ["top"]
+
+    seen, token, pages = [], None, 0
+    while True:
+        kw = {"ContinuationToken": token} if token else {}
+        page = s3.list_objects_v2(Bucket=bucket, Prefix="a/", MaxKeys=10, **kw)
+        pages += 1
+        for obj in page["Contents"]:
+            assert obj["ETag"] == f'"{hashlib.md5(obj["Key"].encode()).hexdigest()}"'
+            assert obj["Size"] == len(obj["Key"])
+            seen.append(obj["Key"])
+        if not page["IsTruncated"]:
+            break
+        token = page["NextContinuationToken"]
+    assert pages == 3
+    assert seen == sorted(k for k in keys if k.startswith("a/"))
+
+    after = s3.list_objects_v2(Bucket=bucket, StartAfter="a/0020.jpg", Prefix="a/")
+    assert [o["Key"] for o in after["Contents"]] == [f"a/{i:04d}.jpg" for i in range(21, 25)]
+
+    paginator = s3.get_paginator("list_objects_v2")
+    all_keys = [o["Key"] for p in paginator.paginate(Bucket=bucket, PaginationConfig={"PageSize": 7})
+                for o in p.get("Contents", [])]
+    assert all_keys == sorted(keys)
+
+
+def test_multipart_upload(s3, bucket):
+    parts = [os.urandom(5 * 1024 * 1024), os.urandom(5 * 1024 * 1024), os.urandom(1234)]
+    up = s3.create_multipart_upload(Bucket=bucket, Key="big")
+    done = []
+    for n, data in enumerate(parts, start=1):
+        r = s3.upload_part(Bucket=bucket, Key="big", UploadId=up["UploadId"], PartNumber=n, Body=data)
+        done.append({"PartNumber": n, "ETag": r["ETag"]})
+    listed = s3.list_parts(Bucket=bucket, Key="big", UploadId=up["UploadId"])
+    assert [p["PartNumber"] for p in listed["Parts"]] == [1, 2, 3]
+    assert [p["Size"] for p in listed["Parts"]] == [len(p) for p in parts]
+
+    # Not visible before completion.
+    with pytest.raises(ClientError):
+        s3.head_object(Bucket=bucket, Key="big")
+
+    res = s3.complete_multipart_upload(Bucket=bucket, Key="big", UploadId=up["UploadId"],
+                                       MultipartUpload={"Parts": done})
+    digest = hashlib.md5(b"".join(hashlib.md5(p).digest() for p in parts)).hexdigest()
+    assert res["ETag"] == f'"{digest}-3"'
+    assert s3.get_object(Bucket=bucket, Key="big")["Body"].read() == b"".join(parts)
+
+
+def test_multipart_abort_leaves_nothing(s3, bucket):
+    up = s3.create_multipart_upload(Bucket=bucket, Key="aborted")
+    s3.upload_part(Bucket=bucket, Key="aborted", UploadId=up["UploadId"], PartNumber=1, Body=b"x" * 100)
+    s3.abort_multipart_upload(Bucket=bucket, Key="aborted", UploadId=up["UploadId"])
+    assert s3.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
+    with pytest.raises(ClientError) as err:
+        s3.list_parts(Bucket=bucket, Key="aborted", UploadId=up["UploadId"])
+    assert _code(err.value) == "NoSuchUpload"
+
+
+def test_copy_and_delete(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="src", Body=b"payload")
+    s3.copy_object(Bucket=bucket, Key="dst", CopySource={"Bucket": bucket, "Key": "src"})
+    assert s3.get_object(Bucket=bucket, Key="dst")["Body"].read() == b"payload"
+    s3.delete_object(Bucket=bucket, Key="src")
+    for i in range(5):
+        s3.put_object(Bucket=bucket, Key=f"many/{i}", Body=b"x")
+    res = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": f"many/{i}"} for i in range(5)]})
+    assert sorted(d["Key"] for d in res["Deleted"]) == [f"many/{i}" for i in range(5)]
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["dst"]
+
+
+def test_buckets(s3):
+    s3.create_bucket(Bucket="lifecycle-bucket")
+    s3.head_bucket(Bucket="lifecycle-bucket")
+    assert "lifecycle-bucket" in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    s3.delete_bucket(Bucket="lifecycle-bucket")
+    with pytest.raises(ClientError):
+        s3.head_bucket(Bucket="lifecycle-bucket")
+
+
+def test_wrong_credentials_are_refused(server, bucket):
+    bad = make_client(server.endpoint, secret="not-the-secret")
+    with pytest.raises(ClientError) as err:
+        bad.list_objects_v2(Bucket=bucket)
+    assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    assert _code(err.value) == "SignatureDoesNotMatch"
+    unknown = make_client(server.endpoint, key="nobody")
+    with pytest.raises(ClientError) as err:
+        unknown.list_objects_v2(Bucket=bucket)
+    assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
