@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Installs everything bucketload's build, demo and tests need on a fresh Debian machine
-# with a Rust toolchain and Python 3.11: Debian packages (only when missing) and the
-# Python test tools (boto3, the AWS CLI, moto's server, pytest) into ./.venv.
+# Installs what bucketload's build needs on a fresh Debian machine with a Rust toolchain
+# and Python 3.11: Debian packages (only when missing) and, with --python, the Python
+# test tools (boto3, the AWS CLI, moto's server, pytest) into ./.venv.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,7 +9,11 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v cc >/dev/null || need_apt+=(build-essential)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
-python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+with_python=false
+[ "${1:-}" = --python ] && with_python=true
+if $with_python; then
+    python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+fi
 if ((${#need_apt[@]})); then
     echo "setup: installing Debian packages: ${need_apt[*]}" >&2
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
@@ -17,6 +21,7 @@ if ((${#need_apt[@]})); then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
 fi
 
+$with_python || exit 0
 stamp=.venv/.requirements-dev.txt
 if [ ! -x .venv/bin/python ] || ! cmp -s requirements-dev.txt "$stamp"; then
     echo "setup: installing Python test tools into .venv" >&2

@@ -5,7 +5,7 @@
 # against `bucketload serve`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --python
 
 export BUCKETLOAD_VENV="$PWD/.venv"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"

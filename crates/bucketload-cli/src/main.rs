@@ -7,6 +7,7 @@
 
 mod data;
 mod exit;
+mod metrics;
 mod progress;
 mod serve;
 mod store_args;
@@ -81,13 +82,19 @@ async fn run_until_interrupted(cli: Cli) -> Option<anyhow::Result<()>> {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let store = cli.store;
-    match cli.command {
+    metrics::load_price_table(store.price_table.as_deref())?;
+    let result = match cli.command {
         Command::Serve(args) => serve::run(args).await,
         Command::Gen(args) => data::gen_cmd(&store, args).await,
         Command::Ls(args) => data::ls(&store, args).await,
         Command::Stats(args) => data::stats(&store, args).await,
         Command::Cp(args) => data::cp(&store, args).await,
+    };
+    if store.metrics {
+        // Reported on failure too: the counts say how far the command got.
+        let _ = metrics::report(&mut std::io::stderr().lock());
     }
+    result
 }
 
 /// Logs go to stderr; quiet by default so command output stays clean.

@@ -43,6 +43,12 @@ pub struct StoreArgs {
     /// TCP connect timeout, e.g. 5s [default: 5s]
     #[arg(long, global = true, value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub connect_timeout: Option<Duration>,
+    /// Print each store's request metrics (counts, bytes, retries, latency, cost) on stderr at the end
+    #[arg(long, global = true)]
+    pub metrics: bool,
+    /// Price requests with this JSON price table instead of S3 Standard's (see docs/METRICS.md)
+    #[arg(long, global = true, value_name = "FILE")]
+    pub price_table: Option<std::path::PathBuf>,
 }
 
 /// Parses a size with the store crate's rules ("100KB", "256MiB", "4096").
@@ -100,6 +106,7 @@ impl StoreArgs {
 pub fn open_dir(uri: &str, config: &StoreConfig) -> anyhow::Result<(Store, Location)> {
     // The store's error already names the URI and lists the accepted forms.
     let store = Store::open(uri, config)?;
+    crate::metrics::register(&store);
     let location = Location::from_store(&store);
     Ok((store, location))
 }

@@ -103,6 +103,7 @@ fn classify(status: StatusCode, body: &str, bucket_uri: &str) -> Result<(), Erro
         },
         StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED => Error::PermissionDenied {
             uri: bucket_uri.to_owned(),
+            hint: crate::error::CREDENTIALS_HINT.to_owned(),
             source: answer(),
         },
         _ => Error::Other {

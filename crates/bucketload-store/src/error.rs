@@ -28,10 +28,12 @@ pub enum Error {
         hint: String,
     },
     /// The credentials were refused or do not allow the operation.
-    #[error("{uri}: permission denied; check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or --profile")]
+    #[error("{uri}: permission denied; {hint}")]
     PermissionDenied {
         /// Full URI of the object or bucket.
         uri: String,
+        /// What to check.
+        hint: String,
         /// The store's answer.
         #[source]
         source: BoxError,
@@ -117,6 +119,7 @@ impl Error {
             ErrorClass::NotFound => not_found(&err, uri, list_hint),
             ErrorClass::Permission => Error::PermissionDenied {
                 uri: uri.to_owned(),
+                hint: CREDENTIALS_HINT.to_owned(),
                 source: Box::new(err),
             },
             ErrorClass::Throttled => Error::Throttled {
@@ -149,7 +152,19 @@ pub(crate) struct ErrorContext {
     pub(crate) uri: String,
     pub(crate) endpoint: String,
     pub(crate) root: String,
+    /// False when no static credentials were configured, so object_store fell
+    /// back to instance metadata; refusals then say that nothing was found.
+    pub(crate) has_credentials: bool,
 }
+
+/// What to check when the store refuses our credentials.
+pub(crate) const CREDENTIALS_HINT: &str =
+    "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or --profile";
+
+/// What to do when no credentials were configured at all.
+pub(crate) const NO_CREDENTIALS_HINT: &str = "no credentials were found in AWS_ACCESS_KEY_ID/\
+AWS_SECRET_ACCESS_KEY or ~/.aws (instance metadata was tried); set them, pass --profile, \
+or --no-sign-request for a public bucket";
 
 impl ErrorContext {
     /// Context naming only a key, when the store's URI is unknown.
@@ -158,6 +173,7 @@ impl ErrorContext {
             uri: key.to_owned(),
             endpoint: "the store".to_owned(),
             root: String::new(),
+            has_credentials: true,
         }
     }
 
@@ -167,7 +183,29 @@ impl ErrorContext {
             "" => label,
             r => r,
         };
-        Error::from_object_store(err, label, &self.endpoint, root)
+        let err = Error::from_object_store(err, label, &self.endpoint, root);
+        match err {
+            Error::PermissionDenied { uri, source, .. } if !self.has_credentials => {
+                Error::PermissionDenied {
+                    uri,
+                    hint: NO_CREDENTIALS_HINT.to_owned(),
+                    source,
+                }
+            }
+            // Fetching credentials from instance metadata failed: say that no
+            // credentials were configured rather than blaming the endpoint.
+            Error::Unreachable { uri, source, .. }
+                if !self.has_credentials
+                    && chain_text(source.as_ref()).contains("169.254.169.254") =>
+            {
+                Error::PermissionDenied {
+                    uri,
+                    hint: NO_CREDENTIALS_HINT.to_owned(),
+                    source,
+                }
+            }
+            other => other,
+        }
     }
 
     pub(crate) fn map(&self, err: object_store::Error) -> Error {

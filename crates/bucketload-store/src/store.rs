@@ -156,6 +156,9 @@ impl Store {
             uri: self.object_uri(key),
             endpoint: self.endpoint_display(),
             root: self.inner.uri.root(),
+            has_credentials: self.inner.config.anonymous()
+                || self.inner.config.has_credentials()
+                || self.inner.uri.scheme() != Scheme::S3,
         }
     }
 
