@@ -1,0 +1,64 @@
+//! Shard formats for bucketload, synchronous and pure: bytes in, typed
+//! values out.
+//!
+//! - [`TarReader`]: an incremental tar parser (ustar, PAX, GNU long names,
+//!   base-256 sizes) fed byte chunks from async code; [`read_members`] wraps
+//!   a [`std::io::Read`].
+//! - [`TarWriter`]: appends members to a caller-owned buffer and returns
+//!   each member's offsets so the index is built while writing.
+//! - [`Grouper`]: WebDataset grouping of members into [`Sample`]s, and
+//!   class-per-folder labels.
+//! - [`ShardIndex`]: the binary per-shard index (`.idx`) with per-member
+//!   offsets, sizes and CRC32C.
+//! - [`Manifest`]: the dataset manifest (`_bucketload/manifest.json`) and
+//!   [`merge_manifests`] for `--part i/N` slices.
+//!
+//! Byte-level layouts are specified in `docs/FORMATS.md`.
+//!
+//! ```
+//! use bucketload_format::{TarReader, TarWriter};
+//!
+//! let mut shard = Vec::new();
+//! let mut writer = TarWriter::new("shard-000000.tar");
+//! writer.append(&mut shard, "n01/000001.jpg", b"jpeg bytes")?;
+//! writer.append(&mut shard, "n01/000001.cls", b"3")?;
+//! let summary = writer.finish(&mut shard)?;
+//! assert_eq!(summary.size, shard.len() as u64);
+//!
+//! let mut reader = TarReader::new("shard-000000.tar");
+//! reader.push(shard.into());
+//! reader.finish_input();
+//! let first = reader.next_member()?.expect("a member");
+//! assert_eq!(first.header.name, "n01/000001.jpg");
+//! assert_eq!(&first.data[..], b"jpeg bytes");
+//! # Ok::<(), bucketload_format::Error>(())
+//! ```
+
+#![deny(unsafe_code)]
+
+mod error;
+#[doc(hidden)]
+pub mod fuzzing;
+mod header;
+mod index;
+mod manifest;
+mod reader;
+mod wds;
+mod writer;
+
+pub use error::Error;
+pub use header::{BLOCK, EntryKind, MAX_OCTAL_SIZE};
+pub use index::{
+    INDEX_MAGIC, INDEX_VERSION, IndexMember, IndexSample, ShardIndex, ShardIndexBuilder,
+};
+pub use manifest::{
+    ClassCount, DatasetKind, FileEntry, MANIFEST_PATH, MANIFEST_VERSION, Manifest, Parameters,
+    PartSpec, ShardEntry, merge_manifests,
+};
+pub use reader::{
+    DEFAULT_MAX_EXTENDED_HEADER, EntryHeader, EntryPolicy, Event, Member, ReadMembers, TarReader,
+    read_members,
+};
+pub use wds::{Grouper, Sample, class_label, class_of_key, split_key};
+pub use writer::encode_header;
+pub use writer::{DEFAULT_MODE, DEFAULT_MTIME, MemberLocation, ShardSummary, TarWriter};
