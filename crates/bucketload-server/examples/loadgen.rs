@@ -4,20 +4,24 @@
 //! ```text
 //! loadgen --endpoint http://127.0.0.1:9000 --bucket bench [--create-bucket] \
 //!     [--objects 1000] [--size 100KB] [--concurrency 64] [--requests 50000] [--server-pid PID] \
-//!     [--single-stream 1GiB] [--access-key K --secret-key S]
+//!     [--single-stream 1GiB [--object-store-client]] [--access-key K --secret-key S]
 //! ```
 //!
 //! Uploads the objects unless they already exist with the right size, then GETs them in
 //! round-robin order and prints GETs/s, MB/s, p50/p99 latency and, with `--server-pid`, the
 //! server's CPU time per request read from `/proc/PID/stat`. `--single-stream` instead times
-//! one plain GET of an object of that size.
+//! one plain GET of an object of that size, read from a presigned URL over a bare socket into
+//! one reused 4 MiB buffer, so the client costs one copy per byte and little else (an HTTP
+//! client such as object_store's costs more CPU than the server and would bound the result);
+//! `--object-store-client` reads it through object_store instead.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path;
+use object_store::signer::Signer;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -35,6 +39,7 @@ struct Args {
     requests: usize,
     server_pid: Option<u32>,
     single_stream: Option<u64>,
+    object_store_client: bool,
 }
 
 fn parse_size(s: &str) -> Result<u64, BoxError> {
@@ -67,11 +72,16 @@ fn parse_args() -> Result<Args, BoxError> {
         requests: 50_000,
         server_pid: None,
         single_stream: None,
+        object_store_client: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--create-bucket" {
             args.create_bucket = true;
+            continue;
+        }
+        if flag == "--object-store-client" {
+            args.object_store_client = true;
             continue;
         }
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -145,22 +155,80 @@ async fn ensure_object(
     Ok(())
 }
 
+/// GETs `url` over a bare HTTP/1.1 connection and discards the body; returns its length.
+async fn raw_get(url: &url::Url) -> Result<u64, BoxError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = url.host_str().ok_or("presigned URL without a host")?;
+    let authority = match url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    };
+    let target = match url.query() {
+        Some(q) => format!("{}?{q}", url.path()),
+        None => url.path().to_owned(),
+    };
+    let mut stream = tokio::net::TcpStream::connect(&authority).await?;
+    let request =
+        format!("GET {target} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut buf = vec![0u8; 4 << 20];
+    let mut filled = 0;
+    let header_end = loop {
+        let n = stream.read(&mut buf[filled..]).await?;
+        if n == 0 {
+            return Err("connection closed before the response headers".into());
+        }
+        filled += n;
+        if let Some(i) = buf[..filled].windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..header_end]).to_ascii_lowercase();
+    if !head.starts_with("http/1.1 200") {
+        return Err(format!("GET failed: {}", head.lines().next().unwrap_or("")).into());
+    }
+    let length: u64 = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .ok_or("response without content-length")?
+        .trim()
+        .parse()?;
+    let mut got = (filled - header_end) as u64;
+    while got < length {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            return Err(format!("body ended after {got} of {length} bytes").into());
+        }
+        got += n as u64;
+    }
+    Ok(got)
+}
+
 async fn single_stream(
     store: Arc<dyn ObjectStore>,
+    signer: &AmazonS3,
     size: u64,
-    server_pid: Option<u32>,
+    args: &Args,
 ) -> Result<(), BoxError> {
     let key = Path::from(format!("loadgen/single-{size}"));
     ensure_object(&store, &key, size).await?;
-    let pid = server_pid.map(|p| p.to_string());
+    let url = signer
+        .signed_url(http::Method::GET, &key, Duration::from_secs(3600))
+        .await?;
+    let pid = args.server_pid.map(|p| p.to_string());
     let server_cpu0 = pid.as_deref().and_then(cpu_seconds);
     let client_cpu0 = cpu_seconds("self");
     let started = Instant::now();
-    let mut stream = store.get(&key).await?.into_stream();
-    let mut total = 0u64;
-    while let Some(chunk) = stream.try_next().await? {
-        total += chunk.len() as u64;
-    }
+    let total = if args.object_store_client {
+        let mut stream = store.get(&key).await?.into_stream();
+        let mut total = 0u64;
+        while let Some(chunk) = stream.try_next().await? {
+            total += chunk.len() as u64;
+        }
+        total
+    } else {
+        raw_get(&url).await?
+    };
     let secs = started.elapsed().as_secs_f64();
     println!(
         "single stream: {total} bytes in {secs:.3} s = {:.0} MB/s",
@@ -250,19 +318,18 @@ async fn main() -> Result<(), BoxError> {
     if args.create_bucket {
         create_bucket(&args.endpoint, &args.bucket).await?;
     }
-    let store: Arc<dyn ObjectStore> = Arc::new(
-        AmazonS3Builder::new()
-            .with_endpoint(&args.endpoint)
-            .with_allow_http(true)
-            .with_bucket_name(&args.bucket)
-            .with_region("us-east-1")
-            .with_access_key_id(&args.access_key)
-            .with_secret_access_key(&args.secret_key)
-            .with_virtual_hosted_style_request(false)
-            .build()?,
-    );
+    let s3 = AmazonS3Builder::new()
+        .with_endpoint(&args.endpoint)
+        .with_allow_http(true)
+        .with_bucket_name(&args.bucket)
+        .with_region("us-east-1")
+        .with_access_key_id(&args.access_key)
+        .with_secret_access_key(&args.secret_key)
+        .with_virtual_hosted_style_request(false)
+        .build()?;
+    let store: Arc<dyn ObjectStore> = Arc::new(s3.clone());
     match args.single_stream {
-        Some(size) => single_stream(store, size, args.server_pid).await,
+        Some(size) => single_stream(store, &s3, size, &args).await,
         None => many_gets(store, &args).await,
     }
 }

@@ -1,5 +1,6 @@
-//! A connection's socket: caps what it sends with a token bucket, and turns an injected
-//! reset into a real TCP RST (zero linger, then close).
+//! A connection's socket: sends memory-mapped body slices with `sendfile` (see
+//! [`crate::mapped`]), caps what it sends with a token bucket, and turns an injected reset
+//! into a real TCP RST (zero linger, then close).
 
 use std::future::Future;
 use std::io;
@@ -9,10 +10,12 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use rustix::net::SendFlags;
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
+use crate::mapped::{FileRegion, file_region};
 use crate::service::ConnState;
 
 /// Token bucket on a connection's writes.
@@ -93,6 +96,62 @@ impl ConnIo {
     }
 }
 
+impl ConnIo {
+    /// Runs a non-blocking socket call once the socket is writable, retrying on `WouldBlock`.
+    fn poll_send(
+        &self,
+        cx: &mut Context<'_>,
+        mut call: impl FnMut(&TcpStream) -> rustix::io::Result<usize>,
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.stream.poll_write_ready(cx))?;
+            match self
+                .stream
+                .try_io(Interest::WRITABLE, || Ok(call(&self.stream)?))
+            {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+
+    /// Sends a mapped body slice from the page cache.
+    fn poll_sendfile(&self, cx: &mut Context<'_>, region: &FileRegion) -> Poll<io::Result<usize>> {
+        self.poll_send(cx, |stream| {
+            let mut offset = region.offset;
+            rustix::fs::sendfile(stream, &*region.file, Some(&mut offset), region.len)
+        })
+    }
+
+    /// Writes `bufs` without bandwidth cap: mapped slices with `sendfile`, other bytes (the
+    /// response head) with `send(MSG_MORE)` when a mapped slice follows, so head and body
+    /// still leave in full packets.
+    fn poll_write_direct(
+        &mut self,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let bufs = match bufs.iter().position(|b| !b.is_empty()) {
+            Some(i) => &bufs[i..],
+            None => return Poll::Ready(Ok(0)),
+        };
+        if let Some(region) = file_region(&bufs[0]) {
+            return self.poll_sendfile(cx, &region);
+        }
+        let plain = bufs
+            .iter()
+            .position(|b| !b.is_empty() && file_region(b).is_some())
+            .unwrap_or(bufs.len());
+        if plain == 1 && bufs.len() > 1 {
+            let head = &*bufs[0];
+            return self.poll_send(cx, |stream| {
+                rustix::net::send(stream, head, SendFlags::MORE)
+            });
+        }
+        Pin::new(&mut self.stream).poll_write_vectored(cx, &bufs[..plain])
+    }
+}
+
 impl Drop for ConnIo {
     fn drop(&mut self) {
         let _ = self.check_reset();
@@ -118,7 +177,7 @@ impl AsyncWrite for ConnIo {
         self.check_reset()?;
         let this = &mut *self;
         let Some(throttle) = this.throttle.as_mut() else {
-            return Pin::new(&mut this.stream).poll_write(cx, buf);
+            return this.poll_write_direct(cx, &[io::IoSlice::new(buf)]);
         };
         let allowed = ready!(throttle.poll_acquire(cx, buf.len())).max(1);
         let n = allowed.min(buf.len());
@@ -140,7 +199,7 @@ impl AsyncWrite for ConnIo {
             return self.poll_write(cx, buf);
         }
         self.check_reset()?;
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        self.poll_write_direct(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {

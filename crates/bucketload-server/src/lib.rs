@@ -34,10 +34,13 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod body;
 mod bufpool;
 mod config;
 mod conn;
 mod faults;
+#[allow(unsafe_code)]
+mod mapped;
 mod s3;
 mod server;
 mod service;

@@ -1,33 +1,24 @@
 //! The S3 operations, on top of [`Storage`]. File-system work runs on Tokio's blocking pool;
-//! request bodies stream to a blocking writer through a small bounded channel, and object
-//! bodies stream back in 1 MiB reads (small objects in one read on the same blocking call
-//! that opened them).
+//! request bodies stream to a blocking writer through a small bounded channel; object bodies
+//! come from [`crate::body`] (small objects read at once, large ones memory-mapped).
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use s3s::dto::*;
-use s3s::stream::{ByteStream, RemainingLength};
 use s3s::{S3, S3Error, S3Request, S3Response, S3Result, s3_error};
 
+use crate::body::prepare_body;
 use crate::bufpool::BufferPool;
 use crate::storage::{ListItem, ListQuery, ObjectAttrs, ObjectMeta, Storage, TempObject};
 
-/// Size of each read when streaming an object: large enough to keep syscalls and wakeups
-/// per byte low, small enough that 64 concurrent streams hold only ~128 MiB in flight.
-const CHUNK: u64 = 1 << 20;
-/// Chunks read ahead of the network per streaming GET.
-const READ_AHEAD: usize = 2;
-/// Objects up to this size are read on the Tokio worker instead of the blocking pool: an
-/// open, fstat and pread of at most 256 KiB from the page cache cost less than the two
-/// thread wake-ups of a blocking-pool hand-off (~30 µs per request on 2 cores, measured with
-/// `examples/loadgen.rs`). Larger objects, writes and listings use the blocking pool.
+/// GETs of objects up to this size are prepared on the Tokio worker instead of the blocking
+/// pool: an open, fstat and map (or a pread of at most 16 KiB) cost less than the two thread
+/// wake-ups of a blocking-pool hand-off (~30 µs per request on 2 cores, measured with
+/// `examples/loadgen.rs`). Larger objects (whose ETag may still have to be computed, for files
+/// placed by hand), writes and listings use the blocking pool.
 const INLINE_READ_MAX: u64 = 256 * 1024;
 /// S3's page size limit for listings.
 const MAX_LIST_KEYS: i32 = 1000;
@@ -138,103 +129,19 @@ fn check_conditions(
     Ok(())
 }
 
-/// An object body: either already read, or arriving from a blocking reader.
-struct FileBody {
-    first: Option<Bytes>,
-    rx: Option<tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>>,
-    remaining: u64,
-}
-
-impl Stream for FileBody {
-    type Item = Result<Bytes, s3s::StdError>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if let Some(bytes) = self.first.take() {
-            self.remaining -= bytes.len() as u64;
-            return Poll::Ready(Some(Ok(bytes)));
-        }
-        let Some(rx) = self.rx.as_mut() else {
-            return Poll::Ready(None);
-        };
-        match rx.poll_recv(cx) {
-            Poll::Ready(Some(Ok(bytes))) => {
-                self.remaining = self.remaining.saturating_sub(bytes.len() as u64);
-                Poll::Ready(Some(Ok(bytes)))
-            }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-impl ByteStream for FileBody {
-    fn remaining_length(&self) -> RemainingLength {
-        RemainingLength::new_exact(usize::try_from(self.remaining).unwrap_or(usize::MAX))
-    }
-}
-
-/// Opens a body of `len` bytes at `start`: small ones are read at once, larger ones by a
-/// blocking task that stays [`READ_AHEAD`] chunks ahead and stops when the client goes away.
-/// A file that shrinks while being read ends the body with an error.
-fn body_from(
-    buffers: &Arc<BufferPool>,
-    file: File,
-    start: u64,
-    len: u64,
-) -> std::io::Result<FileBody> {
-    if len <= CHUNK {
-        let first = buffers.read_with(len as usize, |buf| file.read_exact_at(buf, start))?;
-        return Ok(FileBody {
-            first: Some(first),
-            rx: None,
-            remaining: len,
-        });
-    }
-    let (tx, rx) = tokio::sync::mpsc::channel(READ_AHEAD);
-    let buffers = Arc::clone(buffers);
-    tokio::task::spawn_blocking(move || {
-        let (mut offset, end) = (start, start + len);
-        while offset < end {
-            let n = (end - offset).min(CHUNK);
-            let chunk = buffers.read_with(n as usize, |buf| file.read_exact_at(buf, offset));
-            let failed = chunk.is_err();
-            offset += n;
-            if tx.blocking_send(chunk).is_err() || failed {
-                return;
-            }
-        }
+/// Parses `x-amz-copy-source-range`, which S3 accepts only as `bytes=first-last`.
+fn parse_copy_range(text: &str) -> S3Result<std::ops::RangeInclusive<u64>> {
+    let parsed = text.strip_prefix("bytes=").and_then(|r| {
+        let (first, last) = r.split_once('-')?;
+        Some(first.parse::<u64>().ok()?..=last.parse::<u64>().ok()?)
     });
-    Ok(FileBody {
-        first: None,
-        rx: Some(rx),
-        remaining: len,
-    })
-}
-
-/// Reads an object's metadata and opens its body for the requested range.
-fn prepare_body(
-    storage: &Storage,
-    buffers: &Arc<BufferPool>,
-    (bucket, key): (&str, &str),
-    file: File,
-    stat: &std::fs::Metadata,
-    range: Option<Range>,
-) -> S3Result<(ObjectMeta, std::ops::Range<u64>, FileBody)> {
-    let meta = storage.describe(bucket, key, stat)?;
-    let span = match range {
-        Some(r) => r.check(meta.size).map_err(|_| {
-            s3_error!(
-                InvalidRange,
-                "the requested range is not satisfiable for an object of {} bytes",
-                meta.size
-            )
-        })?,
-        None => 0..meta.size,
-    };
-    let body = body_from(buffers, file, span.start, span.end - span.start)
-        .map_err(crate::storage::internal)?;
-    Ok((meta, span, body))
+    match parsed {
+        Some(range) if range.start() <= range.end() => Ok(range),
+        _ => Err(s3_error!(
+            InvalidArgument,
+            "x-amz-copy-source-range must look like bytes=first-last with first <= last, not {text:?}"
+        )),
+    }
 }
 
 fn encode_token(item: &ListItem) -> String {
@@ -594,6 +501,51 @@ impl S3 for Backend {
         }))
     }
 
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let input = req.input;
+        let CopySource::Bucket {
+            bucket: src_bucket,
+            key: src_key,
+            ..
+        } = input.copy_source
+        else {
+            return Err(s3_error!(NotImplemented, "copy sources must be bucket/key"));
+        };
+        let range = input
+            .copy_source_range
+            .as_deref()
+            .map(parse_copy_range)
+            .transpose()?;
+        let (if_match, if_none_match) =
+            (input.copy_source_if_match, input.copy_source_if_none_match);
+        let target = (input.bucket, input.key, input.upload_id, input.part_number);
+        let (info, _) = self
+            .blocking(move |s| {
+                let (bucket, key, id, part) = &target;
+                s.copy_part(
+                    (bucket, key, id, *part),
+                    (&src_bucket, &src_key),
+                    range,
+                    |source| check_conditions(source, if_match.as_ref(), if_none_match.as_ref()),
+                )
+            })
+            .await?;
+        let result = CopyPartResult {
+            e_tag: Some(ETag::Strong(info.etag)),
+            last_modified: Some(timestamp(
+                std::time::UNIX_EPOCH + std::time::Duration::from_nanos(info.mtime_ns),
+            )),
+            ..Default::default()
+        };
+        Ok(S3Response::new(UploadPartCopyOutput {
+            copy_part_result: Some(result),
+            ..Default::default()
+        }))
+    }
+
     async fn complete_multipart_upload(
         &self,
         req: S3Request<CompleteMultipartUploadInput>,
@@ -723,5 +675,20 @@ impl S3 for Backend {
             uploads: Some(selected),
             ..Default::default()
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_ranges() {
+        assert_eq!(parse_copy_range("bytes=0-8388607").unwrap(), 0..=8_388_607);
+        assert_eq!(parse_copy_range("bytes=5-5").unwrap(), 5..=5);
+        for bad in ["bytes=5-4", "bytes=-5", "bytes=5-", "0-5", "bytes=a-b"] {
+            let err = parse_copy_range(bad).unwrap_err();
+            assert_eq!(err.code(), &s3s::S3ErrorCode::InvalidArgument, "{bad}");
+        }
     }
 }

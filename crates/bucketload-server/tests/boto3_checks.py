@@ -84,6 +84,55 @@ assert error_code(s3.list_parts, Bucket="alpha", Key="mp/big", UploadId=uid) == 
 s3.copy_object(Bucket="beta", Key="copy", CopySource={"Bucket": "alpha", "Key": "dir/obj"})
 assert s3.head_object(Bucket="beta", Key="copy")["Metadata"] == {"origin": "test"}
 
+s3.copy_object(
+    Bucket="beta", Key="replaced", CopySource={"Bucket": "alpha", "Key": "dir/obj"},
+    MetadataDirective="REPLACE", ContentType="application/json", Metadata={"fresh": "1"},
+)
+replaced = s3.head_object(Bucket="beta", Key="replaced")
+assert replaced["Metadata"] == {"fresh": "1"} and replaced["ContentType"] == "application/json", replaced
+assert replaced["ETag"] == put["ETag"], replaced["ETag"]
+s3.delete_object(Bucket="beta", Key="replaced")
+
+# UploadPartCopy: parts copied from ranges of existing objects, with and without a range.
+source = bytes(range(256)) * (10 * 1024 * 4 + 3)  # 10 MiB + 768 bytes
+s3.put_object(Bucket="alpha", Key="src/big", Body=source)
+cid = s3.create_multipart_upload(Bucket="beta", Key="assembled")["UploadId"]
+cut = 5 * 1024 * 1024
+c1 = s3.upload_part_copy(Bucket="beta", Key="assembled", UploadId=cid, PartNumber=1,
+                         CopySource={"Bucket": "alpha", "Key": "src/big"},
+                         CopySourceRange="bytes=0-%d" % (cut - 1))["CopyPartResult"]["ETag"]
+assert c1 == '"%s"' % hashlib.md5(source[:cut]).hexdigest(), c1
+c2 = s3.upload_part_copy(Bucket="beta", Key="assembled", UploadId=cid, PartNumber=2,
+                         CopySource="alpha/src/big", CopySourceRange="bytes=%d-%d" % (cut, len(source) - 1),
+                         )["CopyPartResult"]["ETag"]
+c3 = s3.upload_part_copy(Bucket="beta", Key="assembled", UploadId=cid, PartNumber=3,
+                         CopySource={"Bucket": "alpha", "Key": "dir/obj"})["CopyPartResult"]["ETag"]
+assert c3 == put["ETag"], c3
+assert error_code(
+    s3.upload_part_copy, Bucket="beta", Key="assembled", UploadId=cid, PartNumber=4,
+    CopySource={"Bucket": "alpha", "Key": "src/big"}, CopySourceRange="bytes=0-%d" % len(source),
+) == ("InvalidArgument", 400)
+assert error_code(
+    s3.upload_part_copy, Bucket="beta", Key="assembled", UploadId=cid, PartNumber=4,
+    CopySource={"Bucket": "alpha", "Key": "missing"},
+)[0] == "NoSuchKey"
+assert error_code(
+    s3.upload_part_copy, Bucket="beta", Key="assembled", UploadId=cid, PartNumber=4,
+    CopySource={"Bucket": "alpha", "Key": "src/big"}, CopySourceIfMatch='"0000"',
+) == ("PreconditionFailed", 412)
+assert error_code(
+    s3.upload_part_copy, Bucket="beta", Key="assembled", UploadId="ffff", PartNumber=1,
+    CopySource={"Bucket": "alpha", "Key": "src/big"},
+)[0] == "NoSuchUpload"
+s3.complete_multipart_upload(
+    Bucket="beta", Key="assembled", UploadId=cid,
+    MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": c1}, {"PartNumber": 2, "ETag": c2},
+                               {"PartNumber": 3, "ETag": c3}]},
+)
+assert s3.get_object(Bucket="beta", Key="assembled")["Body"].read() == source + body
+s3.delete_objects(Bucket="beta", Delete={"Objects": [{"Key": "assembled"}]})
+s3.delete_object(Bucket="alpha", Key="src/big")
+
 deleted = s3.delete_objects(Bucket="alpha", Delete={"Objects": [{"Key": "dir/obj"}, {"Key": "mp/big"}, {"Key": "never"}]})
 assert sorted(d["Key"] for d in deleted["Deleted"]) == ["dir/obj", "mp/big", "never"], deleted
 s3.delete_object(Bucket="beta", Key="copy")

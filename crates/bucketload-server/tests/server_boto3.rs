@@ -42,4 +42,6 @@ async fn boto3_sees_s3_semantics() {
     assert_eq!(counters.get("DeleteBucket"), 3);
     assert_eq!(counters.get("ListParts"), 2);
     assert!(counters.get("ListMultipartUploads") >= 2);
+    assert_eq!(counters.get("UploadPartCopy"), 7);
+    assert_eq!(counters.get("CopyObject"), 2);
 }

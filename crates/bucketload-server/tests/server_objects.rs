@@ -80,9 +80,12 @@ async fn ranges_including_invalid() {
         .await
         .unwrap();
 
+    // Read into a buffer (<= 16 KiB), sent with sendfile (<= 1 MiB), written from a map.
     let cases = [
         (0, 1),
         (5, 1000),
+        (4097, 4097 + 200_000),
+        (1_000_001, 1_000_001 + 1_048_576),
         (1_048_570, 2_097_160),
         (data.len() as u64 - 10, data.len() as u64),
     ];

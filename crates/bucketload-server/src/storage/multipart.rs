@@ -153,6 +153,38 @@ impl Storage {
         Ok(info)
     }
 
+    /// UploadPartCopy: stores bytes `range` (the whole object when `None`) of an existing
+    /// object as part `part`, hashing them for the part's ETag. `check` sees the source's
+    /// metadata first (copy-source conditions).
+    pub(crate) fn copy_part(
+        &self,
+        (bucket, key, id, part): (&str, &str, &str, i32),
+        (src_bucket, src_key): (&str, &str),
+        range: Option<std::ops::RangeInclusive<u64>>,
+        check: impl FnOnce(&ObjectMeta) -> Result<(), S3Error>,
+    ) -> Result<(PartInfo, ObjectMeta), S3Error> {
+        self.check_upload(bucket, key, id, part)?;
+        let (source, file) = self.open_object(src_bucket, src_key)?;
+        check(&source)?;
+        let span = match range {
+            None => 0..source.size,
+            Some(r) if *r.end() < source.size => *r.start()..*r.end() + 1,
+            Some(r) => {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "copy range bytes={}-{} is not valid for a source object of {} bytes",
+                    r.start(),
+                    r.end(),
+                    source.size
+                ));
+            }
+        };
+        let mut temp = self.begin_write()?;
+        temp.write_range(&file, span)?;
+        let info = self.commit_part(bucket, key, id, part, temp)?;
+        Ok((info, source))
+    }
+
     pub(crate) fn list_parts(
         &self,
         bucket: &str,
@@ -264,6 +296,23 @@ impl Storage {
     }
 }
 
+impl TempObject {
+    /// Appends bytes `span` of `file`, hashing them like [`TempObject::write`].
+    fn write_range(&mut self, file: &fs::File, span: std::ops::Range<u64>) -> Result<(), S3Error> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0u8; (span.end - span.start).min(1 << 20) as usize];
+        let mut offset = span.start;
+        while offset < span.end {
+            let n = (span.end - offset).min(buf.len() as u64) as usize;
+            file.read_exact_at(&mut buf[..n], offset)
+                .map_err(internal)?;
+            self.write(&buf[..n])?;
+            offset += n as u64;
+        }
+        Ok(())
+    }
+}
+
 fn read_record(dir: &Path) -> Option<UploadRecord> {
     serde_json::from_slice(&fs::read(dir.join("upload.json")).ok()?).ok()
 }
@@ -324,5 +373,40 @@ mod tests {
             storage.abort_upload("b", "k", &id).unwrap_err().code(),
             &s3s::S3ErrorCode::NoSuchUpload
         );
+    }
+
+    #[test]
+    fn copied_parts_hash_their_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), false).unwrap();
+        storage.create_bucket("b").unwrap();
+        let mut temp = storage.begin_write().unwrap();
+        temp.write(b"0123456789").unwrap();
+        storage
+            .commit("b", "src", temp, "e".into(), ObjectAttrs::default())
+            .unwrap();
+        let id = storage
+            .create_upload("b", "k", ObjectAttrs::default())
+            .unwrap();
+        let ok = |_: &ObjectMeta| Ok(());
+        let (p1, _) = storage
+            .copy_part(("b", "k", &id, 1), ("b", "src"), Some(2..=5), ok)
+            .unwrap();
+        assert_eq!(p1.etag, hex::encode(Md5::digest(b"2345")));
+        let (p2, source) = storage
+            .copy_part(("b", "k", &id, 2), ("b", "src"), None, ok)
+            .unwrap();
+        assert_eq!((p2.size, source.size), (10, 10));
+        let err = storage
+            .copy_part(("b", "k", &id, 3), ("b", "src"), Some(5..=10), ok)
+            .unwrap_err();
+        assert_eq!(err.code(), &s3s::S3ErrorCode::InvalidArgument);
+        let err = storage
+            .copy_part(("b", "k", &id, 3), ("b", "nope"), None, ok)
+            .unwrap_err();
+        assert_eq!(err.code(), &s3s::S3ErrorCode::NoSuchKey);
+        let parts = [(1, p1.etag), (2, p2.etag)];
+        storage.complete_upload("b", "k", &id, &parts, 0).unwrap();
+        assert_eq!(fs::read(dir.path().join("b/k")).unwrap(), b"23450123456789");
     }
 }
