@@ -48,6 +48,9 @@ pub struct LsArgs {
     /// Print the number of objects and their total size at the end
     #[arg(long)]
     summarize: bool,
+    /// Print JSON Lines: one object per entry, and with --summarize a last line of totals
+    #[arg(long)]
+    json: bool,
 }
 
 /// Flags of `stats`.
@@ -153,18 +156,22 @@ pub async fn ls(args: &StoreArgs, a: LsArgs) -> anyhow::Result<()> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut totals = ListReport::default();
     let mut entries = dataset::list(&location, None, a.recursive);
+    let print = if a.json { print_json } else { print_entry };
     while let Some(entry) = entries.try_next().await? {
         totals.add(&entry);
-        print_entry(&mut out, &entry)?;
+        print(&mut out, &entry)?;
     }
     if totals == ListReport::default() {
         // Nothing below the URI: it may name a single object.
         let meta = head_object(&uri, &config).await?;
         let entry = Entry::Object(meta);
         totals.add(&entry);
-        print_entry(&mut out, &entry)?;
+        print(&mut out, &entry)?;
     }
-    if a.summarize {
+    if a.summarize && a.json {
+        serde_json::to_writer(&mut out, &serde_json::json!({ "summary": totals }))?;
+        writeln!(out)?;
+    } else if a.summarize {
         writeln!(
             out,
             "\nTotal Objects: {}\n   Total Size: {} ({} bytes)",
@@ -191,6 +198,21 @@ fn print_entry(out: &mut impl Write, entry: &Entry) -> std::io::Result<()> {
         }
         _ => Ok(()),
     }
+}
+
+fn print_json(out: &mut impl Write, entry: &Entry) -> std::io::Result<()> {
+    let value = match entry {
+        Entry::Dir(prefix) => serde_json::json!({ "prefix": format!("{prefix}/") }),
+        Entry::Object(meta) => serde_json::json!({
+            "key": meta.location.as_ref(),
+            "size": meta.size,
+            "etag": meta.e_tag,
+            "last_modified": meta.last_modified.to_rfc3339(),
+        }),
+        _ => return Ok(()),
+    };
+    serde_json::to_writer(&mut *out, &value)?;
+    writeln!(out)
 }
 
 async fn head_object(

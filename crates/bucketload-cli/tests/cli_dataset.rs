@@ -112,3 +112,37 @@ fn same_seed_gives_same_etags() {
     assert_eq!(a, b);
     assert_ne!(a, c);
 }
+
+#[test]
+fn ls_json_lines_match_the_objects() {
+    let fx = Fixture::start();
+    let gen_args = ["gen", "s3://jsonls/d", "--samples", "4", "--classes", "2", "--size", "5KB"];
+    fx.run(&gen_args).ok();
+
+    let top = fx.run(&["ls", "s3://jsonls/d", "--json"]).ok();
+    let prefixes: Vec<serde_json::Value> = top
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(prefixes.len(), 2, "{}", top.stdout);
+    assert_eq!(prefixes[0]["prefix"], "class_000/");
+
+    let all = fx
+        .run(&["ls", "s3://jsonls/d", "--json", "--recursive", "--summarize"])
+        .ok();
+    let lines: Vec<serde_json::Value> = all
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let (summary, objects) = lines.split_last().unwrap();
+    assert_eq!(objects.len(), 4);
+    let total: u64 = objects.iter().map(|o| o["size"].as_u64().unwrap()).sum();
+    assert_eq!(summary["summary"]["objects"], 4);
+    assert_eq!(summary["summary"]["bytes"], total);
+    for o in objects {
+        assert!(o["key"].as_str().unwrap().ends_with(".jpg"), "{o}");
+        assert!(o["etag"].as_str().unwrap().len() >= 32, "{o}");
+    }
+}
