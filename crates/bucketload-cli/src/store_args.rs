@@ -12,6 +12,7 @@ use clap::Args;
 
 /// Flags that configure how stores are reached.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Store options (every command)")]
 pub struct StoreArgs {
     /// S3 endpoint URL, e.g. http://127.0.0.1:9000 [env: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL]
     #[arg(long, global = true, value_name = "URL")]
