@@ -1,15 +1,17 @@
 //! `bucketload`: the command-line face of bucketload.
 //!
 //! `serve` runs the embedded S3-compatible server; `gen`, `ls`, `stats` and `cp` create, list,
-//! describe and copy datasets in any store (`s3://`, `file://`, local paths, `mem://`). Store
-//! flags are global and share their names with the store crate's configuration; exit codes are
-//! documented in `docs/CLI.md` and in [`exit`].
+//! describe and copy datasets in any store (`s3://`, `file://`, local paths, `mem://`); `index`
+//! writes the `.idx` of tar shards that other tools wrote, and `manifest` the manifest of a
+//! one-object-per-sample dataset. Store flags are global and share their names with the store
+//! crate's configuration; exit codes are documented in `docs/CLI.md` and in [`exit`].
 
 mod data;
 mod exit;
 mod metrics;
 mod progress;
 mod serve;
+mod shards;
 mod store_args;
 
 use std::process::ExitCode;
@@ -42,6 +44,10 @@ enum Command {
     Stats(data::StatsArgs),
     /// Copy objects between local folders and object stores.
     Cp(data::CpArgs),
+    /// Index tar shards written by other tools: writes `<shard>.idx` beside each `*.tar`.
+    Index(shards::IndexArgs),
+    /// Write the manifest of a one-object-per-sample dataset (`_bucketload/manifest.json`).
+    Manifest(shards::ManifestArgs),
 }
 
 fn main() -> ExitCode {
@@ -89,6 +95,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Ls(args) => data::ls(&store, args).await,
         Command::Stats(args) => data::stats(&store, args).await,
         Command::Cp(args) => data::cp(&store, args).await,
+        Command::Index(args) => shards::index(&store, args).await,
+        Command::Manifest(args) => shards::manifest(&store, args).await,
     };
     if store.metrics {
         // Reported on failure too: the counts say how far the command got.

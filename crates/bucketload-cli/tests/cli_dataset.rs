@@ -116,7 +116,16 @@ fn same_seed_gives_same_etags() {
 #[test]
 fn ls_json_lines_match_the_objects() {
     let fx = Fixture::start();
-    let gen_args = ["gen", "s3://jsonls/d", "--samples", "4", "--classes", "2", "--size", "5KB"];
+    let gen_args = [
+        "gen",
+        "s3://jsonls/d",
+        "--samples",
+        "4",
+        "--classes",
+        "2",
+        "--size",
+        "5KB",
+    ];
     fx.run(&gen_args).ok();
 
     let top = fx.run(&["ls", "s3://jsonls/d", "--json"]).ok();
@@ -129,7 +138,13 @@ fn ls_json_lines_match_the_objects() {
     assert_eq!(prefixes[0]["prefix"], "class_000/");
 
     let all = fx
-        .run(&["ls", "s3://jsonls/d", "--json", "--recursive", "--summarize"])
+        .run(&[
+            "ls",
+            "s3://jsonls/d",
+            "--json",
+            "--recursive",
+            "--summarize",
+        ])
         .ok();
     let lines: Vec<serde_json::Value> = all
         .stdout

@@ -26,6 +26,10 @@ pub enum Error {
         #[source]
         source: bucketload_store::Error,
     },
+    /// A shard, index or manifest is malformed; the format error names the object and the byte
+    /// offset.
+    #[error(transparent)]
+    Format(#[from] bucketload_format::Error),
     /// An argument was not valid.
     #[error("invalid input: {message}")]
     InvalidInput {

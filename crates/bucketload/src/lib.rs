@@ -1,7 +1,8 @@
 //! bucketload: keeps accelerators fed from object storage.
 //!
-//! This crate is the engine. Today it holds the [`dataset`] tools that the `bucketload` CLI
-//! drives: generate a synthetic image dataset, list it, describe it and copy it between stores.
+//! This crate is the engine. It holds the [`dataset`] tools that the `bucketload` CLI drives
+//! (generate a synthetic image dataset, list it, describe it and copy it between stores) and the
+//! [`shards`] tools (index tar shards written by other tools, write a dataset's manifest).
 //! Stores come from [`bucketload_store::Store`]; every tool works on its `ObjectStore`.
 //!
 //! ```no_run
@@ -19,5 +20,6 @@
 
 pub mod dataset;
 mod error;
+pub mod shards;
 
 pub use error::{BoxError, Error, Result};
