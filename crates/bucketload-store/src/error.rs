@@ -115,6 +115,14 @@ impl Error {
         endpoint: &str,
         list_hint: &str,
     ) -> Error {
+        if is_invalid_range(&err) {
+            return Error::InvalidInput {
+                message: format!(
+                    "{uri}: the requested byte range is outside the object; \
+                     check its size with `bucketload ls {uri}`"
+                ),
+            };
+        }
         match classify(&err) {
             ErrorClass::NotFound => not_found(&err, uri, list_hint),
             ErrorClass::Permission => Error::PermissionDenied {
@@ -248,6 +256,17 @@ pub(crate) fn classify(err: &object_store::Error) -> ErrorClass {
         };
     }
     ErrorClass::Other
+}
+
+/// True for a range that starts past the end of the object: HTTP 416 from S3-compatible
+/// stores, `InvalidGetRange` from the local and memory stores.
+fn is_invalid_range(err: &object_store::Error) -> bool {
+    let text = chain_text(err);
+    text.contains("status code: 416")
+        || text.contains("status: 416")
+        || text.contains("<Code>InvalidRange</Code>")
+        || text.contains("Wanted range starting at")
+        || text.contains("StartTooLarge")
 }
 
 /// Finds the HTTP status of a failed request in the source chain, if any.

@@ -236,6 +236,18 @@ async fn not_found_names_the_uri(f: Fixture) {
     assert_eq!(f.store.metrics().snapshot().errors.not_found, 2);
 }
 
+async fn invalid_range_names_the_object(f: Fixture) {
+    let key = Path::from("short");
+    let os = f.store.object_store();
+    os.put(&key, data(10, 0).into()).await.unwrap();
+    let err = os.get_range(&key, 100..200).await.unwrap_err();
+    let err = f.store.map_error(err, &key);
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains(&format!("{}/short", f.uri)), "{text}");
+    assert!(text.contains("range"), "{text}");
+}
+
 async fn metering_counts(f: Fixture) {
     let os = f.store.object_store();
     os.put(&Path::from("m"), data(1000, 0).into())
@@ -289,6 +301,7 @@ on_every_backend!(
     abort_on_drop_leaves_no_object,
     get_parallel_equals_the_bytes,
     not_found_names_the_uri,
+    invalid_range_names_the_object,
     metering_counts,
     create_bucket_is_idempotent,
 );
