@@ -321,14 +321,7 @@ impl S3 for Backend {
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let input = req.input;
-        let CopySource::Bucket {
-            bucket: src_bucket,
-            key: src_key,
-            ..
-        } = input.copy_source
-        else {
-            return Err(s3_error!(NotImplemented, "copy sources must be bucket/key"));
-        };
+        let (src_bucket, src_key) = bucket_and_key(input.copy_source)?;
         let replace = input
             .metadata_directive
             .as_ref()
@@ -506,14 +499,7 @@ impl S3 for Backend {
         req: S3Request<UploadPartCopyInput>,
     ) -> S3Result<S3Response<UploadPartCopyOutput>> {
         let input = req.input;
-        let CopySource::Bucket {
-            bucket: src_bucket,
-            key: src_key,
-            ..
-        } = input.copy_source
-        else {
-            return Err(s3_error!(NotImplemented, "copy sources must be bucket/key"));
-        };
+        let (src_bucket, src_key) = bucket_and_key(input.copy_source)?;
         let range = input
             .copy_source_range
             .as_deref()
@@ -675,6 +661,14 @@ impl S3 for Backend {
             uploads: Some(selected),
             ..Default::default()
         }))
+    }
+}
+
+/// The bucket and key of a copy source; access points and versions are not supported.
+fn bucket_and_key(source: CopySource) -> S3Result<(String, String)> {
+    match source {
+        CopySource::Bucket { bucket, key, .. } => Ok((bucket.into(), key.into())),
+        _ => Err(s3_error!(NotImplemented, "copy sources must be bucket/key")),
     }
 }
 
