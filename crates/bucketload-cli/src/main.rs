@@ -2,9 +2,10 @@
 //!
 //! `serve` runs the embedded S3-compatible server; `gen`, `ls`, `stats` and `cp` create, list,
 //! describe and copy datasets in any store (`s3://`, `file://`, local paths, `mem://`); `index`
-//! writes the `.idx` of tar shards that other tools wrote, and `manifest` the manifest of a
-//! one-object-per-sample dataset. Store flags are global and share their names with the store
-//! crate's configuration; exit codes are documented in `docs/CLI.md` and in [`exit`].
+//! writes the `.idx` of tar shards that other tools wrote, `manifest` the manifest of a
+//! one-object-per-sample dataset, and `verify` checks a dataset against either. Store flags are
+//! global and share their names with the store crate's configuration; exit codes are documented
+//! in `docs/CLI.md` and in [`exit`].
 
 mod data;
 mod exit;
@@ -48,6 +49,8 @@ enum Command {
     Index(shards::IndexArgs),
     /// Write the manifest of a one-object-per-sample dataset (`_bucketload/manifest.json`).
     Manifest(shards::ManifestArgs),
+    /// Check a dataset against its manifest or shard indexes; exit 6 if anything differs.
+    Verify(shards::VerifyArgs),
 }
 
 fn main() -> ExitCode {
@@ -97,6 +100,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cp(args) => data::cp(&store, args).await,
         Command::Index(args) => shards::index(&store, args).await,
         Command::Manifest(args) => shards::manifest(&store, args).await,
+        Command::Verify(args) => shards::verify(&store, args).await,
     };
     if store.metrics {
         // Reported on failure too: the counts say how far the command got.

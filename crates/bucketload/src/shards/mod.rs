@@ -11,6 +11,9 @@
 //! [`write_files_manifest`] describes a one-object-per-sample dataset: it reads every object
 //! once for its CRC32C and writes the `files` manifest (`_bucketload/manifest.json`) last.
 //!
+//! [`verify`] reads a dataset once and compares it with its `files` manifest or its shard
+//! indexes, reporting every [`Problem`].
+//!
 //! ```no_run
 //! use bucketload::dataset::NoProgress;
 //! use bucketload::shards::{IndexOptions, find_shards, index_shards};
@@ -26,6 +29,7 @@
 
 mod manifest;
 mod scan;
+mod verify;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -42,6 +46,7 @@ use crate::error::{Error, Result};
 
 pub use manifest::{ManifestReport, write_files_manifest};
 pub use scan::index_shard;
+pub use verify::{Problem, VerifyReport, verify};
 
 /// Extension of the shards this module indexes.
 pub const SHARD_EXT: &str = ".tar";

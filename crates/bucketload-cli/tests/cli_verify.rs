@@ -1,0 +1,321 @@
+//! `verify` against a `files` manifest (written by `manifest` on a `gen` dataset) and against the
+//! indexes of tar shards written by GNU tar and Python's `tarfile`: clean datasets pass reading
+//! every object once; changed, deleted, corrupt and unindexed objects are each named, and only
+//! they.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path as FsPath;
+use std::process::Command;
+
+use bucketload_format::{
+    DatasetKind, MANIFEST_PATH, MANIFEST_VERSION, Manifest, Parameters, ShardEntry, ShardIndex,
+};
+use bucketload_server::{DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY};
+use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
+use bucketload_store::{Store, StoreConfig};
+use common::{Fixture, Run};
+
+fn open(fx: &Fixture, uri: &str) -> Store {
+    let config: StoreConfig =
+        bucketload_test_support::s3_config(&fx.endpoint(), DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY);
+    let store = Store::open(uri, &config).unwrap();
+    fx.block_on(store.create_bucket()).unwrap();
+    store
+}
+
+fn put(fx: &Fixture, store: &Store, key: &str, data: &[u8]) {
+    let payload = PutPayload::from(data.to_vec());
+    fx.block_on(store.object_store().put(&Path::from(key), payload))
+        .unwrap();
+}
+
+fn get(fx: &Fixture, store: &Store, key: &str) -> Vec<u8> {
+    let os = store.object_store();
+    let bytes = fx.block_on(async { os.get(&Path::from(key)).await?.bytes().await });
+    bytes.unwrap().to_vec()
+}
+
+/// Runs `verify` and returns the run with the number of GETs the server received.
+fn verify(fx: &Fixture, uri: &str) -> (Run, u64) {
+    let gets = fx.server().counters().get("GetObject");
+    let run = fx.run(&["verify", uri]);
+    (run, fx.server().counters().get("GetObject") - gets)
+}
+
+/// Lines of stdout naming `uri` exactly (followed by `:`).
+fn lines_naming<'a>(run: &'a Run, uri: &str) -> Vec<&'a str> {
+    let prefix = format!("{uri}: ");
+    run.stdout
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .collect()
+}
+
+#[test]
+fn a_files_dataset_verifies_clean_and_changed_or_deleted_objects_are_named() {
+    let fx = Fixture::start();
+    let uri = "s3://verify-tests/train";
+    let gen_args = [
+        "gen",
+        uri,
+        "--samples",
+        "24",
+        "--classes",
+        "3",
+        "--size",
+        "3KB",
+    ];
+    fx.run(&gen_args).ok();
+    fx.run(&["manifest", uri]).ok();
+    let store = open(&fx, uri);
+    let manifest = Manifest::from_json(MANIFEST_PATH, &get(&fx, &store, MANIFEST_PATH)).unwrap();
+    let bytes: u64 = manifest.files.iter().map(|f| f.size).sum();
+
+    let (run, gets) = verify(&fx, uri);
+    let run = run.ok();
+    let want = format!("verified 24 objects ({bytes} bytes) in ");
+    assert!(run.stdout.contains(&want), "{run:#?}");
+    assert!(run.stdout.trim_end().ends_with(": 0 problems"), "{run:#?}");
+    // The manifest, then every object once.
+    assert_eq!(gets, 25, "{run:#?}");
+
+    let (changed, deleted) = (&manifest.files[0], &manifest.files[5]);
+    let mut other = get(&fx, &store, &changed.key);
+    other.iter_mut().for_each(|b| *b = b.wrapping_add(1));
+    put(&fx, &store, &changed.key, &other);
+    fx.block_on(
+        store
+            .object_store()
+            .delete(&Path::from(deleted.key.as_str())),
+    )
+    .unwrap();
+    put(&fx, &store, "extra.txt", b"not described");
+
+    let (run, _) = verify(&fx, uri);
+    assert_eq!(run.code, 6, "{run:#?}");
+    let changed_lines = lines_naming(&run, &format!("{uri}/{}", changed.key));
+    assert_eq!(changed_lines.len(), 2, "{run:#?}");
+    assert!(changed_lines[0].contains(": wrong ETag: "), "{run:#?}");
+    assert!(
+        changed_lines[1].contains(": checksum mismatch: "),
+        "{run:#?}"
+    );
+    let deleted_lines = lines_naming(&run, &format!("{uri}/{}", deleted.key));
+    assert!(
+        deleted_lines == [format!("{uri}/{}: missing", deleted.key)],
+        "{run:#?}"
+    );
+    let warning = format!("warning: {uri}/extra.txt: not in the manifest");
+    assert!(run.stdout.lines().any(|l| l == warning), "{run:#?}");
+    for file in manifest
+        .files
+        .iter()
+        .filter(|f| f.key != changed.key && f.key != deleted.key)
+    {
+        assert!(!run.stdout.contains(&file.key), "{}: {run:#?}", file.key);
+    }
+    assert!(run.stdout.contains("verified 23 objects ("), "{run:#?}");
+    assert!(run.stdout.trim_end().ends_with(": 3 problems"), "{run:#?}");
+    assert!(run.error_line().contains("3 problems"), "{run:#?}");
+}
+
+/// Two shards of the same WebDataset members: one by GNU tar, one by Python's `tarfile`.
+fn make_shards(fx: &Fixture) -> Vec<(&'static str, Vec<u8>)> {
+    let dir = fx.work_path("members");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut names = Vec::new();
+    for i in 1..=4u32 {
+        let jpg: Vec<u8> = (0..(i as usize * 1777))
+            .map(|b| (b as u32 * 7 + i) as u8)
+            .collect();
+        for (ext, data) in [("jpg", jpg), ("cls", format!("{}", i % 3).into_bytes())] {
+            let name = format!("{i:06}.{ext}");
+            std::fs::write(dir.join(&name), data).unwrap();
+            names.push(name);
+        }
+    }
+    let (gnu, py) = (fx.work_path("gnu.tar"), fx.work_path("py.tar"));
+    let status = Command::new("tar")
+        .args(["--format=gnu", "-cf"])
+        .arg(&gnu)
+        .arg("-C")
+        .arg(&dir)
+        .args(&names)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    python_tar(&dir, &py, &names);
+    vec![
+        ("gnu.tar", std::fs::read(gnu).unwrap()),
+        ("py.tar", std::fs::read(py).unwrap()),
+    ]
+}
+
+fn python_tar(dir: &FsPath, out: &FsPath, names: &[String]) {
+    let script = "import sys, tarfile\n\
+                  with tarfile.open(sys.argv[1], 'w') as t:\n    \
+                      for n in sys.argv[3:]: t.add(sys.argv[2] + '/' + n, arcname=n)\n";
+    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/../../.venv/bin/python");
+    let status = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(out)
+        .arg(dir)
+        .args(names)
+        .status()
+        .unwrap();
+    assert!(status.success(), "python tarfile failed");
+}
+
+#[test]
+fn indexed_shards_verify_clean_and_a_flipped_byte_names_the_shard_and_member() {
+    let fx = Fixture::start();
+    let uri = "s3://verify-tests/shards";
+    let store = open(&fx, uri);
+    let shards = make_shards(&fx);
+    for (name, data) in &shards {
+        put(&fx, &store, name, data);
+    }
+    fx.run(&["index", uri]).ok();
+
+    let (run, gets) = verify(&fx, uri);
+    let run = run.ok();
+    let bytes: usize = shards.iter().map(|(_, d)| d.len()).sum();
+    let want = format!("verified 2 objects ({bytes} bytes) in ");
+    assert!(run.stdout.contains(&want), "{run:#?}");
+    assert!(run.stdout.trim_end().ends_with(": 0 problems"), "{run:#?}");
+    // The (absent) manifest, then each index and each shard once.
+    assert_eq!(gets, 5, "{run:#?}");
+
+    // Flip one byte inside the data of 000002.jpg in the GNU shard.
+    let (name, data) = &shards[0];
+    let index = ShardIndex::parse("gnu.tar.idx", &get(&fx, &store, "gnu.tar.idx")).unwrap();
+    let member = index.samples[1]
+        .members
+        .iter()
+        .find(|m| m.ext == "jpg")
+        .unwrap();
+    assert_eq!(index.samples[1].key, "000002");
+    let mut flipped = data.clone();
+    flipped[member.data_offset as usize + 100] ^= 0x40;
+    put(&fx, &store, name, &flipped);
+    // A shard without an index, and a truncated one under a valid index.
+    put(&fx, &store, "orphan.tar", data);
+    put(&fx, &store, "short.tar", &data[..5000]);
+    put(
+        &fx,
+        &store,
+        "short.tar.idx",
+        &get(&fx, &store, "gnu.tar.idx"),
+    );
+
+    let (run, _) = verify(&fx, uri);
+    assert_eq!(run.code, 6, "{run:#?}");
+    let gnu = lines_naming(&run, &format!("{uri}/gnu.tar"));
+    assert_eq!(gnu.len(), 2, "{run:#?}");
+    assert!(gnu[0].contains(": checksum mismatch: "), "{run:#?}");
+    let member_line = format!(
+        ": index mismatch: member 000002.jpg at byte {} ",
+        member.data_offset
+    );
+    assert!(gnu[1].contains(&member_line), "{run:#?}");
+    let orphan = lines_naming(&run, &format!("{uri}/orphan.tar"));
+    assert!(
+        orphan
+            == [format!(
+                "{uri}/orphan.tar: no index; run `bucketload index`"
+            )],
+        "{run:#?}"
+    );
+    let short = lines_naming(&run, &format!("{uri}/short.tar"));
+    assert_eq!(short.len(), 1, "{run:#?}");
+    assert!(short[0].contains(": corrupt tar: "), "{run:#?}");
+    assert!(short[0].contains(" at byte "), "{run:#?}");
+    assert!(!run.stdout.contains("py.tar"), "{run:#?}");
+    assert!(run.stdout.contains("verified 3 objects ("), "{run:#?}");
+    assert!(run.stdout.trim_end().ends_with(": 4 problems"), "{run:#?}");
+}
+
+#[test]
+fn a_prefix_with_neither_manifest_nor_shards_is_an_error() {
+    let fx = Fixture::start();
+    let store = open(&fx, "s3://verify-tests/empty");
+    put(&fx, &store, "readme.txt", b"nothing to verify");
+    let run = fx.run(&["verify", "s3://verify-tests/empty"]);
+    assert_eq!(run.code, 6, "{run:#?}");
+    assert!(run.error_line().contains("nothing to verify"), "{run:#?}");
+    assert!(!run.stdout.contains("verified"), "{run:#?}");
+}
+
+#[test]
+fn a_shards_manifest_names_missing_shards_and_shards_that_differ_from_it() {
+    let fx = Fixture::start();
+    let uri = "s3://verify-tests/listed";
+    let store = open(&fx, uri);
+    let shards = make_shards(&fx);
+    for (name, data) in &shards {
+        put(&fx, &store, name, data);
+    }
+    fx.run(&["index", uri]).ok();
+    let md5_of = |name: &str| {
+        let index = ShardIndex::parse(name, &get(&fx, &store, &format!("{name}.idx"))).unwrap();
+        index.shard_md5.iter().map(|b| format!("{b:02x}")).collect()
+    };
+    let entry = |name: &str, bytes: u64, crc32c: String, md5: String| ShardEntry {
+        name: name.to_owned(),
+        index: format!("{name}.idx"),
+        samples: 4,
+        bytes,
+        crc32c,
+        md5,
+    };
+    let (gnu, py) = (&shards[0].1, &shards[1].1);
+    let entries = vec![
+        entry(
+            "gnu.tar",
+            gnu.len() as u64,
+            format!("{:08x}", crc32c::crc32c(gnu)),
+            md5_of("gnu.tar"),
+        ),
+        entry("gone.tar", 10_240, "0badc0de".to_owned(), "0".repeat(32)),
+        entry(
+            "py.tar",
+            py.len() as u64,
+            "0badc0de".to_owned(),
+            md5_of("py.tar"),
+        ),
+    ];
+    let manifest = Manifest {
+        format_version: MANIFEST_VERSION,
+        kind: DatasetKind::Shards,
+        parameters: Parameters {
+            source: uri.to_owned(),
+            shard_size: None,
+            seed: None,
+            label_policy: "none".to_owned(),
+            tool_version: "test".to_owned(),
+            created: "2026-11-22T06:30:00Z".to_owned(),
+            part: None,
+        },
+        samples: 12,
+        bytes: entries.iter().map(|e| e.bytes).sum(),
+        classes: Vec::new(),
+        shards: entries,
+        files: Vec::new(),
+    };
+    put(&fx, &store, MANIFEST_PATH, &manifest.to_json());
+
+    let (run, _) = verify(&fx, uri);
+    assert_eq!(run.code, 6, "{run:#?}");
+    let gone = lines_naming(&run, &format!("{uri}/gone.tar"));
+    assert!(gone == [format!("{uri}/gone.tar: missing")], "{run:#?}");
+    let py = lines_naming(&run, &format!("{uri}/py.tar"));
+    assert_eq!(py.len(), 1, "{run:#?}");
+    assert!(py[0].contains(": manifest mismatch: "), "{run:#?}");
+    assert!(py[0].contains("CRC32C 0badc0de"), "{run:#?}");
+    assert!(!run.stdout.contains("gnu.tar"), "{run:#?}");
+    assert!(run.stdout.contains("verified 2 objects ("), "{run:#?}");
+    assert!(run.stdout.trim_end().ends_with(": 2 problems"), "{run:#?}");
+}

@@ -1,0 +1,457 @@
+//! Integrity check of a dataset: every object is read once, many in flight, and compared with
+//! what the dataset's metadata records.
+//!
+//! A `files` manifest (`_bucketload/manifest.json`) records each object's size, ETag and CRC32C;
+//! otherwise (no manifest, or a `shards` manifest) every `*.tar` must have a `.idx` and is streamed
+//! once through the index scanner, its size, CRC32C, MD5 and every member's (offset, size,
+//! CRC32C) compared with the index. Every problem is collected; nothing stops early.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bucketload_format::{DatasetKind, FileEntry, MANIFEST_PATH, Manifest, ShardEntry, ShardIndex};
+use bucketload_store::Store;
+use bucketload_store::object_store::{self, ObjectMeta, ObjectStoreExt, path::Path};
+use futures::{StreamExt, TryStreamExt};
+
+use super::{IndexOptions, SHARD_EXT, ShardObject, find_shards, index_key, index_shard};
+use crate::dataset::{Location, Progress};
+use crate::error::{Error, Result};
+
+/// Prefix of bucketload's own objects at a dataset root (never part of the dataset).
+const RESERVED: &str = "_bucketload/";
+/// Chunks at least this large are hashed on the blocking pool.
+const BLOCKING_HASH: usize = 256 << 10;
+
+/// One problem found by [`verify`], naming the object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Full URI of the object.
+    pub uri: String,
+    /// What is wrong (names the member and its offset when relevant).
+    pub message: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.uri, self.message)
+    }
+}
+
+/// What [`verify`] checked and found.
+#[derive(Debug, Default)]
+pub struct VerifyReport {
+    /// The dataset was checked against a `files` manifest (else against shard indexes).
+    pub files_manifest: bool,
+    /// Objects read.
+    pub objects: u64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Wall time in seconds.
+    pub seconds: f64,
+    /// Failures, sorted by object.
+    pub problems: Vec<Problem>,
+    /// Objects present but not in the `files` manifest (not failures).
+    pub warnings: Vec<Problem>,
+}
+
+/// Verifies the dataset below `store`'s prefix: objects of a `files` manifest with `concurrency`
+/// GETs in flight, else every `*.tar` against its `.idx` as `options` says.
+///
+/// Fails only when the dataset cannot be listed or the manifest cannot be read or parsed;
+/// everything else is a [`Problem`] in the report.
+pub async fn verify(
+    store: &Store,
+    concurrency: usize,
+    options: &IndexOptions,
+    progress: &dyn Progress,
+) -> Result<VerifyReport> {
+    let started = Instant::now();
+    let mut report = match read_manifest(store).await? {
+        Some(m) if m.kind == DatasetKind::Files => {
+            verify_files(store, m.files, concurrency, progress).await?
+        }
+        manifest => verify_shards(store, manifest, options, progress).await?,
+    };
+    progress.finish();
+    report.problems.sort_by(|a, b| a.uri.cmp(&b.uri));
+    report.warnings.sort_by(|a, b| a.uri.cmp(&b.uri));
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// The manifest at the root, `None` if there is none.
+async fn read_manifest(store: &Store) -> Result<Option<Manifest>> {
+    let key = Path::from(MANIFEST_PATH);
+    let location = Location::from_store(store);
+    let got = async { store.object_store().get(&key).await?.bytes().await }.await;
+    match got {
+        Ok(bytes) => Ok(Some(Manifest::from_json(&store.object_uri(&key), &bytes)?)),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(location.error(&key, e)),
+    }
+}
+
+/// Lists the dataset's objects (bucketload's own excluded).
+async fn list(store: &Store) -> Result<Vec<ObjectMeta>> {
+    let location = Location::from_store(store);
+    store
+        .object_store()
+        .list(None)
+        .map_err(|e| location.error(&Path::default(), e))
+        .try_filter(|m| futures::future::ready(!m.location.as_ref().starts_with(RESERVED)))
+        .try_collect()
+        .await
+}
+
+async fn verify_files(
+    store: &Store,
+    files: Vec<FileEntry>,
+    concurrency: usize,
+    progress: &dyn Progress,
+) -> Result<VerifyReport> {
+    let mut report = VerifyReport {
+        files_manifest: true,
+        ..VerifyReport::default()
+    };
+    let mut present: HashMap<String, ObjectMeta> = list(store)
+        .await?
+        .into_iter()
+        .map(|m| (m.location.to_string(), m))
+        .collect();
+    let mut todo = Vec::new();
+    for file in files {
+        let uri = store.object_uri(&Path::from(file.key.as_str()));
+        match present.remove(&file.key) {
+            None => report.problems.push(problem(uri, "missing")),
+            Some(meta) if meta.size != file.size => report.problems.push(problem(
+                uri,
+                format!(
+                    "wrong size: {} bytes, the manifest says {}",
+                    meta.size, file.size
+                ),
+            )),
+            Some(_) => todo.push(file),
+        }
+    }
+    for key in present.into_keys() {
+        let uri = store.object_uri(&Path::from(key.as_str()));
+        report.warnings.push(problem(uri, "not in the manifest"));
+    }
+    progress.set_total(todo.len() as u64, Some(todo.iter().map(|f| f.size).sum()));
+    let location = Location::from_store(store);
+    let mut results = futures::stream::iter(todo)
+        .map(|file| check_file(&location, file, progress))
+        .buffer_unordered(concurrency.max(1));
+    while let Some((bytes, problems)) = results.next().await {
+        report.objects += 1;
+        report.bytes += bytes;
+        report.problems.extend(problems);
+    }
+    Ok(report)
+}
+
+/// GETs one object and compares its size, ETag and CRC32C with `file`; returns the bytes read.
+async fn check_file(
+    location: &Location,
+    file: FileEntry,
+    progress: &dyn Progress,
+) -> (u64, Vec<Problem>) {
+    let key = Path::from(file.key.as_str());
+    let uri = location.uri_of(&key);
+    let read = read_crc(location, &key).await;
+    progress.advance(1, read.as_ref().map_or(0, |r| r.size));
+    let read = match read {
+        Ok(read) => read,
+        Err(Error::Store(bucketload_store::Error::NotFound { .. })) => {
+            return (0, vec![problem(uri, "missing")]);
+        }
+        Err(e) => return (0, vec![problem(uri, format!("cannot be read: {e}"))]),
+    };
+    let mut problems = Vec::new();
+    if read.size != file.size {
+        let message = format!(
+            "wrong size: {} bytes, the manifest says {}",
+            read.size, file.size
+        );
+        problems.push(problem(uri.clone(), message));
+    }
+    if let (Some(want), Some(got)) = (&file.etag, &read.etag)
+        && want != got
+    {
+        let message = format!("wrong ETag: {got}, the manifest says {want}");
+        problems.push(problem(uri.clone(), message));
+    }
+    let crc = format!("{:08x}", read.crc);
+    if let Some(want) = &file.crc32c
+        && !want.eq_ignore_ascii_case(&crc)
+    {
+        let message = format!("checksum mismatch: CRC32C {crc}, the manifest says {want}");
+        problems.push(problem(uri, message));
+    }
+    (read.size, problems)
+}
+
+/// What reading one object found.
+struct Read {
+    size: u64,
+    etag: Option<String>,
+    crc: u32,
+}
+
+/// Streams `key` through CRC32C (large chunks hashed on the blocking pool).
+async fn read_crc(location: &Location, key: &Path) -> Result<Read> {
+    let get = location
+        .store()
+        .get(key)
+        .await
+        .map_err(|e| location.error(key, e))?;
+    let etag = get
+        .meta
+        .e_tag
+        .as_ref()
+        .map(|e| e.trim_matches('"').to_owned());
+    let mut body = get.into_stream();
+    let (mut crc, mut size) = (0u32, 0u64);
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| location.error(key, e))?;
+        size += chunk.len() as u64;
+        crc = if chunk.len() >= BLOCKING_HASH {
+            tokio::task::spawn_blocking(move || crc32c::crc32c_append(crc, &chunk))
+                .await
+                .map_err(|e| Error::Task {
+                    reason: e.to_string(),
+                })?
+        } else {
+            crc32c::crc32c_append(crc, &chunk)
+        };
+    }
+    Ok(Read { size, etag, crc })
+}
+
+async fn verify_shards(
+    store: &Store,
+    manifest: Option<Manifest>,
+    options: &IndexOptions,
+    progress: &dyn Progress,
+) -> Result<VerifyReport> {
+    let mut report = VerifyReport::default();
+    let shards = find_shards(store, None).await?;
+    if shards.is_empty() && manifest.is_none() {
+        let message = format!(
+            "no {MANIFEST_PATH} and no *{SHARD_EXT} objects below {}; nothing to verify",
+            store.uri()
+        );
+        return Err(Error::invalid_input(message));
+    }
+    let names: HashSet<&str> = shards.iter().map(|s| s.key.as_ref()).collect();
+    let entries: HashMap<&str, &ShardEntry> = manifest
+        .iter()
+        .flat_map(|m| &m.shards)
+        .map(|e| (e.name.as_str(), e))
+        .collect();
+    for name in entries.keys().filter(|name| !names.contains(*name)) {
+        let uri = store.object_uri(&Path::from(*name));
+        report.problems.push(problem(uri, "missing"));
+    }
+    let (todo, unindexed): (Vec<_>, Vec<_>) = shards.into_iter().partition(|s| s.has_index);
+    for shard in unindexed {
+        let uri = store.object_uri(&shard.key);
+        report
+            .problems
+            .push(problem(uri, "no index; run `bucketload index`"));
+    }
+    progress.set_total(todo.len() as u64, Some(todo.iter().map(|s| s.size).sum()));
+    let on_bytes: Arc<dyn Fn(u64) + Send + Sync + '_> = Arc::new(|n| progress.advance(0, n));
+    let mut results = futures::stream::iter(todo)
+        .map(|shard| {
+            let on_bytes = on_bytes.clone();
+            let entry = entries.get(shard.key.as_ref()).copied();
+            async move { check_shard(store, &shard, entry, options, &*on_bytes).await }
+        })
+        .buffer_unordered(options.shards_in_flight);
+    while let Some((bytes, problems)) = results.next().await {
+        report.objects += 1;
+        report.bytes += bytes;
+        report.problems.extend(problems);
+        progress.advance(1, 0);
+    }
+    Ok(report)
+}
+
+/// Reads the index of `shard`, streams the shard once and compares the two (and the shard with
+/// its `entry` in a `shards` manifest).
+async fn check_shard(
+    store: &Store,
+    shard: &ShardObject,
+    entry: Option<&ShardEntry>,
+    options: &IndexOptions,
+    on_bytes: &(dyn Fn(u64) + Send + Sync),
+) -> (u64, Vec<Problem>) {
+    let uri = store.object_uri(&shard.key);
+    let idx = index_key(&shard.key);
+    let idx_uri = store.object_uri(&idx);
+    let recorded = async { store.object_store().get(&idx).await?.bytes().await }.await;
+    let recorded = match recorded {
+        Ok(bytes) => ShardIndex::parse(&idx_uri, &bytes),
+        Err(e) => {
+            let error = Location::from_store(store).error(&idx, e);
+            return (
+                0,
+                vec![problem(idx_uri, format!("cannot be read: {error}"))],
+            );
+        }
+    };
+    let recorded = match recorded {
+        Ok(index) => index,
+        Err(e) => return (0, vec![problem(idx_uri, format!("corrupt index: {e}"))]),
+    };
+    match index_shard(store, &shard.key, shard.size, options, on_bytes).await {
+        Ok(actual) => {
+            let mut problems = compare(&uri, &recorded, &actual);
+            problems.extend(entry.and_then(|e| compare_entry(&uri, e, &actual)));
+            (actual.shard_size, problems)
+        }
+        Err(Error::Format(e)) => (shard.size, vec![problem(uri, format!("corrupt tar: {e}"))]),
+        Err(e) => (0, vec![problem(uri, format!("cannot be read: {e}"))]),
+    }
+}
+
+/// The differences between the index `recorded` of the shard `uri` and the index of its bytes.
+fn compare(uri: &str, recorded: &ShardIndex, actual: &ShardIndex) -> Vec<Problem> {
+    let mut out = Vec::new();
+    if recorded.shard_size != actual.shard_size {
+        let message = format!(
+            "wrong size: {} bytes, the index says {}",
+            actual.shard_size, recorded.shard_size
+        );
+        out.push(problem(uri, message));
+    }
+    if recorded.shard_crc32c != actual.shard_crc32c || recorded.shard_md5 != actual.shard_md5 {
+        let message = format!(
+            "checksum mismatch: CRC32C {:08x}, the index says {:08x}",
+            actual.shard_crc32c, recorded.shard_crc32c
+        );
+        out.push(problem(uri, message));
+    }
+    let want = members(recorded);
+    let got = members(actual);
+    for ((name, w), (got_name, g)) in want.iter().zip(&got) {
+        let same = name == got_name
+            && (w.header_offset, w.data_offset, w.size, w.crc32c)
+                == (g.header_offset, g.data_offset, g.size, g.crc32c);
+        if !same {
+            let message = format!(
+                "index mismatch: member {got_name} at byte {} has {} bytes with CRC32C {:08x}; \
+                 the index says {name} at byte {}, {} bytes, CRC32C {:08x}",
+                g.data_offset, g.size, g.crc32c, w.data_offset, w.size, w.crc32c
+            );
+            out.push(problem(uri, message));
+        }
+    }
+    if want.len() != got.len() {
+        let message = format!(
+            "index mismatch: the shard has {} members, the index lists {}",
+            got.len(),
+            want.len()
+        );
+        out.push(problem(uri, message));
+    }
+    out
+}
+
+/// The difference between a shard's `entry` in the manifest and the index of its bytes.
+fn compare_entry(uri: &str, entry: &ShardEntry, actual: &ShardIndex) -> Option<Problem> {
+    let crc = format!("{:08x}", actual.shard_crc32c);
+    let md5: String = actual
+        .shard_md5
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let same = entry.bytes == actual.shard_size
+        && entry.crc32c.eq_ignore_ascii_case(&crc)
+        && entry.md5.eq_ignore_ascii_case(&md5);
+    let message = format!(
+        "manifest mismatch: {} bytes, CRC32C {crc}, MD5 {md5}; the manifest says {} bytes, \
+         CRC32C {}, MD5 {}",
+        actual.shard_size, entry.bytes, entry.crc32c, entry.md5
+    );
+    (!same).then(|| problem(uri, message))
+}
+
+/// Every member of `index` with its name (`key.ext`), in shard order.
+fn members(index: &ShardIndex) -> Vec<(String, &bucketload_format::IndexMember)> {
+    index
+        .samples
+        .iter()
+        .flat_map(|s| {
+            s.members
+                .iter()
+                .map(move |m| (format!("{}.{}", s.key, m.ext), m))
+        })
+        .collect()
+}
+
+fn problem(uri: impl Into<String>, message: impl Into<String>) -> Problem {
+    Problem {
+        uri: uri.into(),
+        message: message.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bucketload_format::{IndexMember, IndexSample};
+
+    use super::*;
+
+    fn index(crc: u32, size: u64) -> ShardIndex {
+        let member = |ext: &str, data_offset: u64, size: u64, crc32c: u32| IndexMember {
+            ext: ext.to_owned(),
+            header_offset: data_offset - 512,
+            data_offset,
+            size,
+            crc32c,
+        };
+        ShardIndex {
+            shard_size: 4096,
+            shard_crc32c: 7,
+            shard_md5: [1; 16],
+            samples: vec![IndexSample {
+                key: "000001".to_owned(),
+                members: vec![member("jpg", 512, size, crc), member("cls", 1536, 1, 9)],
+            }],
+        }
+    }
+
+    #[test]
+    fn equal_indexes_have_no_problem() {
+        assert!(compare("u", &index(5, 10), &index(5, 10)).is_empty());
+    }
+
+    #[test]
+    fn a_changed_member_is_named_with_its_offset() {
+        let mut actual = index(6, 10);
+        actual.shard_crc32c = 8;
+        let problems = compare("s3://b/s.tar", &index(5, 10), &actual);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].message.starts_with("checksum mismatch"));
+        let line = problems[1].to_string();
+        assert!(line.starts_with("s3://b/s.tar: index mismatch: member 000001.jpg at byte 512"));
+        assert!(line.contains("CRC32C 00000006"), "{line}");
+    }
+
+    #[test]
+    fn a_missing_member_is_reported() {
+        let mut actual = index(5, 10);
+        actual.samples[0].members.pop();
+        let problems = compare("u", &index(5, 10), &actual);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0]
+                .message
+                .contains("the shard has 1 members, the index lists 2")
+        );
+    }
+}
