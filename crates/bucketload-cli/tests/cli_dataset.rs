@@ -116,17 +116,7 @@ fn same_seed_gives_same_etags() {
 #[test]
 fn ls_json_lines_match_the_objects() {
     let fx = Fixture::start();
-    let gen_args = [
-        "gen",
-        "s3://jsonls/d",
-        "--samples",
-        "4",
-        "--classes",
-        "2",
-        "--size",
-        "5KB",
-    ];
-    fx.run(&gen_args).ok();
+    fx.generate("s3://jsonls/d", 4, 2, "5KB");
 
     let top = fx.run(&["ls", "s3://jsonls/d", "--json"]).ok();
     let prefixes: Vec<serde_json::Value> = top

@@ -253,17 +253,7 @@ fn a_prefix_without_shards_is_an_error() {
 fn manifest_lists_every_file_with_its_checksum_and_is_written_last() {
     let fx = Fixture::start();
     let uri = "s3://manifest-tests/train";
-    let gen_args = [
-        "gen",
-        uri,
-        "--samples",
-        "24",
-        "--classes",
-        "3",
-        "--size",
-        "3KB",
-    ];
-    fx.run(&gen_args).ok();
+    fx.generate(uri, 24, 3, "3KB");
     let store = open(&fx, uri);
 
     // A failed read leaves no manifest behind.

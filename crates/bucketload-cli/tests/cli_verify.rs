@@ -57,17 +57,7 @@ fn lines_naming<'a>(run: &'a Run, uri: &str) -> Vec<&'a str> {
 fn a_files_dataset_verifies_clean_and_changed_or_deleted_objects_are_named() {
     let fx = Fixture::start();
     let uri = "s3://verify-tests/train";
-    let gen_args = [
-        "gen",
-        uri,
-        "--samples",
-        "24",
-        "--classes",
-        "3",
-        "--size",
-        "3KB",
-    ];
-    fx.run(&gen_args).ok();
+    fx.generate(uri, 24, 3, "3KB");
     fx.run(&["manifest", uri]).ok();
     let store = open(&fx, uri);
     let manifest = Manifest::from_json(MANIFEST_PATH, &get(&fx, &store, MANIFEST_PATH)).unwrap();

@@ -68,6 +68,23 @@ impl Fixture {
         Run::from(self.command().args(args).output().unwrap())
     }
 
+    /// `bucketload gen URI --samples N --classes K --size SIZE`, which must succeed.
+    #[allow(dead_code)] // not every test binary generates a dataset
+    pub fn generate(&self, uri: &str, samples: u32, classes: u32, size: &str) -> Run {
+        let (samples, classes) = (samples.to_string(), classes.to_string());
+        let args = [
+            "gen",
+            uri,
+            "--samples",
+            &samples,
+            "--classes",
+            &classes,
+            "--size",
+            size,
+        ];
+        self.run(&args).ok()
+    }
+
     /// Runs an async block on the fixture's runtime (for checks through the store crate).
     pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
         self.runtime.block_on(f)
