@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v cc >/dev/null || need_apt+=(build-essential)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+[ -x /usr/bin/time ] || need_apt+=(time)   # CPU and peak memory in the benchmark scripts
 with_python=false
 [ "${1:-}" = --python ] && with_python=true
 if $with_python; then

@@ -3,7 +3,12 @@
 use std::io::Write;
 
 use anyhow::Context;
-use bucketload::dataset::{self, CopyOptions, Entry, GenSpec, ListReport, Location, StatsOptions};
+use bucketload::dataset::{
+    self, ClassesFrom, CopyOptions, DatasetStats, Entry, GenSpec, ListReport, Location,
+    ShardSamples, StatsFrom, StatsOptions,
+};
+use bucketload::shards::SHARD_EXT;
+use bucketload::shards::format::{DatasetKind, MANIFEST_PATH, Parameters};
 use bucketload_store::object_store::{ObjectStoreExt, path::Path};
 use bucketload_store::{Scheme, Store, StoreConfig};
 use clap::Args;
@@ -45,12 +50,16 @@ pub struct LsArgs {
     /// List every object below, not one level
     #[arg(short, long)]
     recursive: bool,
-    /// Print the number of objects and their total size at the end
+    /// Print totals at the end: objects and their size, or with --samples the samples per shard
     #[arg(long)]
     summarize: bool,
     /// Print JSON Lines: one object per entry, and with --summarize a last line of totals
     #[arg(long)]
     json: bool,
+    /// List the samples inside the tar shards below URI (or in the shard URI) from their `.idx`
+    /// indexes, one line each: `shard  key  extensions  bytes`
+    #[arg(long)]
+    samples: bool,
 }
 
 /// Flags of `stats`.
@@ -123,7 +132,7 @@ pub async fn gen_cmd(args: &StoreArgs, a: GenArgs) -> anyhow::Result<()> {
 }
 
 /// Creates the bucket (or local folder) when allowed, see [`should_create_bucket`].
-async fn prepare_destination(
+pub(crate) async fn prepare_destination(
     store: &Store,
     config: &StoreConfig,
     flag: bool,
@@ -139,7 +148,7 @@ async fn prepare_destination(
 }
 
 /// Local relative paths become absolute, so the store and its messages name the real folder.
-fn local_to_absolute(uri: &str) -> anyhow::Result<String> {
+pub(crate) fn local_to_absolute(uri: &str) -> anyhow::Result<String> {
     if uri.contains("://") || uri.starts_with('/') {
         return Ok(uri.to_string());
     }
@@ -152,6 +161,9 @@ fn local_to_absolute(uri: &str) -> anyhow::Result<String> {
 pub async fn ls(args: &StoreArgs, a: LsArgs) -> anyhow::Result<()> {
     let config = args.config();
     let uri = local_to_absolute(&a.uri)?;
+    if a.samples {
+        return ls_samples(&uri, &a, &config).await;
+    }
     let (_store, location) = open_dir(&uri, &config)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut totals = ListReport::default();
@@ -215,6 +227,147 @@ fn print_json(out: &mut impl Write, entry: &Entry) -> std::io::Result<()> {
     writeln!(out)
 }
 
+/// `ls --samples`: the samples of every shard below `uri` (or of the shard `uri`), shard by
+/// shard in key order; fails after listing the rest if a shard has no index.
+async fn ls_samples(uri: &str, a: &LsArgs, config: &StoreConfig) -> anyhow::Result<()> {
+    let (store, location, key) = if uri.ends_with(SHARD_EXT) {
+        let (store, location, key) = open_object(uri, config)?;
+        (store, location, Some(key))
+    } else {
+        let (store, location) = open_dir(uri, config)?;
+        (store, location, None)
+    };
+    let found = bucketload::shards::find_shards(&store, key.as_ref()).await?;
+    if found.is_empty() {
+        let message = format!(
+            "no *{SHARD_EXT} shards below {uri}; --samples lists the samples inside tar shards"
+        );
+        return Err(bucketload::Error::invalid_input(message).into());
+    }
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut summary = SamplesSummary::default();
+    let mut shards = dataset::read_indexes(&location, found, config.concurrency());
+    while let Some(shard) = shards.try_next().await? {
+        if a.json {
+            print_samples_json(&mut out, &shard)?;
+        } else {
+            print_samples(&mut out, &shard)?;
+        }
+        summary.add(&location, &shard);
+    }
+    if a.summarize && a.json {
+        serde_json::to_writer(&mut out, &serde_json::json!({ "summary": summary }))?;
+        writeln!(out)?;
+    } else if a.summarize {
+        summary.print(&mut out)?;
+    }
+    out.flush()?;
+    summary.check(uri)
+}
+
+fn print_samples(out: &mut impl Write, shard: &ShardSamples) -> std::io::Result<()> {
+    let Some(index) = &shard.index else {
+        return Ok(());
+    };
+    for sample in &index.samples {
+        let extensions = dataset::extensions(sample).join(",");
+        let bytes = dataset::sample_bytes(sample);
+        writeln!(out, "{}  {}  {extensions}  {bytes}", shard.key, sample.key)?;
+    }
+    Ok(())
+}
+
+fn print_samples_json(out: &mut impl Write, shard: &ShardSamples) -> std::io::Result<()> {
+    let Some(index) = &shard.index else {
+        return Ok(());
+    };
+    for sample in &index.samples {
+        let (start, end) = sample.byte_range().unwrap_or_default();
+        let value = serde_json::json!({
+            "shard": shard.key.as_ref(),
+            "key": sample.key,
+            "extensions": dataset::extensions(sample),
+            "bytes": dataset::sample_bytes(sample),
+            "offset": start,
+            "length": end.saturating_sub(start),
+        });
+        serde_json::to_writer(&mut *out, &value)?;
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+/// Totals of `ls --samples` (`--summarize`).
+#[derive(Debug, Default, serde::Serialize)]
+struct SamplesSummary {
+    shards: u64,
+    samples: u64,
+    /// Bytes of the shards.
+    bytes: u64,
+    /// Samples of each indexed shard, by shard key.
+    samples_per_shard: std::collections::BTreeMap<String, u64>,
+    /// Full URIs of the shards without index.
+    unindexed: Vec<String>,
+}
+
+impl SamplesSummary {
+    fn add(&mut self, location: &Location, shard: &ShardSamples) {
+        self.shards += 1;
+        self.bytes += shard.size;
+        match &shard.index {
+            Some(index) => {
+                let n = index.samples.len() as u64;
+                self.samples += n;
+                self.samples_per_shard.insert(shard.key.to_string(), n);
+            }
+            None => self.unindexed.push(location.uri_of(&shard.key)),
+        }
+    }
+
+    fn print(&self, out: &mut impl Write) -> std::io::Result<()> {
+        writeln!(out)?;
+        for (shard, n) in &self.samples_per_shard {
+            writeln!(out, "{shard}  {n} samples")?;
+        }
+        let counts: Vec<u64> = self.samples_per_shard.values().copied().collect();
+        let (lo, hi) = (
+            counts.iter().min().copied().unwrap_or(0),
+            counts.iter().max().copied().unwrap_or(0),
+        );
+        let unindexed = match self.unindexed.len() {
+            0 => String::new(),
+            n => format!(" ({n} without index)"),
+        };
+        writeln!(out, "\nTotal Shards: {}{unindexed}", self.shards)?;
+        writeln!(
+            out,
+            "Total Samples: {} (per shard: min {lo}, max {hi})",
+            self.samples
+        )?;
+        writeln!(
+            out,
+            "   Total Size: {} ({} bytes)",
+            human(self.bytes),
+            self.bytes
+        )
+    }
+
+    /// Fails if a shard had no index (its samples were not listed).
+    fn check(&self, uri: &str) -> anyhow::Result<()> {
+        if self.unindexed.is_empty() {
+            return Ok(());
+        }
+        let message = format!(
+            "{} of {} shards have no index, so their samples are not listed: {}; \
+             run `bucketload index {uri}`",
+            self.unindexed.len(),
+            self.shards,
+            self.unindexed.join(", ")
+        );
+        Err(bucketload::Error::invalid_input(message).into())
+    }
+}
+
 async fn head_object(
     uri: &str,
     config: &StoreConfig,
@@ -265,24 +418,32 @@ pub async fn stats(args: &StoreArgs, a: StatsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_stats(out: &mut impl Write, s: &dataset::DatasetStats) -> std::io::Result<()> {
+fn print_stats(out: &mut impl Write, s: &DatasetStats) -> std::io::Result<()> {
     writeln!(out, "dataset   {}", s.uri)?;
-    writeln!(out, "objects   {} ({} total)", s.objects, human(s.bytes))?;
-    if !s.classes.is_empty() {
-        let counts: Vec<u64> = s.classes.values().copied().collect();
-        let (lo, hi) = (
-            counts.iter().min().copied().unwrap_or(0),
-            counts.iter().max().copied().unwrap_or(0),
-        );
-        writeln!(
-            out,
-            "classes   {} (objects per class: min {lo}, max {hi})",
-            s.classes.len()
-        )?;
-        for (name, n) in &s.classes {
-            writeln!(out, "  {name:<20} {n}")?;
-        }
+    let kind = match s.kind {
+        DatasetKind::Shards => "tar shards",
+        DatasetKind::Files => "one object per sample",
+    };
+    let from = match s.from {
+        StatsFrom::Manifest => format!("described by {MANIFEST_PATH}"),
+        StatsFrom::Indexes => "no manifest: listed, then the shards' indexes read".to_string(),
+        StatsFrom::Listing => "no manifest: listed".to_string(),
+    };
+    writeln!(out, "kind      {kind} ({from})")?;
+    match &s.shards {
+        Some(shards) => print_shards(out, s, shards)?,
+        None => print_files(out, s)?,
     }
+    print_classes(out, s)?;
+    print_images(out, s)?;
+    if let Some(p) = &s.parameters {
+        print_parameters(out, p)?;
+    }
+    print_cost(out, s)
+}
+
+fn print_files(out: &mut impl Write, s: &DatasetStats) -> std::io::Result<()> {
+    writeln!(out, "objects   {} ({} total)", s.objects, human(s.bytes))?;
     let p = &s.sizes;
     writeln!(
         out,
@@ -292,7 +453,94 @@ fn print_stats(out: &mut impl Write, s: &dataset::DatasetStats) -> std::io::Resu
         human(p.p90),
         human(p.p99),
         human(p.max)
+    )
+}
+
+fn print_shards(
+    out: &mut impl Write,
+    s: &DatasetStats,
+    shards: &dataset::ShardStats,
+) -> std::io::Result<()> {
+    let (n, b) = (&shards.samples_per_shard, &shards.bytes_per_shard);
+    writeln!(out, "samples   {}", s.samples)?;
+    writeln!(out, "shards    {} ({} total)", shards.count, human(s.bytes))?;
+    writeln!(
+        out,
+        "  samples per shard  min {}  p50 {}  max {}",
+        n.p0, n.p50, n.max
     )?;
+    writeln!(
+        out,
+        "  bytes per shard    min {}  p50 {}  max {}",
+        human(b.p0),
+        human(b.p50),
+        human(b.max)
+    )?;
+    if let Some(p) = &shards.sample_bytes {
+        writeln!(
+            out,
+            "  bytes per sample   p0 {}  p50 {}  p90 {}  max {}",
+            human(p.p0),
+            human(p.p50),
+            human(p.p90),
+            human(p.max)
+        )?;
+    }
+    if !shards.extensions.is_empty() {
+        let members: Vec<String> = shards
+            .extensions
+            .iter()
+            .map(|(ext, n)| format!(".{ext} {n}"))
+            .collect();
+        writeln!(out, "  members            {}", members.join(", "))?;
+    }
+    if !shards.unindexed.is_empty() {
+        writeln!(
+            out,
+            "unindexed {} of {} shards have no index and their samples are not counted; \
+             run `bucketload index {}`",
+            shards.unindexed.len(),
+            shards.count,
+            s.uri
+        )?;
+        for uri in &shards.unindexed {
+            writeln!(out, "  {uri}")?;
+        }
+    }
+    Ok(())
+}
+
+fn print_classes(out: &mut impl Write, s: &DatasetStats) -> std::io::Result<()> {
+    if s.classes.is_empty() {
+        return Ok(());
+    }
+    let counts: Vec<u64> = s.classes.values().copied().collect();
+    let (lo, hi) = (
+        counts.iter().min().copied().unwrap_or(0),
+        counts.iter().max().copied().unwrap_or(0),
+    );
+    let unit = if s.shards.is_some() {
+        "samples"
+    } else {
+        "objects"
+    };
+    let from = match s.classes_from {
+        Some(ClassesFrom::Manifest) => "from the manifest",
+        Some(ClassesFrom::KeyFolder) => "folders of the sample keys",
+        Some(ClassesFrom::FirstFolder) | None => "first folders below the root",
+    };
+    writeln!(
+        out,
+        "classes   {} ({unit} per class: min {lo}, max {hi}; {from})",
+        s.classes.len()
+    )?;
+    for (name, n) in &s.classes {
+        writeln!(out, "  {name:<20} {n}")?;
+    }
+    Ok(())
+}
+
+fn print_images(out: &mut impl Write, s: &DatasetStats) -> std::io::Result<()> {
     let dims: Vec<String> = s
         .images
         .dimensions
@@ -308,12 +556,52 @@ fn print_stats(out: &mut impl Write, s: &dataset::DatasetStats) -> std::io::Resu
     for bad in &s.images.unreadable {
         writeln!(out, "  unreadable: {bad}")?;
     }
-    let c = &s.cost;
+    Ok(())
+}
+
+fn print_parameters(out: &mut impl Write, p: &Parameters) -> std::io::Result<()> {
+    let mut how = vec![format!("labels {}", p.label_policy)];
+    if let Some(bytes) = p.shard_size {
+        how.push(format!("shard size {}", human(bytes)));
+    }
+    if let Some(n) = p.samples_per_shard {
+        how.push(format!("{n} samples per shard"));
+    }
+    if let Some(seed) = p.seed {
+        how.push(format!("shuffled with seed {seed}"));
+    }
+    if let Some(plan) = &p.plan {
+        how.push(format!("plan {plan}"));
+    }
     writeln!(
         out,
-        "one pass  {} LIST + {} GET requests = ${:.4} requests + ${:.4} transfer (S3 Standard prices)",
+        "made by   bucketload {} at {} from {}",
+        p.tool_version, p.created, p.source
+    )?;
+    writeln!(out, "  {}", how.join(", "))
+}
+
+fn print_cost(out: &mut impl Write, s: &DatasetStats) -> std::io::Result<()> {
+    let c = &s.cost;
+    let reads = match s.shards {
+        Some(_) => "one streaming GET per shard",
+        None => "one GET per object",
+    };
+    writeln!(
+        out,
+        "one pass  {} LIST + {} GET requests ({reads}) = ${:.4} requests + ${:.4} transfer \
+         (S3 Standard prices)",
         c.list_requests, c.get_requests, c.requests_usd, c.transfer_usd
-    )
+    )?;
+    if let Some(r) = &c.random_access {
+        writeln!(
+            out,
+            "  random access: {} GET requests (each index, then one ranged GET per sample) = \
+             ${:.4} requests",
+            r.get_requests, r.requests_usd
+        )?;
+    }
+    Ok(())
 }
 
 /// `cp`.

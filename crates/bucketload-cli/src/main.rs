@@ -3,7 +3,9 @@
 //! `serve` runs the embedded S3-compatible server; `gen`, `ls`, `stats` and `cp` create, list,
 //! describe and copy datasets in any store (`s3://`, `file://`, local paths, `mem://`); `index`
 //! writes the `.idx` of tar shards that other tools wrote, `manifest` the manifest of a
-//! one-object-per-sample dataset, and `verify` checks a dataset against either. Store flags are
+//! one-object-per-sample dataset, and `verify` checks a dataset against either; `shard` packs a
+//! one-object-per-sample dataset into indexed tar shards and `merge` joins the slices of a split
+//! run. Store flags are
 //! global and share their names with the store crate's configuration; exit codes are documented
 //! in `docs/CLI.md` and in [`exit`].
 
@@ -12,6 +14,7 @@ mod exit;
 mod metrics;
 mod progress;
 mod serve;
+mod sharding;
 mod shards;
 mod store_args;
 
@@ -39,9 +42,9 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Generate a synthetic image-classification dataset (noise JPEGs, one folder per class).
     Gen(data::GenArgs),
-    /// List objects and directories.
+    /// List objects and directories, or the samples inside tar shards (`--samples`).
     Ls(data::LsArgs),
-    /// Describe a dataset: counts per class, sizes, image dimensions, request cost.
+    /// Describe a dataset (files or shards): counts per class and shard, sizes, image dimensions, cost.
     Stats(data::StatsArgs),
     /// Copy objects between local folders and object stores.
     Cp(data::CpArgs),
@@ -51,6 +54,10 @@ enum Command {
     Manifest(shards::ManifestArgs),
     /// Check a dataset against its manifest or shard indexes; exit 6 if anything differs.
     Verify(shards::VerifyArgs),
+    /// Pack a one-object-per-sample dataset into tar shards with indexes and a manifest.
+    Shard(sharding::ShardArgs),
+    /// Stitch the manifests of `shard --part i/N` slices into the dataset's manifest.
+    Merge(sharding::MergeArgs),
 }
 
 fn main() -> ExitCode {
@@ -101,6 +108,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Index(args) => shards::index(&store, args).await,
         Command::Manifest(args) => shards::manifest(&store, args).await,
         Command::Verify(args) => shards::verify(&store, args).await,
+        Command::Shard(args) => sharding::shard(&store, args).await,
+        Command::Merge(args) => sharding::merge(&store, args).await,
     };
     if store.metrics {
         // Reported on failure too: the counts say how far the command got.

@@ -44,6 +44,10 @@ pub struct StoreArgs {
     /// TCP connect timeout, e.g. 5s [default: 5s]
     #[arg(long, global = true, value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub connect_timeout: Option<Duration>,
+    /// Sign request bodies with SigV4 (their SHA-256) instead of sending UNSIGNED-PAYLOAD;
+    /// for plain-HTTP endpoints on untrusted networks
+    #[arg(long, global = true)]
+    pub sign_payload: bool,
     /// Print each store's request metrics (counts, bytes, retries, latency, cost) on stderr at the end
     #[arg(long, global = true)]
     pub metrics: bool,
@@ -79,6 +83,9 @@ impl StoreArgs {
         }
         if self.no_sign_request {
             c = c.with_anonymous(true);
+        }
+        if self.sign_payload {
+            c = c.with_sign_payload(true);
         }
         self.apply_limits(c)
     }

@@ -283,7 +283,9 @@ fn a_shards_manifest_names_missing_shards_and_shards_that_differ_from_it() {
         parameters: Parameters {
             source: uri.to_owned(),
             shard_size: None,
+            samples_per_shard: None,
             seed: None,
+            plan: None,
             label_policy: "none".to_owned(),
             tool_version: "test".to_owned(),
             created: "2026-11-22T06:30:00Z".to_owned(),

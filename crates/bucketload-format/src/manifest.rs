@@ -33,16 +33,23 @@ pub struct PartSpec {
 }
 
 /// The parameters that created the dataset.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Parameters {
     /// Source URI the samples came from.
     pub source: String,
     /// Target shard size in bytes (`shards` datasets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard_size: Option<u64>,
+    /// Target samples per shard (`shards` datasets cut by count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples_per_shard: Option<u64>,
     /// Shuffle seed, if shuffled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    /// Digest of the sharding plan (the source listing and the options), 16 hex digits: every
+    /// `--part` of one run has the same plan, and a resumed run checks it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
     /// Label policy (`none`, `folder`, ...).
     pub label_policy: String,
     /// bucketload version that wrote the dataset.

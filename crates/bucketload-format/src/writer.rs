@@ -59,7 +59,7 @@ pub struct TarWriter {
     mode: u32,
     offset: u64,
     crc: u32,
-    md5: Md5,
+    md5: Option<Md5>,
     open: Option<Open>,
     members: u64,
 }
@@ -73,7 +73,7 @@ impl TarWriter {
             mode: DEFAULT_MODE,
             offset: 0,
             crc: 0,
-            md5: Md5::new(),
+            md5: Some(Md5::new()),
             open: None,
             members: 0,
         }
@@ -88,6 +88,14 @@ impl TarWriter {
     /// Sets the permission bits written for members (default `0o644`).
     pub fn with_mode(mut self, mode: u32) -> TarWriter {
         self.mode = mode & 0o7777;
+        self
+    }
+
+    /// Whether the writer computes the shard's MD5 (default: yes). A caller that hashes the
+    /// bytes elsewhere (e.g. on another thread, as they are uploaded) turns it off; the
+    /// summary's `md5` is then all zeros for the caller to fill in.
+    pub fn with_md5(mut self, yes: bool) -> TarWriter {
+        self.md5 = yes.then(Md5::new);
         self
     }
 
@@ -183,7 +191,7 @@ impl TarWriter {
         Ok(ShardSummary {
             size: self.offset,
             crc32c: self.crc,
-            md5: self.md5.finalize().into(),
+            md5: self.md5.map_or([0; 16], |m| m.finalize().into()),
             members: self.members,
         })
     }
@@ -197,7 +205,9 @@ impl TarWriter {
 
     fn emit<B: BufMut>(&mut self, sink: &mut B, bytes: &[u8]) {
         self.crc = crc32c::crc32c_append(self.crc, bytes);
-        self.md5.update(bytes);
+        if let Some(md5) = self.md5.as_mut() {
+            md5.update(bytes);
+        }
         self.offset += bytes.len() as u64;
         sink.put_slice(bytes);
     }

@@ -171,7 +171,9 @@ fn part(index: u32, shards: &[(&str, u64)], classes: &[(&str, u64)]) -> Manifest
         parameters: Parameters {
             source: "s3://src/train".into(),
             shard_size: Some(256 << 20),
+            samples_per_shard: None,
             seed: Some(7),
+            plan: None,
             label_policy: "folder".into(),
             tool_version: "0.1.0".into(),
             created: format!("2026-11-22T05:0{index}:00Z"),

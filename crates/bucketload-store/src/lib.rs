@@ -59,4 +59,5 @@ pub use multipart::{DEFAULT_PARALLEL_PARTS, MultipartOptions, MultipartWriter};
 pub use parallel::{DEFAULT_PARALLEL_GETS, ParallelGet, get_parallel};
 pub use size::parse_size;
 pub use store::Store;
+pub use uri::key_path;
 pub use uri::{ACCEPTED_SCHEMES, Scheme, StoreUri};

@@ -267,6 +267,7 @@ fn s3(
         .with_region(config.region())
         .with_client_options(client_options(config))
         .with_retry(retry_config(config))
+        .with_unsigned_payload(!config.sign_payload())
         .with_http_connector(MeteredConnector::new(metrics.clone()));
     let virtual_hosted_style = config.addressing() == Addressing::VirtualHosted;
     b = b.with_virtual_hosted_style_request(virtual_hosted_style);

@@ -226,3 +226,26 @@ mod tests {
         assert!(StoreUri::parse("file://rel").is_err());
     }
 }
+
+/// The [`Path`](object_store::path::Path) of an object key, taken as is.
+///
+/// `Path::from` percent-encodes every non-ASCII byte and some reserved characters
+/// (`ü.jpg` → `%C3%BC.jpg`), which names another object; keys that come from listings,
+/// manifests or the command line go through this instead. Keys object_store cannot represent
+/// as they are (empty, `.` or `..` segments, `//`) fall back to `Path::from`.
+pub fn key_path(key: &str) -> object_store::path::Path {
+    object_store::path::Path::parse(key).unwrap_or_else(|_| object_store::path::Path::from(key))
+}
+
+#[cfg(test)]
+mod key_path_tests {
+    use super::key_path;
+
+    #[test]
+    fn keys_keep_unicode_spaces_and_percent_signs() {
+        for key in ["a/ünï.txt", "a/with space.jpg", "a/100%.bin", "plain"] {
+            assert_eq!(key_path(key).as_ref(), key);
+        }
+        assert_eq!(key_path("a//b").as_ref(), "a/b");
+    }
+}

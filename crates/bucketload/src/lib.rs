@@ -3,6 +3,8 @@
 //! This crate is the engine. It holds the [`dataset`] tools that the `bucketload` CLI drives
 //! (generate a synthetic image dataset, list it, describe it and copy it between stores) and the
 //! [`shards`] tools (index tar shards written by other tools, write a dataset's manifest).
+//! The loader's [`source`] decides which samples each rank and worker reads, in which order,
+//! and resumes an epoch mid-way.
 //! Stores come from [`bucketload_store::Store`]; every tool works on its `ObjectStore`.
 //!
 //! ```no_run
@@ -21,5 +23,6 @@
 pub mod dataset;
 mod error;
 pub mod shards;
+pub mod source;
 
 pub use error::{BoxError, Error, Result};

@@ -7,8 +7,11 @@
 //! - [`generate`] uploads a synthetic image-classification dataset (`class_000/000000.jpg`, ...):
 //!   JPEG encoding on blocking threads (at most one per core), PUTs with many requests in flight.
 //! - [`list`] lists one level (directories and objects) or everything below a prefix.
-//! - [`stats`] counts objects per class, size percentiles, image dimensions of a sample and the
-//!   request cost of one pass.
+//! - [`stats`] describes a dataset of files or of tar shards: from its manifest when it has one
+//!   (one GET), else from a listing and the shards' indexes; samples per class and per shard, size
+//!   percentiles, image dimensions of a sample and the request cost of one pass.
+//! - [`read_indexes`] reads the `.idx` of tar shards (one GET each, many in flight) to list the
+//!   samples inside them without reading the shards.
 //! - [`copy_object`] / [`copy_tree`] copy between any two stores (local folder, S3, memory); large
 //!   objects stream through ranged GETs and a multipart upload, so memory stays bounded and a failed
 //!   copy never leaves a partial object.
@@ -17,8 +20,10 @@
 
 mod copy;
 mod generate;
+mod indexes;
 pub mod jpeg;
 mod list;
+mod shard_stats;
 mod stats;
 pub mod synth;
 
@@ -30,8 +35,14 @@ use crate::error::Error;
 
 pub use copy::{CopyOptions, CopyReport, copy_object, copy_tree};
 pub use generate::{GenReport, GenSpec, class_name, generate, sample_key};
+pub use indexes::{
+    ShardSamples, extensions, read_all_indexes, read_index, read_indexes, sample_bytes, shards_in,
+};
 pub use list::{Entry, ListReport, list};
-pub use stats::{CostEstimate, DatasetStats, Percentiles, SampledImages, StatsOptions, stats};
+pub use stats::{
+    ClassesFrom, CostEstimate, DatasetStats, Percentiles, RandomAccessCost, SampledImages,
+    ShardStats, StatsFrom, StatsOptions, stats,
+};
 
 /// Receives progress of a long operation. Implementations must be cheap: `advance` is called once
 /// per object from many tasks.

@@ -1,32 +1,48 @@
-//! Describes a dataset: counts, per-class counts, size percentiles, image dimensions of a sample,
-//! and the request cost of reading it once.
+//! Describes a dataset: what it is made of, counts, per-class counts, size percentiles, image
+//! dimensions of a sample, and the request cost of reading it once.
 //!
-//! One recursive listing gives the keys and sizes. The dimensions come from the JPEG frame header
-//! of a deterministic sample of images (evenly spaced in key order), each read with one ranged GET
-//! of at most 64 KiB; the sample's GETs run concurrently.
+//! Three ways in, cheapest first:
+//!
+//! 1. `_bucketload/manifest.json` at the root: one GET gives the kind (shards or files), the
+//!    samples, bytes, shards or files with their sizes, the classes and how the dataset was made.
+//!    Nothing is listed.
+//! 2. No manifest, and the objects are mostly `*.tar` shards and their `.idx`: one recursive
+//!    listing, then each index (one GET each, many in flight) gives the samples per shard, their
+//!    member extensions and sizes; classes are the folders of the sample keys. Shards without an
+//!    index are named.
+//! 3. Otherwise a dataset of one object per sample: one recursive listing gives keys and sizes;
+//!    classes are the first folders below the root.
+//!
+//! The dimensions come from the JPEG frame header of a deterministic sample of images (evenly
+//! spaced in key order), each read with one ranged GET of at most 64 KiB; the sample's GETs run
+//! concurrently. In shards the image members located by the indexes are sampled the same way.
 
 use std::collections::BTreeMap;
 
+use bucketload_format::{DatasetKind, MANIFEST_PATH, Manifest, Parameters};
 use bucketload_store::PriceTable;
-use bucketload_store::object_store::{ObjectStoreExt, path::Path};
+use bucketload_store::object_store::{self, ObjectStoreExt, path::Path};
 use futures::{StreamExt, TryStreamExt};
 
+use super::indexes::shards_in;
 use super::jpeg::parse_header;
 use super::list::{Entry, list};
-use super::{Location, Progress};
+use super::{Location, Progress, shard_stats};
 use crate::error::Result;
 
 /// Bytes fetched per sampled image: enough for the frame header even behind an EXIF thumbnail.
 const HEADER_BYTES: u64 = 64 * 1024;
 /// S3 returns at most 1,000 keys per LIST request.
-const KEYS_PER_LIST: u64 = 1000;
+pub(crate) const KEYS_PER_LIST: u64 = 1000;
+/// Prefix of bucketload's own objects at a dataset root (never part of the dataset).
+const RESERVED: &str = "_bucketload/";
 
 /// Options of [`stats`].
 #[derive(Debug, Clone)]
 pub struct StatsOptions {
-    sample: usize,
-    concurrency: usize,
-    prices: PriceTable,
+    pub(crate) sample: usize,
+    pub(crate) concurrency: usize,
+    pub(crate) prices: PriceTable,
 }
 
 impl Default for StatsOptions {
@@ -46,7 +62,7 @@ impl StatsOptions {
         self
     }
 
-    /// Header GETs in flight (default 32).
+    /// Index and header GETs in flight (default 32).
     pub fn with_concurrency(mut self, n: usize) -> Self {
         self.concurrency = n.max(1);
         self
@@ -59,7 +75,7 @@ impl StatsOptions {
     }
 }
 
-/// Size percentiles in bytes (nearest rank).
+/// Percentiles (nearest rank) of sizes in bytes, or of counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Percentiles {
     /// Smallest.
@@ -88,63 +104,243 @@ pub struct SampledImages {
 /// Requests and dollars of one pass over the dataset.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct CostEstimate {
-    /// LIST requests (one per 1,000 keys).
+    /// LIST requests (one per 1,000 keys; none when the manifest lists the dataset).
     pub list_requests: u64,
-    /// GET requests (one per object).
+    /// GET requests: one per file, or one streaming GET per shard, plus the manifest's.
     pub get_requests: u64,
     /// Price of the requests in USD.
     pub requests_usd: f64,
     /// Price of the transfer in USD (0 when read in the bucket's region).
     pub transfer_usd: f64,
+    /// Shards only: reading every sample in random order instead, one ranged GET per sample
+    /// after one GET per index.
+    pub random_access: Option<RandomAccessCost>,
+}
+
+/// Requests and dollars of reading every sample of a shard dataset by ranged GET.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct RandomAccessCost {
+    /// GET requests: the indexes (and the manifest) plus one per sample.
+    pub get_requests: u64,
+    /// Price of the requests in USD.
+    pub requests_usd: f64,
+}
+
+/// Where the numbers of a [`DatasetStats`] come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StatsFrom {
+    /// The manifest `_bucketload/manifest.json` (one GET, nothing listed).
+    Manifest,
+    /// A listing and the shards' `.idx` objects (one GET each).
+    Indexes,
+    /// A listing of the objects.
+    Listing,
+}
+
+/// How the classes of a [`DatasetStats`] were found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClassesFrom {
+    /// Recorded in the manifest.
+    Manifest,
+    /// The first folder below the dataset root of each object.
+    FirstFolder,
+    /// The folder of each sample key inside the shards (`class_003/000123` → `class_003`).
+    KeyFolder,
+}
+
+/// The shards of a shard dataset.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ShardStats {
+    /// Number of shards.
+    pub count: u64,
+    /// Indexes read (none when the manifest describes the dataset).
+    pub indexes_read: u64,
+    /// Full URIs of the shards without an index, whose samples are not counted.
+    pub unindexed: Vec<String>,
+    /// Samples per shard (over the shards whose samples are known).
+    pub samples_per_shard: Percentiles,
+    /// Bytes per shard (every shard).
+    pub bytes_per_shard: Percentiles,
+    /// Bytes of member data per sample, from the indexes.
+    pub sample_bytes: Option<Percentiles>,
+    /// Members per extension (`jpg`, `cls`), from the indexes.
+    pub extensions: BTreeMap<String, u64>,
 }
 
 /// What [`stats`] found.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct DatasetStats {
     /// URI of the dataset.
     pub uri: String,
-    /// Number of objects.
+    /// `shards` (tar shards) or `files` (one object per sample).
+    pub kind: DatasetKind,
+    /// Where the numbers come from.
+    pub from: StatsFrom,
+    /// Objects one pass reads: the files, or the shards.
     pub objects: u64,
-    /// Total size in bytes.
+    /// Samples: one per file, or as the manifest and indexes count them in shards.
+    pub samples: u64,
+    /// Total size of those objects in bytes.
     pub bytes: u64,
-    /// Objects per class (first folder below the dataset root); objects at the root are not counted.
+    /// Samples per class (empty when no class is known).
     pub classes: BTreeMap<String, u64>,
-    /// Size percentiles.
+    /// How the classes were found (absent without classes).
+    pub classes_from: Option<ClassesFrom>,
+    /// Size percentiles of the objects (files, or shards).
     pub sizes: Percentiles,
+    /// Shard datasets: shards, samples per shard and what the indexes say.
+    pub shards: Option<ShardStats>,
+    /// How the dataset was made, from its manifest.
+    pub parameters: Option<Parameters>,
     /// Image dimensions of a sample.
     pub images: SampledImages,
     /// Cost of reading every object once.
     pub cost: CostEstimate,
 }
 
-/// Describes the dataset in `location`.
+impl DatasetStats {
+    /// Stats of `kind` found `from` somewhere, with every count zero.
+    pub(crate) fn empty(uri: String, kind: DatasetKind, from: StatsFrom) -> DatasetStats {
+        DatasetStats {
+            uri,
+            kind,
+            from,
+            objects: 0,
+            samples: 0,
+            bytes: 0,
+            classes: BTreeMap::new(),
+            classes_from: None,
+            sizes: Percentiles::default(),
+            shards: None,
+            parameters: None,
+            images: SampledImages::default(),
+            cost: CostEstimate::default(),
+        }
+    }
+}
+
+/// Describes the dataset in `location`: from its manifest if it has one, else from a listing
+/// (and the indexes of its shards if it is made of shards). An empty dataset has no objects.
 pub async fn stats(
     location: &Location,
     options: &StatsOptions,
     progress: &dyn Progress,
 ) -> Result<DatasetStats> {
-    let mut objects: Vec<(Path, u64)> = Vec::new();
+    if let Some(manifest) = read_manifest(location).await? {
+        return match manifest.kind {
+            DatasetKind::Files => files_from_manifest(location, manifest, options).await,
+            DatasetKind::Shards => shard_stats::from_manifest(location, manifest, options).await,
+        };
+    }
+    let objects = list_dataset(location, progress).await?;
+    let shards = shards_in(&objects);
+    if is_shard_dataset(objects.len(), &shards) {
+        return shard_stats::from_indexes(location, &objects, shards, options).await;
+    }
+    files_from_listing(location, objects, options).await
+}
+
+/// Shards and their indexes make more than half of the objects.
+fn is_shard_dataset(objects: usize, shards: &[crate::shards::ShardObject]) -> bool {
+    let indexed = shards.iter().filter(|s| s.has_index).count();
+    !shards.is_empty() && 2 * (shards.len() + indexed) > objects
+}
+
+/// The manifest at the root, `None` if there is none.
+async fn read_manifest(location: &Location) -> Result<Option<Manifest>> {
+    let key = Path::from(MANIFEST_PATH);
+    let got = async { location.store().get(&key).await?.bytes().await }.await;
+    match got {
+        Ok(bytes) => Ok(Some(Manifest::from_json(&location.uri_of(&key), &bytes)?)),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(location.error(&key, e)),
+    }
+}
+
+/// Keys and sizes of every object below `location` but bucketload's own.
+async fn list_dataset(location: &Location, progress: &dyn Progress) -> Result<Vec<(Path, u64)>> {
+    let mut objects = Vec::new();
     let mut listing = list(location, None, true);
     while let Some(entry) = listing.try_next().await? {
         if let Entry::Object(meta) = entry {
             progress.advance(1, meta.size);
-            objects.push((meta.location, meta.size));
+            if !meta.location.as_ref().starts_with(RESERVED) {
+                objects.push((meta.location, meta.size));
+            }
         }
     }
     progress.finish();
-    let mut out = DatasetStats {
-        uri: location.to_string(),
-        ..DatasetStats::default()
-    };
-    out.objects = objects.len() as u64;
-    out.bytes = objects.iter().map(|(_, s)| s).sum();
+    Ok(objects)
+}
+
+async fn files_from_listing(
+    location: &Location,
+    objects: Vec<(Path, u64)>,
+    options: &StatsOptions,
+) -> Result<DatasetStats> {
+    let mut out = DatasetStats::empty(location.to_string(), DatasetKind::Files, StatsFrom::Listing);
+    describe_files(&mut out, location, &objects, options).await?;
     out.classes = class_counts(&objects);
-    let mut sizes: Vec<u64> = objects.iter().map(|(_, s)| *s).collect();
-    sizes.sort_unstable();
-    out.sizes = percentiles(&sizes);
-    out.images = sample_images(location, &objects, options).await?;
-    out.cost = cost(out.objects, out.bytes, &options.prices);
+    out.classes_from = (!out.classes.is_empty()).then_some(ClassesFrom::FirstFolder);
+    let list_requests = out.objects.div_ceil(KEYS_PER_LIST).max(1);
+    out.cost = cost(list_requests, out.objects, out.bytes, &options.prices);
     Ok(out)
+}
+
+async fn files_from_manifest(
+    location: &Location,
+    manifest: Manifest,
+    options: &StatsOptions,
+) -> Result<DatasetStats> {
+    let mut out = DatasetStats::empty(
+        location.to_string(),
+        DatasetKind::Files,
+        StatsFrom::Manifest,
+    );
+    let objects: Vec<(Path, u64)> = manifest
+        .files
+        .iter()
+        .map(|f| (Path::from(f.key.as_str()), f.size))
+        .collect();
+    describe_files(&mut out, location, &objects, options).await?;
+    out.classes = manifest_classes(&manifest);
+    out.classes_from = (!out.classes.is_empty()).then_some(ClassesFrom::Manifest);
+    out.parameters = Some(manifest.parameters);
+    // The manifest's GET, then one per file.
+    out.cost = cost(0, out.objects + 1, out.bytes, &options.prices);
+    Ok(out)
+}
+
+/// Counts, sizes and sampled dimensions of one-object-per-sample `objects`.
+async fn describe_files(
+    out: &mut DatasetStats,
+    location: &Location,
+    objects: &[(Path, u64)],
+    options: &StatsOptions,
+) -> Result<()> {
+    out.objects = objects.len() as u64;
+    out.samples = out.objects;
+    out.bytes = objects.iter().map(|(_, s)| s).sum();
+    out.sizes = percentiles_of(objects.iter().map(|(_, s)| *s).collect());
+    let mut jpegs: Vec<Probe> = objects
+        .iter()
+        .filter(|(k, _)| is_jpeg(k.as_ref()))
+        .map(|(key, size)| Probe::whole(location, key, *size))
+        .collect();
+    jpegs.sort_by(|a, b| a.key.cmp(&b.key));
+    out.images = sample_images(location, jpegs, options).await?;
+    Ok(())
+}
+
+/// The manifest's classes as a map.
+pub(crate) fn manifest_classes(manifest: &Manifest) -> BTreeMap<String, u64> {
+    manifest
+        .classes
+        .iter()
+        .map(|c| (c.name.clone(), c.count))
+        .collect()
 }
 
 fn class_counts(objects: &[(Path, u64)]) -> BTreeMap<String, u64> {
@@ -156,6 +352,12 @@ fn class_counts(objects: &[(Path, u64)]) -> BTreeMap<String, u64> {
         }
     }
     classes
+}
+
+/// Nearest-rank percentiles of `values` (any order).
+pub(crate) fn percentiles_of(mut values: Vec<u64>) -> Percentiles {
+    values.sort_unstable();
+    percentiles(&values)
 }
 
 /// Nearest-rank percentiles of sorted `sizes`.
@@ -182,68 +384,95 @@ fn spread(len: usize, n: usize) -> Vec<usize> {
     (0..n).map(|i| i * len / n).collect()
 }
 
-fn is_jpeg(key: &Path) -> bool {
-    let lower = key.as_ref().to_ascii_lowercase();
-    lower.ends_with(".jpg") || lower.ends_with(".jpeg")
+/// Whether a key (`a/1.jpg`) or a member extension (`jpg`) names a JPEG.
+pub(crate) fn is_jpeg(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    let ext = lower.rsplit('.').next().unwrap_or_default();
+    ext == "jpg" || ext == "jpeg"
 }
 
-async fn sample_images(
+/// Where to read an image's header: in object `key`, `size` bytes from `start`; `name` is how
+/// reports name it.
+#[derive(Debug, Clone)]
+pub(crate) struct Probe {
+    pub(crate) key: Path,
+    pub(crate) start: u64,
+    pub(crate) size: u64,
+    pub(crate) name: String,
+}
+
+impl Probe {
+    /// The whole object `key`.
+    fn whole(location: &Location, key: &Path, size: u64) -> Probe {
+        Probe {
+            key: key.clone(),
+            start: 0,
+            size,
+            name: location.uri_of(key),
+        }
+    }
+}
+
+/// Reads the header of `options.sample` of `images`, evenly spread in the order given.
+pub(crate) async fn sample_images(
     location: &Location,
-    objects: &[(Path, u64)],
+    images: Vec<Probe>,
     options: &StatsOptions,
 ) -> Result<SampledImages> {
-    let mut jpegs: Vec<&(Path, u64)> = objects.iter().filter(|(k, _)| is_jpeg(k)).collect();
-    jpegs.sort_by(|a, b| a.0.cmp(&b.0));
-    let chosen: Vec<&(Path, u64)> = spread(jpegs.len(), options.sample)
+    let chosen: Vec<&Probe> = spread(images.len(), options.sample)
         .into_iter()
-        .map(|i| jpegs[i])
+        .map(|i| &images[i])
         .collect();
     let results: Vec<Result<(String, std::result::Result<String, String>)>> =
         futures::stream::iter(chosen)
-            .map(|(key, size)| read_dimensions(location, key, *size))
+            .map(|probe| read_dimensions(location, probe))
             .buffered(options.concurrency)
             .collect()
             .await;
     let mut images = SampledImages::default();
     for result in results {
-        let (uri, dims) = result?;
+        let (name, dims) = result?;
         images.sampled += 1;
         match dims {
             Ok(d) => *images.dimensions.entry(d).or_insert(0) += 1,
-            Err(reason) => images.unreadable.push(format!("{uri}: {reason}")),
+            Err(reason) => images.unreadable.push(format!("{name}: {reason}")),
         }
     }
     Ok(images)
 }
 
-/// Reads the header of one image: `Ok((uri, Ok("WxH")))`, or `Ok((uri, Err(reason)))` for a file
-/// that is not a readable JPEG; store failures are errors.
+/// Reads the header of one image: `Ok((name, Ok("WxH")))`, or `Ok((name, Err(reason)))` for an
+/// image that is not a readable JPEG; store failures are errors.
 async fn read_dimensions(
     location: &Location,
-    key: &Path,
-    size: u64,
+    probe: &Probe,
 ) -> Result<(String, std::result::Result<String, String>)> {
-    let uri = location.uri_of(key);
-    if size == 0 {
-        return Ok((uri, Err("empty file".to_string())));
+    let name = probe.name.clone();
+    if probe.size == 0 {
+        return Ok((name, Err("empty file".to_string())));
     }
-    let end = size.min(HEADER_BYTES);
+    let range = probe.start..probe.start + probe.size.min(HEADER_BYTES);
     let head = location
         .store()
-        .get_range(key, 0..end)
+        .get_range(&probe.key, range)
         .await
-        .map_err(|e| location.error(key, e))?;
+        .map_err(|e| location.error(&probe.key, e))?;
     let dims = parse_header(&head)
         .map(|i| format!("{}x{}", i.width, i.height))
         .map_err(|e| e.to_string());
-    Ok((uri, dims))
+    Ok((name, dims))
 }
 
-/// LIST is priced as a write-tier request and GET as a read-tier one, as S3 does.
-fn cost(objects: u64, bytes: u64, prices: &PriceTable) -> CostEstimate {
-    let list_requests = objects.div_ceil(KEYS_PER_LIST).max(1);
+/// `list_requests` LIST and `get_requests` GET requests reading `bytes`. LIST is priced as a
+/// write-tier request and GET as a read-tier one, as S3 does.
+pub(crate) fn cost(
+    list_requests: u64,
+    get_requests: u64,
+    bytes: u64,
+    prices: &PriceTable,
+) -> CostEstimate {
     let requests_usd = list_requests as f64 / 1000.0 * prices.write_per_1000
-        + objects as f64 / 1000.0 * prices.read_per_1000;
+        + get_requests as f64 / 1000.0 * prices.read_per_1000;
     let transfer_usd = if prices.in_region {
         0.0
     } else {
@@ -251,9 +480,10 @@ fn cost(objects: u64, bytes: u64, prices: &PriceTable) -> CostEstimate {
     };
     CostEstimate {
         list_requests,
-        get_requests: objects,
+        get_requests,
         requests_usd,
         transfer_usd,
+        random_access: None,
     }
 }
 
@@ -275,7 +505,7 @@ mod tests {
             }
         );
         assert_eq!(
-            percentiles(&[7]),
+            percentiles_of(vec![7]),
             Percentiles {
                 p0: 7,
                 p50: 7,
@@ -284,6 +514,7 @@ mod tests {
                 max: 7
             }
         );
+        assert_eq!(percentiles_of(vec![3, 1, 2]).p50, 2);
         assert_eq!(percentiles(&[]), Percentiles::default());
     }
 
@@ -307,9 +538,23 @@ mod tests {
     }
 
     #[test]
-    fn cost_counts_one_list_per_thousand_keys() {
+    fn shards_and_indexes_must_be_most_objects() {
+        let objs = |keys: &[&str]| -> Vec<(Path, u64)> {
+            keys.iter().map(|k| (Path::from(*k), 1)).collect()
+        };
+        let yes = objs(&["a.tar", "a.tar.idx", "b.tar", "README"]);
+        assert!(is_shard_dataset(yes.len(), &shards_in(&yes)));
+        let no = objs(&["a.tar", "1.jpg", "2.jpg"]);
+        assert!(!is_shard_dataset(no.len(), &shards_in(&no)));
+        let half = objs(&["a.tar", "1.jpg"]);
+        assert!(!is_shard_dataset(half.len(), &shards_in(&half)));
+        assert!(!is_shard_dataset(0, &[]));
+    }
+
+    #[test]
+    fn cost_prices_lists_as_writes_and_gets_as_reads() {
         let prices = PriceTable::default();
-        let c = cost(2001, 2_000_000_000, &prices);
+        let c = cost(3, 2001, 2_000_000_000, &prices);
         assert_eq!((c.list_requests, c.get_requests), (3, 2001));
         assert!((c.requests_usd - (3.0 * 0.000005 + 2001.0 * 0.0000004)).abs() < 1e-12);
         assert_eq!(c.transfer_usd, 0.0);
@@ -317,7 +562,6 @@ mod tests {
             in_region: false,
             ..PriceTable::default()
         };
-        assert!((cost(1, 2_000_000_000, &out).transfer_usd - 0.18).abs() < 1e-9);
-        assert_eq!(cost(0, 0, &prices).list_requests, 1);
+        assert!((cost(0, 1, 2_000_000_000, &out).transfer_usd - 0.18).abs() < 1e-9);
     }
 }

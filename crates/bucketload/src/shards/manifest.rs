@@ -126,7 +126,9 @@ fn files_manifest(source: String, files: Vec<FileEntry>) -> Manifest {
         parameters: Parameters {
             source,
             shard_size: None,
+            samples_per_shard: None,
             seed: None,
+            plan: None,
             label_policy: label_policy.to_owned(),
             tool_version: env!("CARGO_PKG_VERSION").to_owned(),
             created: now_rfc3339(),
@@ -159,7 +161,7 @@ fn classes_of(files: &[FileEntry]) -> Vec<ClassCount> {
 }
 
 /// The current time as RFC 3339 UTC with seconds (`2026-11-22T05:15:00Z`).
-fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

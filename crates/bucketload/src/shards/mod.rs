@@ -27,6 +27,7 @@
 //! # Ok(()) }
 //! ```
 
+mod build;
 mod manifest;
 mod scan;
 mod verify;
@@ -44,6 +45,11 @@ use futures::{StreamExt, TryStreamExt};
 use crate::dataset::{Location, Progress};
 use crate::error::{Error, Result};
 
+pub use build::{
+    Cut, DEFAULT_SHARD_SIZE, LABEL_EXT, LabelFrom, MergeReport, PARTS_DIR, Plan, PlannedSample,
+    RUN_PATH, ShardOptions, ShardOptionsBuilder, ShardReport, SourceObject, make_plan, merge_parts,
+    part_manifest_key, shard_dataset,
+};
 pub use manifest::{ManifestReport, write_files_manifest};
 pub use scan::index_shard;
 pub use verify::{Problem, VerifyReport, verify};

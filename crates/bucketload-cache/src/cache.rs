@@ -1,0 +1,526 @@
+//! [`Cache`]: lookups, inserts and the epoch clock.
+//!
+//! A lookup reads the whole entry file with plain reads, checks its header,
+//! key, object version and body checksum, and hands out the body as
+//! [`Bytes`] without copying. An insert writes a locked temporary file and
+//! renames it into place under the exclusive state lock, after counting it
+//! and making room; an entry is therefore either absent or complete.
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+
+use crate::entry::{self, Damage};
+use crate::error::{Error, Result};
+use crate::evict::Candidates;
+use crate::key::{CacheKey, ObjectVersion};
+use crate::policy::{Policy, nanos};
+use crate::scan::{self, Layout, Sweep, accounted};
+use crate::state::{Locked, SharedState, State};
+use crate::stats::{CacheStats, Counters};
+
+/// A local disk cache of object bytes, shared safely by every process and
+/// thread that opens the same directory. Open one with
+/// [`CacheBuilder`](crate::CacheBuilder); share it with an `Arc`. Every
+/// method does blocking file I/O: from async code, call it inside
+/// `tokio::task::spawn_blocking`.
+#[derive(Debug)]
+pub struct Cache {
+    pub(crate) layout: Layout,
+    pub(crate) state: SharedState,
+    pub(crate) capacity: u64,
+    pub(crate) policy: Policy,
+    pub(crate) fsync: bool,
+    pub(crate) temp_grace: Duration,
+    pub(crate) counters: Counters,
+    pub(crate) candidates: Mutex<Candidates>,
+    /// Held with a shared `flock` while this handle is open.
+    pub(crate) _users: File,
+}
+
+/// The outcome of [`Cache::get`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Lookup {
+    /// The cached body, checked against its checksum and the version asked.
+    Hit(Bytes),
+    /// Nothing served; read the object from the store.
+    Miss(Miss),
+}
+
+impl Lookup {
+    /// The body on a hit.
+    pub fn hit(self) -> Option<Bytes> {
+        match self {
+            Self::Hit(b) => Some(b),
+            Self::Miss(_) => None,
+        }
+    }
+}
+
+/// Why a lookup missed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Miss {
+    /// No entry.
+    Absent,
+    /// The entry held another version of the object; it was removed.
+    Stale,
+    /// The entry was damaged (checksum, truncation); it was removed.
+    Corrupt,
+}
+
+/// The outcome of [`Cache::insert`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Inserted {
+    /// The entry is stored and visible to every process.
+    Stored,
+    /// The entry was not stored, by design rather than by failure.
+    Rejected(Rejection),
+}
+
+/// Why an insert was not stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// The cache is full and the policy found no entry it may evict.
+    Full,
+    /// The entry alone is larger than the cache.
+    TooLarge,
+}
+
+/// Distinguishes temporary files of one process.
+static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl Cache {
+    /// Looks up the bytes of `key`, expecting `version` of the object.
+    ///
+    /// A damaged entry or one from another version is removed and reported
+    /// as a miss, never served. An error means the cache directory itself
+    /// failed (permissions, I/O); the object is still in the store.
+    pub fn get(&self, key: &CacheKey, version: &ObjectVersion) -> Result<Lookup> {
+        let path = self.layout.entry(&key.file_name());
+        let Some((file, buf)) = read_entry(&path)? else {
+            return Ok(self.miss(Miss::Absent));
+        };
+        let header = match entry::decode(&buf) {
+            Ok(h) => h,
+            Err(Damage(why)) => {
+                tracing::warn!(%key, path = %path.display(), why, "corrupt cache entry removed");
+                self.discard(&path, &file);
+                return Ok(self.miss(Miss::Corrupt));
+            }
+        };
+        if !header.is_for(key) || !header.version.serves(version) {
+            tracing::debug!(%key, cached = ?header.version, wanted = ?version, "stale cache entry removed");
+            self.discard(&path, &file);
+            return Ok(self.miss(Miss::Stale));
+        }
+        self.record_use(&file, &path);
+        let body = Bytes::from(buf).slice(header.header_len..);
+        Counters::add(&self.counters.hits, 1);
+        Counters::add(&self.counters.bytes_read, body.len() as u64);
+        Ok(Lookup::Hit(body))
+    }
+
+    /// Stores `body` as the bytes of `key`, from `version` of the object,
+    /// replacing any entry of the key. Other processes see either no entry
+    /// or the whole of it. When the cache is full, the [`Policy`] decides
+    /// whether to evict or to reject the entry.
+    pub fn insert(&self, key: &CacheKey, version: &ObjectVersion, body: Bytes) -> Result<Inserted> {
+        check_body(key, version, &body)?;
+        let name = key.file_name();
+        let header = entry::encode_header(key, version, &body);
+        let need = accounted((header.len() + body.len()) as u64);
+        let state = self.read_state()?;
+        if self.surely_rejected(need, &state) {
+            return Ok(self.reject(need));
+        }
+        self.prepare_room(need, &state)?;
+        let temp = self.write_temp(&name, &header, &body)?;
+        if !self.commit(temp, &self.layout.entry(&name), need)? {
+            return Ok(self.reject(need));
+        }
+        Counters::add(&self.counters.inserts, 1);
+        Counters::add(&self.counters.bytes_written, body.len() as u64);
+        Ok(Inserted::Stored)
+    }
+
+    /// Removes the entry of `key`, if any; returns whether there was one.
+    pub fn remove(&self, key: &CacheKey) -> Result<bool> {
+        let path = self.layout.entry(&key.file_name());
+        let (locked, mut state) = self.locked()?;
+        let removed = self.remove_locked(&mut state, &path, None)?;
+        locked.write(&state)?;
+        Ok(removed)
+    }
+
+    /// Starts epoch `epoch` of `dataset` (its URI) on the shared epoch
+    /// clock that [`Policy::Resident`] judges idleness by. Every worker and
+    /// rank may call it: naming an epoch already started (or an earlier one)
+    /// changes nothing. A later epoch starts one generation; a different
+    /// dataset makes every entry cached before it idle at once.
+    pub fn begin_epoch(&self, dataset: &str, epoch: u64) -> Result<()> {
+        let digest = Sha256::digest(dataset.as_bytes());
+        let mut id = [0; 8];
+        id.copy_from_slice(&digest[..8]);
+        // 0 means "no dataset yet" in the shared state.
+        let id = u64::from_le_bytes(id).max(1);
+        let (locked, mut state) = self.locked()?;
+        if state.begin_epoch(id, epoch, nanos(SystemTime::now())) {
+            locked.write(&state)?;
+            tracing::debug!(
+                dataset,
+                epoch,
+                generation = state.generation,
+                "cache epoch started"
+            );
+        }
+        Ok(())
+    }
+
+    /// This handle's counters and the shared size of the cache.
+    pub fn stats(&self) -> Result<CacheStats> {
+        let state = self.read_state()?;
+        Ok(CacheStats {
+            size_bytes: state.total,
+            entries: state.entries,
+            capacity_bytes: self.capacity,
+            generation: state.generation,
+            ..self.counters.snapshot()
+        })
+    }
+
+    /// The cache directory.
+    pub fn dir(&self) -> &Path {
+        &self.layout.root
+    }
+
+    /// The capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The eviction policy.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    fn miss(&self, why: Miss) -> Lookup {
+        Counters::add(&self.counters.misses, 1);
+        match why {
+            Miss::Stale => Counters::add(&self.counters.stale, 1),
+            Miss::Corrupt => Counters::add(&self.counters.corrupt, 1),
+            Miss::Absent => {}
+        }
+        Lookup::Miss(why)
+    }
+
+    fn reject(&self, need: u64) -> Inserted {
+        Counters::add(&self.counters.rejected, 1);
+        Inserted::Rejected(if need > self.capacity {
+            Rejection::TooLarge
+        } else {
+            Rejection::Full
+        })
+    }
+
+    /// Records a hit as a use (the entry's modification time) when the
+    /// policy needs it. A failure only makes the entry look older, so it
+    /// is logged and the hit served.
+    fn record_use(&self, file: &File, path: &Path) {
+        let touched = file
+            .metadata()
+            .and_then(|m| m.modified())
+            .map_err(|e| Error::io("stat", path, e));
+        let result = touched.and_then(|mtime| {
+            if self.policy.touch_on_hit(mtime, &self.read_state()?) {
+                file.set_modified(SystemTime::now())
+                    .map_err(|e| Error::io("touch", path, e))?;
+            }
+            Ok(())
+        });
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "cache entry use not recorded");
+        }
+    }
+
+    /// The shared state under a shared lock, rebuilt first if damaged.
+    pub(crate) fn read_state(&self) -> Result<State> {
+        match self.state.read()? {
+            Some(s) => Ok(s),
+            None => Ok(self.locked()?.1),
+        }
+    }
+
+    /// The exclusive lock and the state, rebuilt first if damaged.
+    pub(crate) fn locked(&self) -> Result<(Locked<'_>, State)> {
+        let locked = self.state.lock()?;
+        let state = match locked.state.clone() {
+            Some(s) => s,
+            None => self.rebuild(&locked)?,
+        };
+        Ok((locked, state))
+    }
+
+    /// Recomputes size and entry count from the entries on disk, keeping
+    /// the epoch clock. The caller holds the exclusive lock, so no entry
+    /// appears or disappears meanwhile.
+    pub(crate) fn rebuild(&self, locked: &Locked<'_>) -> Result<State> {
+        let found =
+            scan::entries(&self.layout).map_err(|e| Error::io("scan", &self.layout.entries, e))?;
+        let mut state = locked.state.clone().unwrap_or_default();
+        let before = (state.total, state.entries);
+        state.total = found.iter().map(|f| accounted(f.len)).sum();
+        state.entries = found.len() as u64;
+        locked.write(&state)?;
+        if before != (state.total, state.entries) {
+            tracing::info!(
+                dir = %self.layout.root.display(),
+                bytes = state.total,
+                entries = state.entries,
+                "cache accounting rebuilt from the entries on disk"
+            );
+        }
+        Ok(state)
+    }
+
+    /// Removes abandoned temporary files of crashed writers.
+    pub(crate) fn sweep_abandoned(&self) -> Result<()> {
+        let grace = self.temp_grace;
+        let n = scan::sweep_temp(&self.layout, Sweep::Abandoned { grace })
+            .map_err(|e| Error::io("clean", &self.layout.tmp, e))?;
+        if n > 0 {
+            tracing::info!(removed = n, "abandoned cache temporary files removed");
+        }
+        Counters::add(&self.counters.temp_removed, n);
+        Ok(())
+    }
+
+    /// Removes the entry at `path` if it is still the file `read` (another
+    /// process may have replaced it with a good entry since). A failure is
+    /// logged: the lookup is a miss either way.
+    fn discard(&self, path: &Path, read: &File) {
+        let result = read
+            .metadata()
+            .map_err(|e| Error::io("stat", path, e))
+            .and_then(|meta| {
+                let (locked, mut state) = self.locked()?;
+                if self.remove_locked(&mut state, path, Some((meta.dev(), meta.ino())))? {
+                    locked.write(&state)?;
+                }
+                Ok(())
+            });
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "damaged or stale cache entry not removed");
+        }
+    }
+
+    /// Removes the entry at `path` (only if it is the inode `only`, when
+    /// given) and uncounts it. The caller holds the lock and writes `state`.
+    fn remove_locked(
+        &self,
+        state: &mut State,
+        path: &Path,
+        only: Option<(u64, u64)>,
+    ) -> Result<bool> {
+        let meta = match fs::metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(Error::io("stat", path, e)),
+        };
+        if only.is_some_and(|id| id != (meta.dev(), meta.ino())) {
+            return Ok(false);
+        }
+        match fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(Error::io("remove", path, e)),
+        }
+        state.total = state.total.saturating_sub(accounted(meta.len()));
+        state.entries = state.entries.saturating_sub(1);
+        Ok(true)
+    }
+
+    /// Writes header and body to a new, locked temporary file.
+    fn write_temp(&self, name: &str, header: &[u8], body: &[u8]) -> Result<TempFile> {
+        let seq = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
+        let path = self
+            .layout
+            .tmp
+            .join(format!("{name}.{}.{seq}.tmp", std::process::id()));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| Error::io("create", &path, e))?;
+        let temp = TempFile {
+            file,
+            path,
+            armed: true,
+        };
+        let io = |op, e| Error::io(op, &temp.path, e);
+        temp.file.lock().map_err(|e| io("lock", e))?;
+        (&temp.file).write_all(header).map_err(|e| io("write", e))?;
+        (&temp.file).write_all(body).map_err(|e| io("write", e))?;
+        temp.file
+            .set_modified(SystemTime::now())
+            .map_err(|e| io("write", e))?;
+        if self.fsync {
+            temp.file.sync_data().map_err(|e| io("fsync", e))?;
+        }
+        Ok(temp)
+    }
+
+    /// Makes room, counts the entry and renames it into place, all under
+    /// the exclusive lock. Returns whether it was stored.
+    fn commit(&self, temp: TempFile, path: &Path, need: u64) -> Result<bool> {
+        let (locked, mut state) = self.locked()?;
+        let old = match fs::metadata(path) {
+            Ok(m) => Some(accounted(m.len())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io("stat", path, e)),
+        };
+        let fits = self.make_room(&mut state, need, path)?;
+        if fits {
+            // Counted before it is visible: a crash now over-counts, which
+            // the next lone open repairs, and never breaks the bound.
+            state.total += need;
+            state.entries += 1;
+        }
+        locked.write(&state)?;
+        if !fits {
+            return Ok(false);
+        }
+        if let Err(e) = rename_into(&temp.path, path) {
+            state.total -= need;
+            state.entries -= 1;
+            locked.write(&state)?;
+            return Err(Error::io("rename", path, e));
+        }
+        if self.fsync {
+            sync_dir(path.parent().unwrap_or(&self.layout.entries))?;
+        }
+        if let Some(old) = old {
+            state.total = state.total.saturating_sub(old);
+            state.entries = state.entries.saturating_sub(1);
+            locked.write(&state)?;
+        }
+        temp.renamed();
+        Ok(true)
+    }
+}
+
+impl fmt::Display for Cache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cache {} ({} bytes)",
+            self.layout.root.display(),
+            self.capacity
+        )
+    }
+}
+
+/// Opens and reads a whole entry file; `None` if there is none.
+fn read_entry(path: &Path) -> Result<Option<(File, Vec<u8>)>> {
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("open", path, e)),
+    };
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io("stat", path, e))?
+        .len();
+    let mut buf = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.read_to_end(&mut buf)
+        .map_err(|e| Error::io("read", path, e))?;
+    Ok(Some((file, buf)))
+}
+
+/// Checks that `body` is what `key` and `version` say it is.
+fn check_body(key: &CacheKey, version: &ObjectVersion, body: &[u8]) -> Result<()> {
+    let len = body.len() as u64;
+    let problem = match key.range() {
+        None if len != version.size => Some(format!(
+            "body has {len} bytes but the object has {}",
+            version.size
+        )),
+        Some(r) if r.start > r.end || r.end > version.size => Some(format!(
+            "range {}..{} is not inside an object of {} bytes",
+            r.start, r.end, version.size
+        )),
+        Some(r) if len != r.end - r.start => Some(format!(
+            "body has {len} bytes but the range {}..{} has {}",
+            r.start,
+            r.end,
+            r.end - r.start
+        )),
+        _ => None,
+    };
+    match problem {
+        None => Ok(()),
+        Some(reason) => Err(Error::InvalidInput {
+            store: key.store().to_owned(),
+            key: key.key().to_owned(),
+            reason,
+        }),
+    }
+}
+
+/// Renames `from` to `to`, creating `to`'s directory if it went missing
+/// (the subdirectories are made when the cache opens).
+fn rename_into(from: &Path, to: &Path) -> io::Result<()> {
+    match fs::rename(from, to) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound && from.exists() => {
+            if let Some(dir) = to.parent() {
+                fs::create_dir_all(dir)?;
+            }
+            fs::rename(from, to)
+        }
+        other => other,
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io("fsync", dir, e))
+}
+
+/// A temporary entry file, removed when dropped unless renamed into place.
+#[derive(Debug)]
+struct TempFile {
+    file: File,
+    path: PathBuf,
+    /// Whether dropping removes the file.
+    armed: bool,
+}
+
+impl TempFile {
+    /// The file is an entry now: keep it. Closing it releases its lock.
+    fn renamed(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Err(e) = fs::remove_file(&self.path) {
+            tracing::debug!(path = %self.path.display(), error = %e, "cache temporary file not removed");
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! The destination before writing: empty, or an earlier run of the same plan to resume.
+//!
+//! The run file (`_bucketload/run.json`) records the plan digest before the first shard is
+//! written. A shard is kept only if it, its index, and the run file agree with the plan: the
+//! index's shard size is the object's size and its sample keys are the planned keys in order
+//! (an earlier `--skip-missing` run may have left some out). Anything else of ours is rewritten;
+//! anything not ours stops the run.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+
+use bucketload_format::{MANIFEST_PATH, ShardEntry, ShardIndex};
+use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
+use bucketload_store::{Store, key_path};
+use futures::{StreamExt, TryStreamExt};
+use serde::{Deserialize, Serialize};
+
+use super::write::Finished;
+use super::{PARTS_DIR, Plan, RUN_PATH, ShardOptions};
+use crate::dataset::Location;
+use crate::error::{Error, Result};
+use crate::shards::index_key;
+use crate::shards::manifest::now_rfc3339;
+
+/// Contents of the run file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RunFile {
+    plan: String,
+    source: String,
+    shards: u64,
+    samples: u64,
+    created: String,
+}
+
+/// What the destination already holds.
+#[derive(Debug, Default)]
+pub(super) struct DestState {
+    /// Finished shards of this slice, by shard number.
+    pub kept: HashMap<usize, Finished>,
+}
+
+/// Checks the destination, clears it with `--overwrite`, writes the run file, and finds the
+/// finished shards of `part`.
+pub(super) async fn prepare(
+    dst: &Store,
+    plan: &Plan,
+    part: Range<usize>,
+    options: &ShardOptions,
+    source: &str,
+) -> Result<DestState> {
+    let location = Location::from_store(dst);
+    let mut listing = list(dst).await?;
+    let run = read_run(dst).await?;
+    let ours = |key: &str| is_ours(key);
+    let foreign: Vec<&String> = listing.keys().filter(|k| !ours(k)).collect();
+    if let Some(first) = foreign.first() {
+        return Err(Error::invalid_input(format!(
+            "the destination {} holds {} objects that `bucketload shard` did not write (e.g. {}); \
+             write the shards to an empty prefix",
+            dst.uri(),
+            foreign.len(),
+            location.uri_of(&key_path(first))
+        )));
+    }
+    let same_plan = run.as_ref().is_some_and(|r| r.plan == plan.digest);
+    if !same_plan && !listing.is_empty() {
+        if !options.overwrite {
+            return Err(other_plan(dst, run.as_ref(), &plan.digest));
+        }
+        clear(dst, &listing).await?;
+        listing.clear();
+    }
+    if !same_plan {
+        write_run(dst, plan, source).await?;
+    }
+    let kept = finished(dst, plan, part, &listing).await?;
+    Ok(DestState { kept })
+}
+
+/// Everything below the destination: key → size.
+async fn list(dst: &Store) -> Result<HashMap<String, u64>> {
+    let location = Location::from_store(dst);
+    let root = Path::default();
+    dst.object_store()
+        .list(None)
+        .map_ok(|m| (m.location.to_string(), m.size))
+        .map_err(|e| location.error(&root, e))
+        .try_collect()
+        .await
+}
+
+/// Whether a sharding run writes objects named `key`.
+fn is_ours(key: &str) -> bool {
+    let shard_like = |k: &str| {
+        k.strip_prefix("shard-")
+            .and_then(|rest| rest.strip_suffix(".tar"))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    key == MANIFEST_PATH
+        || key == RUN_PATH
+        || key.starts_with(&format!("{PARTS_DIR}/"))
+        || shard_like(key)
+        || key.strip_suffix(".idx").is_some_and(shard_like)
+}
+
+async fn read_run(dst: &Store) -> Result<Option<RunFile>> {
+    let location = Location::from_store(dst);
+    let key = Path::from(RUN_PATH);
+    let get = match dst.object_store().get(&key).await {
+        Ok(get) => get,
+        Err(bucketload_store::object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(location.error(&key, e)),
+    };
+    let bytes = get.bytes().await.map_err(|e| location.error(&key, e))?;
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| Error::Corrupt {
+            uri: location.uri_of(&key),
+            reason: format!("{e}; delete it, or run with --overwrite to start over"),
+        })
+}
+
+fn other_plan(dst: &Store, run: Option<&RunFile>, digest: &str) -> Error {
+    let what = match run {
+        Some(r) => format!(
+            "shards of another plan ({} from {}, started {})",
+            r.plan, r.source, r.created
+        ),
+        None => "shards of an unknown run (no run file)".to_owned(),
+    };
+    Error::invalid_input(format!(
+        "the destination {} holds {what}, but this run's plan is {digest}: the source listing or \
+         the options changed since. Shard into an empty prefix, or pass --overwrite to delete \
+         those shards and start over",
+        dst.uri()
+    ))
+}
+
+/// Deletes an earlier run's objects, the manifest first so no reader follows it to a deleted
+/// shard.
+async fn clear(dst: &Store, listing: &HashMap<String, u64>) -> Result<()> {
+    let location = Location::from_store(dst);
+    let os = dst.object_store();
+    let mut keys: Vec<&String> = listing.keys().collect();
+    keys.sort_by_key(|k| {
+        (
+            k.as_str() != MANIFEST_PATH,
+            k.as_str() == RUN_PATH,
+            k.as_str(),
+        )
+    });
+    tracing::info!(objects = keys.len(), "deleting an earlier run's objects");
+    for key in keys {
+        let path = key_path(key);
+        match os.delete(&path).await {
+            Ok(()) | Err(bucketload_store::object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(location.error(&path, e)),
+        }
+    }
+    Ok(())
+}
+
+async fn write_run(dst: &Store, plan: &Plan, source: &str) -> Result<()> {
+    let run = RunFile {
+        plan: plan.digest.clone(),
+        source: source.to_owned(),
+        shards: plan.shards.len() as u64,
+        samples: plan.samples.len() as u64,
+        created: now_rfc3339(),
+    };
+    let key = Path::from(RUN_PATH);
+    let json = serde_json::to_vec_pretty(&run).unwrap_or_default();
+    dst.object_store()
+        .put(&key, PutPayload::from(json))
+        .await
+        .map_err(|e| Location::from_store(dst).error(&key, e))?;
+    Ok(())
+}
+
+/// The shards of `part` that an earlier run finished, checked against the plan.
+async fn finished(
+    dst: &Store,
+    plan: &Plan,
+    part: Range<usize>,
+    listing: &HashMap<String, u64>,
+) -> Result<HashMap<usize, Finished>> {
+    let candidates: Vec<(usize, String, u64)> = part
+        .filter_map(|i| {
+            let name = plan.shard_name(i);
+            let size = *listing.get(&name)?;
+            listing
+                .contains_key(index_key(&Path::from(name.as_str())).as_ref())
+                .then_some((i, name, size))
+        })
+        .collect();
+    futures::stream::iter(candidates)
+        .map(|(i, name, size)| async move {
+            let kept = check_shard(dst, plan, i, &name, size).await?;
+            Ok::<_, Error>(kept.map(|f| (i, f)))
+        })
+        .buffer_unordered(32)
+        .try_filter_map(|x| futures::future::ready(Ok(x)))
+        .try_collect()
+        .await
+}
+
+/// Reads shard `i`'s index; `Some` if it matches the plan.
+async fn check_shard(
+    dst: &Store,
+    plan: &Plan,
+    i: usize,
+    name: &str,
+    size: u64,
+) -> Result<Option<Finished>> {
+    let location = Location::from_store(dst);
+    let key = index_key(&Path::from(name));
+    let get = dst.object_store().get(&key).await;
+    let bytes = match get {
+        Ok(get) => get.bytes().await.map_err(|e| location.error(&key, e))?,
+        Err(bucketload_store::object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(location.error(&key, e)),
+    };
+    let Ok(index) = ShardIndex::parse(&location.uri_of(&key), &bytes) else {
+        tracing::warn!(index = %location.uri_of(&key), "unreadable index; the shard is redone");
+        return Ok(None);
+    };
+    let planned: Vec<&str> = plan.samples[plan.shards[i].clone()]
+        .iter()
+        .map(|s| s.key.as_str())
+        .collect();
+    let keys: Vec<String> = index.samples.iter().map(|s| s.key.clone()).collect();
+    if index.shard_size != size || !is_subsequence(&keys, &planned) {
+        tracing::warn!(shard = name, "does not match the plan; it is redone");
+        return Ok(None);
+    }
+    let summary = bucketload_format::ShardSummary {
+        size: index.shard_size,
+        crc32c: index.shard_crc32c,
+        md5: index.shard_md5,
+        members: index.member_count(),
+    };
+    let entry = ShardEntry::from_summary(name, key.to_string(), keys.len() as u64, &summary);
+    Ok(Some(Finished { entry, keys }))
+}
+
+/// Whether `keys` appear in `planned` in the same order (some may be left out).
+fn is_subsequence(keys: &[String], planned: &[&str]) -> bool {
+    let set: HashSet<&str> = keys.iter().map(String::as_str).collect();
+    let kept: Vec<&str> = planned
+        .iter()
+        .copied()
+        .filter(|k| set.contains(k))
+        .collect();
+    kept.len() == keys.len() && kept.iter().zip(keys).all(|(a, b)| *a == b.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_shards_indexes_and_bookkeeping_are_ours() {
+        for key in [
+            "shard-000000.tar",
+            "shard-1234567.tar.idx",
+            "_bucketload/manifest.json",
+            "_bucketload/run.json",
+            "_bucketload/parts/part-00000-of-00002.json",
+        ] {
+            assert!(is_ours(key), "{key}");
+        }
+        for key in [
+            "shard-.tar",
+            "shard-0a.tar",
+            "data/shard-000000.tar",
+            "x.jpg",
+        ] {
+            assert!(!is_ours(key), "{key}");
+        }
+    }
+
+    #[test]
+    fn kept_shards_may_have_left_samples_out_but_not_reordered_them() {
+        let planned = ["a", "b", "c"];
+        let keys = |k: &[&str]| k.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert!(is_subsequence(&keys(&["a", "b", "c"]), &planned));
+        assert!(is_subsequence(&keys(&["a", "c"]), &planned));
+        assert!(!is_subsequence(&keys(&["c", "a"]), &planned));
+        assert!(!is_subsequence(&keys(&["a", "x"]), &planned));
+    }
+}

@@ -1,0 +1,498 @@
+//! `bucketload shard`: turn a dataset of one object per sample into tar shards with indexes and a
+//! manifest.
+//!
+//! 1. **Plan.** The source is read from its `files` manifest if it has one (one GET), otherwise
+//!    listed once. Objects sharing a WebDataset key form a sample; samples are labelled from
+//!    their class folder, optionally shuffled with a fixed algorithm and seed, and cut into
+//!    shards by size or count ([`plan`]). The plan's digest identifies the run.
+//! 2. **Destination check.** The destination must be empty or hold an earlier run of the same
+//!    plan: shards whose index exists and agrees with the plan are kept (resume), everything
+//!    else is redone ([`dest`]).
+//! 3. **Write.** Objects are fetched with hundreds of GETs in flight under a byte budget, in
+//!    plan order; each shard streams out as a multipart upload (completed only when the whole
+//!    shard is written, so no partial shard is ever visible) and its index is PUT after it
+//!    ([`write`]).
+//! 4. **Manifest last.** `_bucketload/manifest.json` (or, for `--part i/N`, the slice's manifest
+//!    under `_bucketload/parts/`, stitched later by [`merge_parts`]) is written only after
+//!    every shard it names is complete.
+
+mod dest;
+mod plan;
+mod write;
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use bucketload_format::{
+    ClassCount, DatasetKind, MANIFEST_PATH, MANIFEST_VERSION, Manifest, Parameters, PartSpec,
+    ShardEntry, merge_manifests,
+};
+use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
+use bucketload_store::{Store, key_path};
+use futures::TryStreamExt;
+
+use super::manifest::now_rfc3339;
+use crate::dataset::{Location, Progress};
+use crate::error::{Error, Result};
+
+pub use plan::{LABEL_EXT, Plan, PlannedSample, SourceObject, make_plan};
+
+/// Folder of the slices' manifests at the destination root.
+pub const PARTS_DIR: &str = "_bucketload/parts";
+/// The run file: which plan the shards at the destination belong to.
+pub const RUN_PATH: &str = "_bucketload/run.json";
+
+/// How samples are cut into shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// Shards of at most this many bytes (a sample never spans two shards).
+    Bytes(u64),
+    /// Shards of this many samples (the last may have fewer).
+    Samples(u64),
+}
+
+/// Where labels come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LabelFrom {
+    /// Folder labels when every sample sits in a folder and none has a `.cls` member already.
+    Auto,
+    /// The sample's folder (`n01/000123.jpg` → class `n01`); an error for samples outside one.
+    Folder,
+    /// No labels.
+    None,
+}
+
+impl LabelFrom {
+    fn name(self) -> &'static str {
+        match self {
+            LabelFrom::Auto | LabelFrom::Folder => "folder",
+            LabelFrom::None => "none",
+        }
+    }
+}
+
+/// Options of [`shard_dataset`].
+#[derive(Debug, Clone)]
+pub struct ShardOptions {
+    cut: Cut,
+    seed: Option<u64>,
+    label_from: LabelFrom,
+    part: Option<PartSpec>,
+    gets_in_flight: usize,
+    buffer_bytes: u64,
+    parts_per_shard: usize,
+    skip_missing: bool,
+    overwrite: bool,
+}
+
+/// Builder of [`ShardOptions`].
+#[derive(Debug, Clone)]
+pub struct ShardOptionsBuilder {
+    inner: ShardOptions,
+}
+
+/// Default shard size: 256 MiB.
+pub const DEFAULT_SHARD_SIZE: u64 = 256 << 20;
+
+impl ShardOptions {
+    /// Defaults: 256 MiB shards, sorted order, automatic labels, 256 GETs in flight, 256 MiB of
+    /// fetched objects buffered, 8 upload parts in flight per shard.
+    pub fn builder() -> ShardOptionsBuilder {
+        ShardOptionsBuilder {
+            inner: ShardOptions {
+                cut: Cut::Bytes(DEFAULT_SHARD_SIZE),
+                seed: None,
+                label_from: LabelFrom::Auto,
+                part: None,
+                gets_in_flight: 256,
+                buffer_bytes: 256 << 20,
+                parts_per_shard: 8,
+                skip_missing: false,
+                overwrite: false,
+            },
+        }
+    }
+}
+
+impl ShardOptionsBuilder {
+    /// How samples are cut into shards.
+    pub fn with_cut(mut self, cut: Cut) -> Self {
+        self.inner.cut = cut;
+        self
+    }
+
+    /// Shuffle samples with this seed before cutting (`None`: key order).
+    pub fn with_seed(mut self, seed: Option<u64>) -> Self {
+        self.inner.seed = seed;
+        self
+    }
+
+    /// Where labels come from.
+    pub fn with_label_from(mut self, from: LabelFrom) -> Self {
+        self.inner.label_from = from;
+        self
+    }
+
+    /// Build only slice `part` of the shards.
+    pub fn with_part(mut self, part: Option<PartSpec>) -> Self {
+        self.inner.part = part;
+        self
+    }
+
+    /// Source GETs in flight.
+    pub fn with_gets_in_flight(mut self, n: usize) -> Self {
+        self.inner.gets_in_flight = n;
+        self
+    }
+
+    /// Bytes of fetched objects held before they are written (an object larger than this is
+    /// still fetched, alone).
+    pub fn with_buffer_bytes(mut self, bytes: u64) -> Self {
+        self.inner.buffer_bytes = bytes;
+        self
+    }
+
+    /// Upload parts in flight per shard.
+    pub fn with_parts_per_shard(mut self, n: usize) -> Self {
+        self.inner.parts_per_shard = n;
+        self
+    }
+
+    /// Leave out objects deleted since they were listed (counted and reported) instead of
+    /// failing.
+    pub fn with_skip_missing(mut self, yes: bool) -> Self {
+        self.inner.skip_missing = yes;
+        self
+    }
+
+    /// Delete what an earlier run of another plan left at the destination and start over.
+    pub fn with_overwrite(mut self, yes: bool) -> Self {
+        self.inner.overwrite = yes;
+        self
+    }
+
+    /// Validates the options.
+    pub fn build(self) -> Result<ShardOptions> {
+        let o = &self.inner;
+        if matches!(o.cut, Cut::Bytes(0) | Cut::Samples(0)) {
+            return Err(Error::invalid_input(
+                "the shard size and samples per shard must be at least 1",
+            ));
+        }
+        if o.gets_in_flight == 0 || o.parts_per_shard == 0 || o.buffer_bytes == 0 {
+            return Err(Error::invalid_input(
+                "GETs in flight, upload parts per shard and the buffer must be at least 1",
+            ));
+        }
+        if let Some(p) = o.part
+            && (p.count == 0 || p.index >= p.count)
+        {
+            return Err(Error::invalid_input(format!(
+                "--part {}/{} is not a slice: use i/N with 0 <= i < N",
+                p.index, p.count
+            )));
+        }
+        Ok(self.inner)
+    }
+}
+
+/// What [`shard_dataset`] did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ShardReport {
+    /// Digest of the plan.
+    pub plan: String,
+    /// Shards in the whole plan.
+    pub planned_shards: u64,
+    /// Shards of this run's slice.
+    pub shards: u64,
+    /// Shards written now.
+    pub written: u64,
+    /// Shards an earlier run had finished (kept).
+    pub kept: u64,
+    /// Samples in this slice's shards.
+    pub samples: u64,
+    /// Source objects fetched now.
+    pub objects: u64,
+    /// Source bytes fetched now.
+    pub object_bytes: u64,
+    /// Bytes of the slice's shards.
+    pub shard_bytes: u64,
+    /// Source objects left out because they were gone (`--skip-missing`), full URIs.
+    pub missing: Vec<String>,
+    /// Full URI of the manifest written (the slice's manifest for `--part`).
+    pub manifest: String,
+    /// Wall time in seconds.
+    pub seconds: f64,
+}
+
+/// Shards the dataset at `src` into `dst`; see the module docs.
+pub async fn shard_dataset(
+    src: &Store,
+    dst: &Store,
+    options: &ShardOptions,
+    progress: &dyn Progress,
+) -> Result<ShardReport> {
+    let started = Instant::now();
+    check_disjoint(src, dst)?;
+    let objects = source_objects(src).await?;
+    let plan = make_plan(objects, options)?;
+    let part = plan.part_shards(options.part);
+    let source = src.uri().to_string();
+    let state = dest::prepare(dst, &plan, part.clone(), options, &source).await?;
+    let todo: Vec<usize> = part
+        .clone()
+        .filter(|i| !state.kept.contains_key(i))
+        .collect();
+    let (objects, bytes) = todo.iter().fold((0, 0), |(o, b), &i| {
+        let members = plan.samples[plan.shards[i].clone()]
+            .iter()
+            .flat_map(|s| &s.members);
+        members.fold((o, b), |(o, b), m| (o + 1, b + m.size))
+    });
+    progress.set_total(objects, Some(bytes));
+    let written = write::write_shards(src, dst, &plan, &todo, options, progress).await;
+    progress.finish();
+    let written = written?;
+    let mut report = ShardReport {
+        plan: plan.digest.clone(),
+        planned_shards: plan.shards.len() as u64,
+        shards: part.len() as u64,
+        written: written.len() as u64,
+        kept: state.kept.len() as u64,
+        samples: 0,
+        objects: written.iter().map(|w| w.objects).sum(),
+        object_bytes: written.iter().map(|w| w.object_bytes).sum(),
+        shard_bytes: 0,
+        missing: written.iter().flat_map(|w| w.missing.clone()).collect(),
+        manifest: String::new(),
+        seconds: 0.0,
+    };
+    let done: HashMap<usize, write::Finished> = state
+        .kept
+        .into_iter()
+        .chain(written.into_iter().map(|w| (w.shard, w.finished)))
+        .collect();
+    let manifest = slice_manifest(src, &plan, part, &done, options)?;
+    report.samples = manifest.samples;
+    report.shard_bytes = manifest.bytes;
+    report.manifest = put_manifest(dst, &manifest, options.part).await?;
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Refuses a destination inside the source or the other way round (a second run would shard
+/// its own shards).
+fn check_disjoint(src: &Store, dst: &Store) -> Result<()> {
+    let dir = |store: &Store| format!("{}/", store.uri().to_string().trim_end_matches('/'));
+    let (s, d) = (dir(src), dir(dst));
+    let same_endpoint = src.config().endpoint() == dst.config().endpoint();
+    if same_endpoint && (s.starts_with(&d) || d.starts_with(&s)) {
+        return Err(Error::invalid_input(format!(
+            "the destination {} and the source {} overlap; write the shards to a prefix outside \
+             the source",
+            dst.uri(),
+            src.uri()
+        )));
+    }
+    Ok(())
+}
+
+/// The source's objects: from its `files` manifest if it has one, else one listing.
+async fn source_objects(src: &Store) -> Result<Vec<SourceObject>> {
+    let location = Location::from_store(src);
+    let key = Path::from(MANIFEST_PATH);
+    match src.object_store().get(&key).await {
+        Ok(get) => {
+            let bytes = get.bytes().await.map_err(|e| location.error(&key, e))?;
+            let manifest = Manifest::from_json(&location.uri_of(&key), &bytes)?;
+            if manifest.kind != DatasetKind::Files {
+                return Err(Error::invalid_input(format!(
+                    "{} already is a shard dataset; shard a one-object-per-sample dataset",
+                    src.uri()
+                )));
+            }
+            tracing::info!(
+                files = manifest.files.len(),
+                "source read from its manifest"
+            );
+            let files = manifest.files.into_iter();
+            Ok(files
+                .map(|f| SourceObject {
+                    key: f.key,
+                    size: f.size,
+                })
+                .collect())
+        }
+        Err(bucketload_store::object_store::Error::NotFound { .. }) => {
+            let root = Path::default();
+            src.object_store()
+                .list(None)
+                .map_err(|e| location.error(&root, e))
+                .try_filter_map(|m| {
+                    let key = m.location.to_string();
+                    let ours = key.starts_with("_bucketload/");
+                    futures::future::ready(
+                        Ok((!ours).then_some(SourceObject { key, size: m.size })),
+                    )
+                })
+                .try_collect()
+                .await
+        }
+        Err(e) => Err(location.error(&key, e)),
+    }
+}
+
+/// The manifest of the slice's shards (the whole dataset without `--part`).
+fn slice_manifest(
+    src: &Store,
+    plan: &Plan,
+    part: std::ops::Range<usize>,
+    done: &HashMap<usize, write::Finished>,
+    options: &ShardOptions,
+) -> Result<Manifest> {
+    let class_of: HashMap<&str, u32> = plan
+        .samples
+        .iter()
+        .filter_map(|s| Some((s.key.as_str(), s.class?)))
+        .collect();
+    let mut counts = vec![0u64; plan.classes.len()];
+    let mut shards: Vec<ShardEntry> = Vec::with_capacity(part.len());
+    for i in part {
+        let finished = done.get(&i).ok_or_else(|| Error::Task {
+            reason: format!("shard {i} was neither written nor kept"),
+        })?;
+        for key in &finished.keys {
+            if let Some(&c) = class_of.get(key.as_str()) {
+                counts[c as usize] += 1;
+            }
+        }
+        shards.push(finished.entry.clone());
+    }
+    shards.sort_by(|a, b| a.name.cmp(&b.name));
+    let classes = plan
+        .classes
+        .iter()
+        .zip(counts)
+        // Classes without samples stay: a label is a position in this list.
+        .map(|(name, count)| ClassCount {
+            name: name.clone(),
+            count,
+        })
+        .collect();
+    let (shard_size, samples_per_shard) = match options.cut {
+        Cut::Bytes(b) => (Some(b), None),
+        Cut::Samples(n) => (None, Some(n)),
+    };
+    Ok(Manifest {
+        format_version: MANIFEST_VERSION,
+        kind: DatasetKind::Shards,
+        parameters: Parameters {
+            source: src.uri().to_string(),
+            shard_size,
+            samples_per_shard,
+            seed: options.seed,
+            plan: Some(plan.digest.clone()),
+            label_policy: if plan.classes.is_empty() {
+                LabelFrom::None.name()
+            } else {
+                options.label_from.name()
+            }
+            .to_owned(),
+            tool_version: env!("CARGO_PKG_VERSION").to_owned(),
+            created: now_rfc3339(),
+            part: options.part,
+        },
+        samples: shards.iter().map(|s| s.samples).sum(),
+        bytes: shards.iter().map(|s| s.bytes).sum(),
+        classes,
+        shards,
+        files: Vec::new(),
+    })
+}
+
+/// Key of the manifest of slice `part`.
+pub fn part_manifest_key(part: PartSpec) -> Path {
+    Path::from(format!(
+        "{PARTS_DIR}/part-{:05}-of-{:05}.json",
+        part.index, part.count
+    ))
+}
+
+async fn put_manifest(dst: &Store, manifest: &Manifest, part: Option<PartSpec>) -> Result<String> {
+    let key = part.map_or_else(|| Path::from(MANIFEST_PATH), part_manifest_key);
+    let uri = dst.object_uri(&key);
+    manifest.validate(&uri)?;
+    dst.object_store()
+        .put(&key, PutPayload::from(manifest.to_json()))
+        .await
+        .map_err(|e| Location::from_store(dst).error(&key, e))?;
+    Ok(uri)
+}
+
+/// What [`merge_parts`] did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MergeReport {
+    /// Slices merged.
+    pub parts: u64,
+    /// Shards in the merged manifest.
+    pub shards: u64,
+    /// Samples in the merged manifest.
+    pub samples: u64,
+    /// Full URI of the manifest written.
+    pub manifest: String,
+}
+
+/// Stitches the slices' manifests under `_bucketload/parts/` into the dataset manifest, after
+/// checking that every slice is there, that they come from one plan, and that every shard and
+/// index they name exists with the recorded size.
+pub async fn merge_parts(dst: &Store) -> Result<MergeReport> {
+    let location = Location::from_store(dst);
+    let os = dst.object_store();
+    let root = Path::default();
+    let listing: HashMap<String, u64> = os
+        .list(None)
+        .map_ok(|m| (m.location.to_string(), m.size))
+        .map_err(|e| location.error(&root, e))
+        .try_collect()
+        .await?;
+    let mut keys: Vec<&String> = listing
+        .keys()
+        .filter(|k| k.starts_with(&format!("{PARTS_DIR}/")) && k.ends_with(".json"))
+        .collect();
+    keys.sort();
+    if keys.is_empty() {
+        return Err(Error::invalid_input(format!(
+            "no slice manifests under {}/{PARTS_DIR}; run `bucketload shard --part i/N` first",
+            dst.uri()
+        )));
+    }
+    let mut parts = Vec::with_capacity(keys.len());
+    for key in keys {
+        let path = key_path(key);
+        let get = os.get(&path).await.map_err(|e| location.error(&path, e))?;
+        let bytes = get.bytes().await.map_err(|e| location.error(&path, e))?;
+        parts.push(Manifest::from_json(&location.uri_of(&path), &bytes)?);
+    }
+    let merged = merge_manifests(&parts)?;
+    for shard in &merged.shards {
+        let missing = |name: &str| Error::Corrupt {
+            uri: location.uri_of(&Path::from(name)),
+            reason: "a slice manifest names it but it is missing or has another size; run that \
+                     slice again"
+                .to_owned(),
+        };
+        if listing.get(&shard.name) != Some(&shard.bytes) {
+            return Err(missing(&shard.name));
+        }
+        if !listing.contains_key(&shard.index) {
+            return Err(missing(&shard.index));
+        }
+    }
+    let manifest = put_manifest(dst, &merged, None).await?;
+    Ok(MergeReport {
+        parts: parts.len() as u64,
+        shards: merged.shards.len() as u64,
+        samples: merged.samples,
+        manifest,
+    })
+}

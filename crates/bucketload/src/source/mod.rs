@@ -1,0 +1,547 @@
+//! Which samples a rank and worker read, in which order, and how to resume mid-epoch.
+//!
+//! Pure logic, no I/O: a loader drives it. Reach for [`Source`]: built from a [`Plan`] (the
+//! dataset's shape, usually [`Plan::from_manifest`]), an [`Order`] (seed, shuffle buffer) and a
+//! [`Partition`] (this process's rank among `world_size`), it starts an epoch with
+//! [`Source::begin`] or continues a saved one with [`Source::resume`]. Both give a [`Progress`],
+//! from which each worker takes its [`WorkerIter`] of [`SampleRef`]s, and into which the training
+//! loop records what it consumed; [`Progress::state`] is the [`SourceState`] to checkpoint.
+//!
+//! # Parts and data flow
+//!
+//! ```text
+//!  (seed, epoch) ──► permutation ──► rank split (equal counts: pad or drop) ──► worker shares
+//!                    files/indexed: of samples, O(1) memory          │ (contiguous, ±1)
+//!                    shards: of shards, then cut by sample count     ▼
+//!                                                       streams: shuffle buffer (size B)
+//!                                                                    ▼
+//!                                                         WorkerIter: SampleRef, in order
+//! ```
+//!
+//! - **Random access** (files, indexed shards): one keyed [`Permutation`] of all samples per
+//!   epoch (a table up to 65,536 samples, a Feistel network in O(1) memory above), any position
+//!   in O(1). Rank `r` of `w` takes positions `r, r + w, …`
+//!   (the layout of PyTorch's `DistributedSampler`); with [`Remainder::Pad`] the positions past
+//!   the end wrap to the start of the permutation, with [`Remainder::Drop`] the last `N mod w`
+//!   positions are left out (different samples every epoch). Shuffle quality: a pseudo-random
+//!   permutation; any sample can land anywhere, neighbours are unrelated.
+//! - **Streams** (shards read front to back): the shards are permuted per epoch, concatenated,
+//!   and cut into `world_size` runs of exactly the same number of samples, so a rank may read
+//!   part of a shard (a [`WorkItem`] is a shard and a sample range). Each worker then passes its
+//!   samples through a shuffle buffer of `B` samples. Shuffle quality: the shard order is fully
+//!   random; the `k`-th sample yielded is one of the first `B + k + 1` read, and samples move
+//!   about `B` places on average, so a batch draws mostly from the last `B` samples read. Choose
+//!   `B` of 5–10 shards' worth of samples to mix shards within a batch (memory: `B` samples per
+//!   worker); docs/LOADER.md has measurements.
+//!
+//! # Resume
+//!
+//! The order is a pure function of (plan, order, partition, epoch, worker count), so the state
+//! is small: the epoch and, per worker, how many samples training consumed. Resuming with the
+//! same number of workers continues each worker at its count; with another number, what the old
+//! workers had not yet yielded is split anew among the new ones. In both cases no sample of the
+//! epoch is replayed or skipped. See docs/LOADER.md, "Order, partitions and resume".
+//!
+//! ```
+//! use bucketload::source::{Order, Partition, Plan, Remainder, Source, SourceState};
+//!
+//! # fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let partition = Partition::new(1, 4).with_remainder(Remainder::Drop); // rank 1 of 4
+//! let source = Source::new(Plan::files(10_001), Order::shuffled(42), partition)?;
+//! let mut progress = source.begin(0, 2)?; // epoch 0, two workers
+//! assert_eq!(progress.samples(), 2_500);
+//! let first: Vec<_> = progress.worker(0)?.take(3).collect();
+//! progress.record(0, first.len() as u64)?;
+//!
+//! let saved = serde_json::to_string(&progress.state())?;
+//! let state: SourceState = serde_json::from_str(&saved)?;
+//! let resumed = source.resume(&state, 3)?; // now with three workers
+//! assert_eq!(resumed.remaining(), 2_497);
+//! # Ok(()) }
+//! # run().unwrap();
+//! ```
+
+// Spans are lists of index ranges, and a list of one span is the common case.
+#![allow(clippy::single_range_in_vec_init)]
+
+mod partition;
+mod permute;
+mod state;
+mod worker;
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use bucketload_format::{DatasetKind, Manifest};
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+use partition::{
+    Layout, RandomRank, RankSeq, StreamRank, TAG_SAMPLES, TAG_SHARDS, epoch_permutation, per_rank,
+};
+pub use permute::Permutation;
+use permute::derive_key;
+use state::PlanStamp;
+pub use state::{Progress, STATE_VERSION, SourceState};
+pub use worker::WorkerIter;
+
+/// Largest dataset a plan accepts, in samples: keeps position arithmetic far from overflow.
+pub const MAX_SAMPLES: u64 = 1 << 62;
+
+/// Largest shuffle buffer, in samples: more could never fit in memory.
+pub const MAX_SHUFFLE_BUFFER: u64 = u32::MAX as u64;
+
+/// How a shards dataset is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Access {
+    /// Any sample on its own (one ranged GET per sample through the shard index).
+    Random,
+    /// Shards front to back, through a shuffle buffer.
+    Stream,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Files,
+    Indexed,
+    Shards,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Files => "files",
+            Kind::Indexed => "indexed",
+            Kind::Shards => "shards",
+        }
+    }
+}
+
+/// The shape of a dataset: how many samples, in which shards, read how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    kind: Kind,
+    /// Samples per shard (empty for files).
+    counts: Arc<[u64]>,
+    /// First sample of each shard, for indexed plans.
+    starts: Arc<[u64]>,
+    total: u64,
+}
+
+impl Plan {
+    /// `n` files, one sample each, read in any order.
+    pub fn files(n: u64) -> Plan {
+        Plan {
+            kind: Kind::Files,
+            counts: Arc::new([]),
+            starts: Arc::new([]),
+            total: n,
+        }
+    }
+
+    /// Indexed shards holding `samples_per_shard[i]` samples each, read sample by sample.
+    pub fn indexed(samples_per_shard: &[u64]) -> Plan {
+        let mut starts = Vec::with_capacity(samples_per_shard.len());
+        let mut total = 0u64;
+        for &count in samples_per_shard {
+            starts.push(total);
+            total = total.saturating_add(count);
+        }
+        Plan {
+            kind: Kind::Indexed,
+            counts: samples_per_shard.into(),
+            starts: starts.into(),
+            total,
+        }
+    }
+
+    /// Shards holding `samples_per_shard[i]` samples each, streamed front to back.
+    pub fn shards(samples_per_shard: &[u64]) -> Plan {
+        let total = samples_per_shard
+            .iter()
+            .fold(0u64, |t, &c| t.saturating_add(c));
+        Plan {
+            kind: Kind::Shards,
+            counts: samples_per_shard.into(),
+            starts: Arc::new([]),
+            total,
+        }
+    }
+
+    /// The plan of a dataset manifest: its files, or its shards read with `access`. Indices in
+    /// [`SampleRef`]s are positions in the manifest's `files` or `shards` lists.
+    pub fn from_manifest(manifest: &Manifest, access: Access) -> Plan {
+        let counts: Vec<u64> = manifest.shards.iter().map(|s| s.samples).collect();
+        match (manifest.kind, access) {
+            (DatasetKind::Files, _) => Plan::files(manifest.files.len() as u64),
+            (_, Access::Random) => Plan::indexed(&counts),
+            (_, Access::Stream) => Plan::shards(&counts),
+        }
+    }
+
+    /// Total samples.
+    pub fn samples(&self) -> u64 {
+        self.total
+    }
+
+    /// Whether samples are streamed shard by shard (rather than read one by one).
+    pub fn is_streamed(&self) -> bool {
+        self.kind == Kind::Shards
+    }
+
+    fn stamp(&self) -> PlanStamp {
+        let mut parts = vec![self.total, self.counts.len() as u64];
+        parts.extend(self.counts.iter());
+        PlanStamp {
+            kind: self.kind.name().to_owned(),
+            samples: self.total,
+            shards: self.counts.len() as u64,
+            digest: format!("{:016x}", derive_key(&parts)),
+        }
+    }
+}
+
+/// The order of samples in an epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Order {
+    seed: Option<u64>,
+    shuffle_buffer: u64,
+}
+
+impl Order {
+    /// Default shuffle buffer of streams, in samples: a few shards' worth of typical 100 KB
+    /// images (about 100 MB per worker) — mixes neighbouring shards without much memory.
+    pub const DEFAULT_SHUFFLE_BUFFER: u64 = 1_000;
+
+    /// Samples in dataset order, every epoch the same.
+    pub fn sequential() -> Order {
+        Order {
+            seed: None,
+            shuffle_buffer: 0,
+        }
+    }
+
+    /// A different shuffle every epoch, determined by `seed` and the epoch.
+    pub fn shuffled(seed: u64) -> Order {
+        Order {
+            seed: Some(seed),
+            shuffle_buffer: Order::DEFAULT_SHUFFLE_BUFFER,
+        }
+    }
+
+    /// Samples held by each worker's shuffle buffer when streaming shards (default
+    /// [`DEFAULT_SHUFFLE_BUFFER`](Self::DEFAULT_SHUFFLE_BUFFER); 0 keeps shard order within the
+    /// shuffled shard order). Ignored by sequential orders and random-access plans.
+    pub fn with_shuffle_buffer(mut self, samples: u64) -> Order {
+        self.shuffle_buffer = samples;
+        self
+    }
+
+    /// The seed, `None` for sequential order.
+    pub fn seed(&self) -> Option<u64> {
+        self.seed
+    }
+
+    /// The shuffle buffer in samples; 0 for sequential order.
+    pub fn shuffle_buffer(&self) -> u64 {
+        if self.seed.is_some() {
+            self.shuffle_buffer
+        } else {
+            0
+        }
+    }
+}
+
+/// What to do with the samples that do not divide evenly among ranks. Ranks must get the same
+/// number of samples: a rank that runs out first leaves the others waiting in a collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Remainder {
+    /// Give every rank `ceil(N / world_size)` samples, repeating samples from the start of the
+    /// epoch's order (the default, like PyTorch's `DistributedSampler`).
+    #[default]
+    Pad,
+    /// Give every rank `floor(N / world_size)` samples, leaving out the last `N mod world_size`
+    /// of the epoch's order.
+    Drop,
+}
+
+/// This process's share of the dataset: rank `rank` of `world_size`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Partition {
+    rank: u32,
+    world_size: u32,
+    remainder: Remainder,
+}
+
+impl Partition {
+    /// Rank `rank` of `world_size` (checked by [`Source::new`]), padding the remainder.
+    pub fn new(rank: u32, world_size: u32) -> Partition {
+        Partition {
+            rank,
+            world_size,
+            remainder: Remainder::Pad,
+        }
+    }
+
+    /// The whole dataset: rank 0 of 1.
+    pub fn single() -> Partition {
+        Partition::new(0, 1)
+    }
+
+    /// How uneven remainders are handled (default [`Remainder::Pad`]).
+    pub fn with_remainder(mut self, remainder: Remainder) -> Partition {
+        self.remainder = remainder;
+        self
+    }
+
+    /// The rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn world_size(&self) -> u32 {
+        self.world_size
+    }
+
+    /// The remainder policy.
+    pub fn remainder(&self) -> Remainder {
+        self.remainder
+    }
+}
+
+/// One sample to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SampleRef {
+    /// Object `index` of a files plan.
+    File {
+        /// Position in the files list.
+        index: u64,
+    },
+    /// Sample `sample` (in member order) of shard `shard`.
+    Shard {
+        /// Position in the shards list.
+        shard: u64,
+        /// Position of the sample within the shard.
+        sample: u64,
+    },
+}
+
+/// A run of consecutive samples of one shard, read front to back.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct WorkItem {
+    /// Position in the shards list.
+    pub shard: u64,
+    /// Samples of the shard, in member order.
+    pub samples: Range<u64>,
+}
+
+/// The order, partition and resume logic of one rank over one dataset.
+#[derive(Debug, Clone)]
+pub struct Source {
+    plan: Plan,
+    order: Order,
+    partition: Partition,
+}
+
+impl Source {
+    /// Checks the partition and sizes; reports every problem at once.
+    pub fn new(plan: Plan, order: Order, partition: Partition) -> Result<Source> {
+        let mut problems = Vec::new();
+        if partition.world_size == 0 {
+            problems.push("world_size must be at least 1".to_owned());
+        } else if partition.rank >= partition.world_size {
+            problems.push(format!(
+                "rank {} is out of range for world_size {} (ranks count from 0)",
+                partition.rank, partition.world_size
+            ));
+        }
+        if plan.total > MAX_SAMPLES {
+            problems.push(format!(
+                "{} samples is more than the {MAX_SAMPLES} a plan supports",
+                plan.total
+            ));
+        }
+        if order.shuffle_buffer() > MAX_SHUFFLE_BUFFER {
+            problems.push(format!(
+                "a shuffle buffer of {} samples cannot fit in memory; use at most {MAX_SHUFFLE_BUFFER}",
+                order.shuffle_buffer()
+            ));
+        }
+        if !problems.is_empty() {
+            return Err(Error::invalid_input(problems.join("; ")));
+        }
+        Ok(Source {
+            plan,
+            order,
+            partition,
+        })
+    }
+
+    /// The plan.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The order.
+    pub fn order(&self) -> Order {
+        self.order
+    }
+
+    /// The partition.
+    pub fn partition(&self) -> Partition {
+        self.partition
+    }
+
+    /// Samples every rank reads per epoch.
+    pub fn samples_per_rank(&self) -> u64 {
+        let world = u64::from(self.partition.world_size);
+        per_rank(self.plan.total, world, self.partition.remainder)
+    }
+
+    /// The shuffle buffer in effect: streamed plans only.
+    fn shuffle_buffer(&self) -> u64 {
+        if self.plan.is_streamed() {
+            self.order.shuffle_buffer()
+        } else {
+            0
+        }
+    }
+
+    /// Starts epoch `epoch` with `num_workers` workers (at least 1).
+    pub fn begin(&self, epoch: u64, num_workers: u32) -> Result<Progress> {
+        check_workers(num_workers)?;
+        let state = SourceState {
+            version: STATE_VERSION,
+            plan: self.plan.stamp(),
+            seed: self.order.seed(),
+            shuffle_buffer: self.shuffle_buffer(),
+            rank: self.partition.rank,
+            world_size: self.partition.world_size,
+            remainder: self.partition.remainder,
+            epoch,
+            history: Vec::new(),
+            consumed: vec![0; num_workers as usize],
+        };
+        Progress::new(state, self.rank_seq(epoch))
+    }
+
+    /// Continues a saved epoch with `num_workers` workers, which may differ from the number
+    /// when `state` was saved. Fails if `state` belongs to another dataset, order or partition.
+    pub fn resume(&self, state: &SourceState, num_workers: u32) -> Result<Progress> {
+        check_workers(num_workers)?;
+        self.check_state(state)?;
+        let progress = Progress::new(state.clone(), self.rank_seq(state.epoch))?;
+        if progress.num_workers() == num_workers {
+            return Ok(progress);
+        }
+        if state.history.is_empty() && state.consumed.iter().all(|&c| c == 0) {
+            return self.begin(state.epoch, num_workers);
+        }
+        let resumed = progress.repartition(num_workers)?;
+        tracing::debug!(
+            epoch = state.epoch,
+            rank = state.rank,
+            from = progress.num_workers(),
+            to = num_workers,
+            remaining = resumed.remaining(),
+            "source: worker count changed mid-epoch, remaining samples split anew"
+        );
+        Ok(resumed)
+    }
+
+    fn check_state(&self, state: &SourceState) -> Result<()> {
+        let refuse = |what: String| {
+            Err(Error::invalid_input(format!(
+                "cannot resume: the state was saved {what}; build the source as it was, or \
+                 start the epoch over with begin"
+            )))
+        };
+        if state.version != STATE_VERSION {
+            return refuse(format!(
+                "by state version {} (this build reads {STATE_VERSION})",
+                state.version
+            ));
+        }
+        let stamp = self.plan.stamp();
+        if state.plan != stamp {
+            return refuse(format!(
+                "for a {} plan of {} samples in {} shards (digest {}), this source has a {} plan \
+                 of {} samples in {} shards (digest {})",
+                state.plan.kind,
+                state.plan.samples,
+                state.plan.shards,
+                state.plan.digest,
+                stamp.kind,
+                stamp.samples,
+                stamp.shards,
+                stamp.digest
+            ));
+        }
+        if (state.seed, state.shuffle_buffer) != (self.order.seed(), self.shuffle_buffer()) {
+            return refuse(format!(
+                "with seed {:?} and shuffle buffer {}, this source has seed {:?} and buffer {}",
+                state.seed,
+                state.shuffle_buffer,
+                self.order.seed(),
+                self.shuffle_buffer()
+            ));
+        }
+        let p = &self.partition;
+        if (state.rank, state.world_size, state.remainder) != (p.rank, p.world_size, p.remainder) {
+            return refuse(format!(
+                "by rank {} of {} ({:?}), this source is rank {} of {} ({:?}); restore each \
+                 rank's own state",
+                state.rank, state.world_size, state.remainder, p.rank, p.world_size, p.remainder
+            ));
+        }
+        Ok(())
+    }
+
+    /// This rank's samples in epoch `epoch`.
+    fn rank_seq(&self, epoch: u64) -> Arc<RankSeq> {
+        let seed = self.order.seed();
+        let world = u64::from(self.partition.world_size);
+        let rank = u64::from(self.partition.rank);
+        let len = self.samples_per_rank();
+        let plan = &self.plan;
+        let seq = match plan.kind {
+            Kind::Files | Kind::Indexed => RankSeq::Random(RandomRank {
+                total: plan.total,
+                world,
+                rank,
+                len,
+                perm: epoch_permutation(plan.total, seed, TAG_SAMPLES, epoch),
+                layout: match plan.kind {
+                    Kind::Files => Layout::Files,
+                    _ => Layout::Indexed(plan.starts.clone()),
+                },
+            }),
+            Kind::Shards => {
+                let shards = plan.counts.len() as u64;
+                let perm = epoch_permutation(shards, seed, TAG_SHARDS, epoch);
+                RankSeq::Stream(StreamRank::new(
+                    &plan.counts,
+                    &perm,
+                    rank * len,
+                    (rank + 1) * len,
+                ))
+            }
+        };
+        Arc::new(seq)
+    }
+}
+
+fn check_workers(num_workers: u32) -> Result<()> {
+    if num_workers == 0 {
+        return Err(Error::invalid_input(
+            "num_workers must be at least 1 (the loader's own thread counts as one worker)",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,311 @@
+//! A rank's sequence of samples for one epoch, and the span arithmetic that splits it.
+//!
+//! Every rank sees its epoch as local indices `0..len`. A [`RankSeq`] maps a local index to a
+//! sample: through the keyed permutation for random access, through the rank's list of shard
+//! ranges for streams. Workers, and resumes after a change of worker count, only ever deal in
+//! sorted, disjoint spans of local indices.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::permute::{Permutation, derive_key};
+use super::{Remainder, SampleRef, WorkItem};
+
+/// Domain tags that keep the random streams of the source independent.
+pub(crate) const TAG_SAMPLES: u64 = 0x5341_4d50; // "SAMP"
+pub(crate) const TAG_SHARDS: u64 = 0x5348_5244; // "SHRD"
+pub(crate) const TAG_BUFFER: u64 = 0x4255_4646; // "BUFF"
+
+/// Samples each rank gets for `total` samples over `world` ranks (`world > 0`).
+pub(crate) fn per_rank(total: u64, world: u64, remainder: Remainder) -> u64 {
+    match remainder {
+        Remainder::Drop => total / world,
+        Remainder::Pad => total.div_ceil(world),
+    }
+}
+
+/// The permutation of `0..n` for one epoch: keyed by (tag, seed, epoch) or the identity.
+pub(crate) fn epoch_permutation(n: u64, shuffle: Option<u64>, tag: u64, epoch: u64) -> Permutation {
+    match shuffle {
+        Some(seed) => Permutation::keyed(n, derive_key(&[tag, seed, epoch])),
+        None => Permutation::identity(n),
+    }
+}
+
+/// One rank's samples for one epoch.
+#[derive(Debug)]
+pub(crate) enum RankSeq {
+    /// Files or indexed shards: local index → global position → permuted sample.
+    Random(RandomRank),
+    /// Streamed shards: local index → a sample of one of the rank's shard ranges.
+    Stream(StreamRank),
+}
+
+impl RankSeq {
+    /// Number of samples of the rank.
+    pub(crate) fn len(&self) -> u64 {
+        match self {
+            RankSeq::Random(r) => r.len,
+            RankSeq::Stream(s) => s.len,
+        }
+    }
+
+    /// The sample at local index `local < len()`.
+    pub(crate) fn sample(&self, local: u64) -> SampleRef {
+        match self {
+            RankSeq::Random(r) => r.sample(local),
+            RankSeq::Stream(s) => s.sample(local),
+        }
+    }
+}
+
+/// Where the samples of a random-access plan live.
+#[derive(Debug, Clone)]
+pub(crate) enum Layout {
+    /// One object per sample.
+    Files,
+    /// Samples numbered across shards: `starts[i]` is the first sample of shard `i`.
+    Indexed(Arc<[u64]>),
+}
+
+/// A rank of a random-access plan: position `j * world + rank` of the epoch's permutation, the
+/// positions past the end wrapping to its start (padding).
+#[derive(Debug)]
+pub(crate) struct RandomRank {
+    pub(crate) total: u64,
+    pub(crate) world: u64,
+    pub(crate) rank: u64,
+    pub(crate) len: u64,
+    pub(crate) perm: Permutation,
+    pub(crate) layout: Layout,
+}
+
+impl RandomRank {
+    fn sample(&self, local: u64) -> SampleRef {
+        let mut position = local * self.world + self.rank;
+        if position >= self.total {
+            position = (position - self.total) % self.total;
+        }
+        let global = self.perm.get(position);
+        match &self.layout {
+            Layout::Files => SampleRef::File { index: global },
+            Layout::Indexed(starts) => {
+                let shard = starts.partition_point(|&s| s <= global) - 1;
+                SampleRef::Shard {
+                    shard: shard as u64,
+                    sample: global - starts[shard],
+                }
+            }
+        }
+    }
+}
+
+/// A rank of a streamed plan: its shard ranges in reading order.
+#[derive(Debug)]
+pub(crate) struct StreamRank {
+    items: Vec<WorkItem>,
+    /// `offsets[i]` is the local index of the first sample of `items[i]`.
+    offsets: Vec<u64>,
+    len: u64,
+}
+
+impl StreamRank {
+    /// The rank's part of the epoch's sequence: shards in permuted order, concatenated, repeated
+    /// from the start as often as padding needs, cut at `[lo, hi)`.
+    pub(crate) fn new(counts: &[u64], perm: &Permutation, lo: u64, hi: u64) -> StreamRank {
+        let items = cut(counts, perm, lo, hi);
+        let mut offsets = Vec::with_capacity(items.len());
+        let mut len = 0;
+        for item in &items {
+            offsets.push(len);
+            len += item.samples.end - item.samples.start;
+        }
+        StreamRank {
+            items,
+            offsets,
+            len,
+        }
+    }
+
+    fn locate(&self, local: u64) -> usize {
+        self.offsets.partition_point(|&o| o <= local) - 1
+    }
+
+    fn sample(&self, local: u64) -> SampleRef {
+        let i = self.locate(local);
+        let item = &self.items[i];
+        SampleRef::Shard {
+            shard: item.shard,
+            sample: item.samples.start + (local - self.offsets[i]),
+        }
+    }
+
+    /// The shard ranges that hold local indices `span`, in order.
+    pub(crate) fn reads(&self, span: Range<u64>) -> Vec<WorkItem> {
+        let mut out = Vec::new();
+        let mut at = span.start;
+        while at < span.end {
+            let i = self.locate(at);
+            let item = &self.items[i];
+            let from = item.samples.start + (at - self.offsets[i]);
+            let to = item.samples.end.min(from + (span.end - at));
+            out.push(WorkItem {
+                shard: item.shard,
+                samples: from..to,
+            });
+            at += to - from;
+        }
+        out
+    }
+}
+
+/// The shard ranges covering positions `[lo, hi)` of the cyclic sequence of shards in `perm`
+/// order.
+fn cut(counts: &[u64], perm: &Permutation, lo: u64, hi: u64) -> Vec<WorkItem> {
+    let total: u64 = counts.iter().sum();
+    let mut items = Vec::new();
+    if lo >= hi || total == 0 {
+        return items;
+    }
+    // Whole cycles before `lo` are skipped at once.
+    let mut base = lo / total * total;
+    loop {
+        for k in 0..perm.len() {
+            let shard = perm.get(k);
+            let (start, end) = (base, base + counts[shard as usize]);
+            base = end;
+            if end <= lo || start == end {
+                continue;
+            }
+            let (a, b) = (lo.max(start), hi.min(end));
+            items.push(WorkItem {
+                shard,
+                samples: a - start..b - start,
+            });
+            if end >= hi {
+                return items;
+            }
+        }
+    }
+}
+
+/// Total number of indices in `spans`.
+pub(crate) fn spans_len(spans: &[Range<u64>]) -> u64 {
+    spans.iter().map(|s| s.end - s.start).sum()
+}
+
+/// Indices `from..to` of the concatenation of `spans`, as spans.
+pub(crate) fn slice(spans: &[Range<u64>], from: u64, to: u64) -> Vec<Range<u64>> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    for span in spans {
+        let len = span.end - span.start;
+        let (a, b) = (from.max(offset), to.min(offset + len));
+        if a < b {
+            out.push(span.start + (a - offset)..span.start + (b - offset));
+        }
+        offset += len;
+    }
+    out
+}
+
+/// Worker `worker`'s contiguous share of `spans` among `workers`: sizes differ by at most one.
+pub(crate) fn worker_share(spans: &[Range<u64>], worker: u64, workers: u64) -> Vec<Range<u64>> {
+    let n = u128::from(spans_len(spans));
+    let bound = |w: u64| (n * u128::from(w) / u128::from(workers)) as u64;
+    slice(spans, bound(worker), bound(worker + 1))
+}
+
+/// Sorted, distinct indices as maximal spans.
+pub(crate) fn coalesce(sorted: &[u64]) -> Vec<Range<u64>> {
+    let mut out: Vec<Range<u64>> = Vec::new();
+    for &i in sorted {
+        match out.last_mut() {
+            Some(last) if last.end == i => last.end += 1,
+            _ => out.push(i..i + 1),
+        }
+    }
+    out
+}
+
+/// Joins touching neighbours of sorted, disjoint spans.
+pub(crate) fn join(spans: Vec<Range<u64>>) -> Vec<Range<u64>> {
+    let mut out: Vec<Range<u64>> = Vec::with_capacity(spans.len());
+    for span in spans.into_iter().filter(|s| s.start < s.end) {
+        match out.last_mut() {
+            Some(last) if last.end == span.start => last.end = span.end,
+            _ => out.push(span),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_rank_pads_or_drops() {
+        assert_eq!(per_rank(10, 3, Remainder::Pad), 4);
+        assert_eq!(per_rank(10, 3, Remainder::Drop), 3);
+        assert_eq!(per_rank(9, 3, Remainder::Pad), 3);
+        assert_eq!(per_rank(2, 5, Remainder::Pad), 1);
+        assert_eq!(per_rank(2, 5, Remainder::Drop), 0);
+    }
+
+    #[test]
+    fn shares_are_contiguous_and_balanced() {
+        let spans = vec![0..3, 5..9, 20..21];
+        let shares: Vec<_> = (0..3).map(|w| worker_share(&spans, w, 3)).collect();
+        assert_eq!(
+            shares,
+            vec![vec![0..2], vec![2..3, 5..7], vec![7..9, 20..21]]
+        );
+        // Five workers of eight: bounds 0, 1, 3, 4, 6, 8.
+        assert_eq!(worker_share(&spans, 4, 5), vec![8..9, 20..21]);
+        assert_eq!(worker_share(&[0..1], 0, 2), Vec::<Range<u64>>::new());
+    }
+
+    #[test]
+    fn coalesce_and_join() {
+        assert_eq!(coalesce(&[1, 2, 3, 7, 9, 10]), vec![1..4, 7..8, 9..11]);
+        assert_eq!(join(vec![1..4, 4..4, 4..6, 8..9]), vec![1..6, 8..9]);
+    }
+
+    #[test]
+    fn cut_splits_shards_and_wraps_for_padding() {
+        let counts = [3, 0, 4];
+        let perm = Permutation::identity(3);
+        let items = |lo, hi| -> Vec<(u64, Range<u64>)> {
+            cut(&counts, &perm, lo, hi)
+                .into_iter()
+                .map(|w| (w.shard, w.samples))
+                .collect()
+        };
+        assert_eq!(items(0, 3), vec![(0, 0..3)]);
+        assert_eq!(items(2, 5), vec![(0, 2..3), (2, 0..2)]);
+        // Padding past 7 samples starts over with shard 0.
+        assert_eq!(items(6, 9), vec![(2, 3..4), (0, 0..2)]);
+        assert_eq!(items(15, 16), vec![(0, 1..2)]);
+        assert!(items(4, 4).is_empty());
+    }
+
+    #[test]
+    fn stream_rank_maps_local_indices() {
+        let rank = StreamRank::new(&[3, 4], &Permutation::identity(2), 2, 6);
+        assert_eq!(rank.len, 4);
+        assert_eq!(
+            rank.sample(1),
+            SampleRef::Shard {
+                shard: 1,
+                sample: 0
+            }
+        );
+        let reads: Vec<_> = rank
+            .reads(0..4)
+            .into_iter()
+            .map(|w| (w.shard, w.samples))
+            .collect();
+        assert_eq!(reads, vec![(0, 2..3), (1, 0..3)]);
+    }
+}
