@@ -114,3 +114,15 @@ def test_bad_input_is_one_clear_line(bucketload_bin, server, bucket):
     assert res.returncode == 5, res.stderr
     for r in (res,):
         assert "Traceback" not in r.stderr and "panicked" not in r.stderr
+
+
+def test_cp_keeps_unicode_and_spaces_in_keys(bucketload_bin, server, s3, bucket, tmp_path):
+    local = tmp_path / "source file.bin"
+    local.write_bytes(b"payload")
+    key = "dir/ünïcødé and space.bin"
+    ok(bucketload_bin, server.env(), "cp", str(local), f"s3://{bucket}/{key}")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
+    assert keys == [key]
+    back = tmp_path / "back.bin"
+    ok(bucketload_bin, server.env(), "cp", f"s3://{bucket}/{key}", str(back))
+    assert back.read_bytes() == b"payload"

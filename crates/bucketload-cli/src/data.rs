@@ -10,7 +10,7 @@ use bucketload::dataset::{
 use bucketload::shards::SHARD_EXT;
 use bucketload::shards::format::{DatasetKind, MANIFEST_PATH, Parameters};
 use bucketload_store::object_store::{ObjectStoreExt, path::Path};
-use bucketload_store::{Scheme, Store, StoreConfig};
+use bucketload_store::{Scheme, Store, StoreConfig, key_path};
 use clap::Args;
 use futures::TryStreamExt;
 
@@ -651,7 +651,7 @@ async fn open_destination(
     let (store, location, key) = if is_dir {
         let (store, location) = open_dir(dst, config)?;
         let name = src_key.filename().unwrap_or("object").to_string();
-        (store, location, Path::from(name))
+        (store, location, key_path(&name))
     } else {
         open_object(dst, config)?
     };

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bucketload::dataset::Location;
 use bucketload_store::object_store::path::Path;
-use bucketload_store::{Addressing, Store, StoreConfig};
+use bucketload_store::{Addressing, Store, StoreConfig, key_path};
 use clap::Args;
 
 /// Flags that configure how stores are reached.
@@ -127,7 +127,7 @@ pub fn open_object(uri: &str, config: &StoreConfig) -> anyhow::Result<(Store, Lo
         return Err(bucketload::Error::invalid_input(message).into());
     }
     let (store, location) = open_dir(parent, config)?;
-    Ok((store, location, Path::from(name)))
+    Ok((store, location, key_path(name)))
 }
 
 /// Splits `s3://b/a/b.jpg` into (`s3://b/a`, `b.jpg`) and `./x.jpg` into (`.`, `x.jpg`).

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use bucketload_format::{DatasetKind, Manifest, ShardIndex, class_of_key};
-use bucketload_store::PriceTable;
 use bucketload_store::object_store::path::Path;
+use bucketload_store::{PriceTable, key_path};
 
 use super::Location;
 use super::indexes::{ShardSamples, read_all_indexes, read_index, sample_bytes};
@@ -45,7 +45,7 @@ pub(crate) async fn from_manifest(
     out.classes = manifest_classes(&manifest);
     out.classes_from = (!out.classes.is_empty()).then_some(ClassesFrom::Manifest);
     if let Some(first) = manifest.shards.first().filter(|_| options.sample > 0) {
-        let key = Path::from(first.name.as_str());
+        let key = key_path(&first.name);
         if let Some(index) = read_index(location, &key).await? {
             out.images =
                 sample_images(location, image_probes(location, &key, &index), options).await?;

@@ -20,8 +20,8 @@
 use std::collections::BTreeMap;
 
 use bucketload_format::{DatasetKind, MANIFEST_PATH, Manifest, Parameters};
-use bucketload_store::PriceTable;
 use bucketload_store::object_store::{self, ObjectStoreExt, path::Path};
+use bucketload_store::{PriceTable, key_path};
 use futures::{StreamExt, TryStreamExt};
 
 use super::indexes::shards_in;
@@ -302,7 +302,7 @@ async fn files_from_manifest(
     let objects: Vec<(Path, u64)> = manifest
         .files
         .iter()
-        .map(|f| (Path::from(f.key.as_str()), f.size))
+        .map(|f| (key_path(&f.key), f.size))
         .collect();
     describe_files(&mut out, location, &objects, options).await?;
     out.classes = manifest_classes(&manifest);

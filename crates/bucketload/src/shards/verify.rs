@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bucketload_format::{DatasetKind, FileEntry, MANIFEST_PATH, Manifest, ShardEntry, ShardIndex};
-use bucketload_store::Store;
 use bucketload_store::object_store::{self, ObjectMeta, ObjectStoreExt, path::Path};
+use bucketload_store::{Store, key_path};
 use futures::{StreamExt, TryStreamExt};
 
 use super::{IndexOptions, SHARD_EXT, ShardObject, find_shards, index_key, index_shard};
@@ -122,7 +122,7 @@ async fn verify_files(
         .collect();
     let mut todo = Vec::new();
     for file in files {
-        let uri = store.object_uri(&Path::from(file.key.as_str()));
+        let uri = store.object_uri(&key_path(&file.key));
         match present.remove(&file.key) {
             None => report.problems.push(problem(uri, "missing")),
             Some(meta) if meta.size != file.size => report.problems.push(problem(
@@ -136,7 +136,7 @@ async fn verify_files(
         }
     }
     for key in present.into_keys() {
-        let uri = store.object_uri(&Path::from(key.as_str()));
+        let uri = store.object_uri(&key_path(&key));
         report.warnings.push(problem(uri, "not in the manifest"));
     }
     progress.set_total(todo.len() as u64, Some(todo.iter().map(|f| f.size).sum()));
@@ -158,7 +158,7 @@ async fn check_file(
     file: FileEntry,
     progress: &dyn Progress,
 ) -> (u64, Vec<Problem>) {
-    let key = Path::from(file.key.as_str());
+    let key = key_path(&file.key);
     let uri = location.uri_of(&key);
     let read = read_crc(location, &key).await;
     progress.advance(1, read.as_ref().map_or(0, |r| r.size));
@@ -252,7 +252,7 @@ async fn verify_shards(
         .map(|e| (e.name.as_str(), e))
         .collect();
     for name in entries.keys().filter(|name| !names.contains(*name)) {
-        let uri = store.object_uri(&Path::from(*name));
+        let uri = store.object_uri(&key_path(name));
         report.problems.push(problem(uri, "missing"));
     }
     let (todo, unindexed): (Vec<_>, Vec<_>) = shards.into_iter().partition(|s| s.has_index);
