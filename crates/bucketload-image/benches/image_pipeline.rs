@@ -1,0 +1,214 @@
+//! Decode + augment throughput of bucketload-image, side by side with PIL + torchvision v2.
+//!
+//! `cargo bench -p bucketload-image --bench image_pipeline` builds two in-memory corpora of
+//! 64 JPEGs each — the 100 KB noise JPEGs of `bucketload gen` (261x261, 4:4:4) and photo-like
+//! 500x375 4:2:0 pictures from `benches/make_corpus.py` (needs the workspace virtualenv's
+//! Pillow) — and measures, per core:
+//!
+//! - decode only: zune-jpeg (the crate's decoder) and jpeg-decoder;
+//! - the pipeline on one thread (RandomResizedCrop(224), flip, ImageNet normalise, float CHW
+//!   batches of 64, buffers recycled as a training loop would), with its decode/augment split;
+//! - the pipeline on every core, for the scaling;
+//! - the peer, `benches/peer_torchvision.py`, in the same run when `BUCKETLOAD_TORCH_PYTHON`
+//!   names a Python with torch and torchvision.
+//!
+//! Rounds alternate between ours and the peer and the best round of each is kept, so a busy
+//! machine penalises both alike. `BENCH_ROUNDS` sets the rounds (default 5).
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use bucketload::dataset::synth::{ImageShape, NoiseTable, encode_sample};
+use bucketload_image::{ImagePipeline, Sample};
+use bytes::Bytes;
+
+const IMAGES: usize = 64;
+
+struct Corpus {
+    name: &'static str,
+    files: Vec<PathBuf>,
+    samples: Vec<Sample>,
+}
+
+fn load(name: &'static str, files: Vec<PathBuf>) -> Corpus {
+    let samples = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| Sample {
+            key: f.display().to_string(),
+            index: i as u64,
+            label: (i % 10) as i64,
+            bytes: Bytes::from(std::fs::read(f).unwrap()),
+        })
+        .collect();
+    Corpus {
+        name,
+        files,
+        samples,
+    }
+}
+
+fn noise_corpus(dir: &Path) -> Corpus {
+    let table = NoiseTable::new();
+    let shape = ImageShape::search(&table, 100_000, 10).unwrap();
+    let files = (0..IMAGES)
+        .map(|i| {
+            let bytes = encode_sample(&table, shape, 0, i as u64, i % 10, 10).unwrap();
+            let path = dir.join(format!("noise_{i:04}.jpg"));
+            std::fs::write(&path, bytes).unwrap();
+            path
+        })
+        .collect();
+    load("noise 261x261 4:4:4 (bucketload gen)", files)
+}
+
+fn venv_python() -> PathBuf {
+    let venv = std::env::var_os("BUCKETLOAD_VENV").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv"),
+        PathBuf::from,
+    );
+    venv.join("bin/python")
+}
+
+fn photo_corpus(dir: &Path) -> Option<Corpus> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/make_corpus.py");
+    let out = dir.join("photos");
+    let status = std::process::Command::new(venv_python())
+        .arg(script)
+        .arg(&out)
+        .arg(IMAGES.to_string())
+        .status()
+        .ok()?;
+    if !status.success() {
+        return None;
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    Some(load("photo 500x375 4:2:0 q90 (make_corpus.py)", files))
+}
+
+/// Milliseconds per image of `f` over the corpus.
+fn per_image(samples: &[Sample], mut f: impl FnMut(&Sample)) -> f64 {
+    let started = Instant::now();
+    samples.iter().for_each(&mut f);
+    started.elapsed().as_secs_f64() * 1e3 / samples.len() as f64
+}
+
+fn zune(s: &Sample) {
+    let image = bucketload_image::decode(&s.key, &s.bytes, u64::MAX).unwrap();
+    std::hint::black_box(image);
+}
+
+fn jpeg_decoder(s: &Sample) {
+    let mut d = jpeg_decoder::Decoder::new(&s.bytes[..]);
+    std::hint::black_box(d.decode().unwrap());
+}
+
+/// (ms per image, decode ms per image, augment ms per image) of one pass of the pipeline.
+fn pipeline_pass(pipeline: &ImagePipeline, samples: &[Sample]) -> (f64, f64, f64) {
+    let before = pipeline.stats();
+    let started = Instant::now();
+    for chunk in samples.chunks(64) {
+        let batch = pipeline.process(0, chunk).unwrap();
+        std::hint::black_box(batch.as_f32());
+        pipeline.recycle(batch);
+    }
+    let wall = started.elapsed().as_secs_f64() * 1e3;
+    let after = pipeline.stats();
+    let n = samples.len() as f64;
+    let decode = (after.decode_nanos - before.decode_nanos) as f64 / 1e6 / n;
+    let augment = (after.augment_nanos - before.augment_nanos) as f64 / 1e6 / n;
+    (wall / n, decode, augment)
+}
+
+/// (images/s, decode, transform, collate ms per image) of the peer, if it can run.
+fn peer(python: &Path, corpus: &Corpus) -> Option<[f64; 4]> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peer_torchvision.py");
+    let output = std::process::Command::new(python)
+        .arg(script)
+        .arg("1")
+        .args(&corpus.files)
+        .output()
+        .ok()?;
+    if !output.status.success() {
+        eprintln!("peer failed: {}", String::from_utf8_lossy(&output.stderr));
+        return None;
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    let v: Vec<f64> = text
+        .split_whitespace()
+        .map(|t| t.parse().unwrap())
+        .collect();
+    Some([v[0], v[1], v[2], v[3]])
+}
+
+fn best(a: f64, b: f64) -> f64 {
+    if a < b { a } else { b }
+}
+
+fn bench(corpus: &Corpus, rounds: usize, torch: Option<&Path>) {
+    let one = ImagePipeline::builder().with_threads(1).build().unwrap();
+    let all = ImagePipeline::builder().build().unwrap();
+    let s = &corpus.samples;
+    let kb = s.iter().map(|s| s.bytes.len()).sum::<usize>() as f64 / s.len() as f64 / 1e3;
+    let (mut z, mut j) = (f64::MAX, f64::MAX);
+    let mut single = (f64::MAX, 0.0, 0.0);
+    let mut multi = f64::MAX;
+    let mut theirs: Option<[f64; 4]> = None;
+    for _ in 0..rounds {
+        z = best(z, per_image(s, zune));
+        j = best(j, per_image(s, jpeg_decoder));
+        let pass = pipeline_pass(&one, s);
+        if pass.0 < single.0 {
+            single = pass;
+        }
+        multi = best(multi, pipeline_pass(&all, s).0);
+        if let Some(p) = torch.and_then(|python| peer(python, corpus))
+            && theirs.is_none_or(|t| p[0] > t[0])
+        {
+            theirs = Some(p);
+        }
+    }
+    println!(
+        "\n## {} — {} images, {kb:.0} KB average, best of {rounds} rounds",
+        corpus.name,
+        s.len()
+    );
+    println!("decode only, 1 core: zune-jpeg {z:.3} ms/img, jpeg-decoder {j:.3} ms/img");
+    let ours = 1e3 / single.0;
+    println!(
+        "bucketload-image, 1 thread: {ours:.0} img/s ({:.3} ms/img: decode {:.3}, augment {:.3} = {:.1}% of decode)",
+        single.0,
+        single.1,
+        single.2,
+        100.0 * single.2 / single.1
+    );
+    println!(
+        "bucketload-image, {} threads: {:.0} img/s ({:.2}x one thread)",
+        all.threads(),
+        1e3 / multi,
+        single.0 / multi
+    );
+    match theirs {
+        Some([ips, d, t, c]) => println!(
+            "PIL + torchvision v2, 1 core: {ips:.0} img/s (decode {d:.3}, transforms {t:.3}, collate {c:.3} ms/img)\nratio: {:.2}x per core",
+            ours / ips
+        ),
+        None => println!("PIL + torchvision v2: not run (set BUCKETLOAD_TORCH_PYTHON)"),
+    }
+}
+
+fn main() {
+    let rounds = std::env::var("BENCH_ROUNDS").map_or(5, |v| v.parse().unwrap());
+    let torch = std::env::var_os("BUCKETLOAD_TORCH_PYTHON").map(PathBuf::from);
+    let dir = tempfile::tempdir().unwrap();
+    let mut corpora = vec![noise_corpus(dir.path())];
+    corpora.extend(photo_corpus(dir.path()));
+    for corpus in &corpora {
+        bench(corpus, rounds, torch.as_deref());
+    }
+}

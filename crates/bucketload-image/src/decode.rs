@@ -1,0 +1,202 @@
+//! Decoding JPEG and PNG bytes into 8-bit RGB pixels.
+//!
+//! JPEG goes through `zune-jpeg` (pure Rust, AVX2/NEON IDCT and colour conversion; chosen by
+//! measurement against libjpeg-turbo, see docs/BENCHMARKS.md): baseline and progressive,
+//! restart intervals, any chroma subsampling; grayscale, CMYK and YCCK come out as RGB. PNG goes
+//! through the `png` crate: palette, grayscale and alpha are expanded and 16-bit samples are
+//! reduced to 8 bits; alpha is dropped (as Pillow's `convert("RGB")` does).
+//!
+//! The header is read first and the declared pixel count checked against a limit before any
+//! pixel buffer is allocated, so a decompression bomb costs a few hundred bytes of parsing.
+
+use zune_core::bytestream::ZCursor;
+use zune_core::colorspace::ColorSpace;
+use zune_core::options::DecoderOptions;
+
+use crate::error::{Error, Result};
+
+/// Default limit on `width * height` of one image: 89.5 Mpx, Pillow's `MAX_IMAGE_PIXELS`, so a
+/// dataset Pillow opens without a warning also decodes here.
+pub const DEFAULT_MAX_PIXELS: u64 = 89_478_485;
+
+const JPEG_MAGIC: [u8; 2] = [0xFF, 0xD8];
+const PNG_MAGIC: [u8; 8] = [0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A];
+
+/// An image format this crate decodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ImageFormat {
+    /// JPEG (JFIF/Exif/Adobe), baseline or progressive.
+    Jpeg,
+    /// PNG.
+    Png,
+}
+
+impl ImageFormat {
+    /// The format whose signature `bytes` starts with.
+    pub fn sniff(bytes: &[u8]) -> Option<ImageFormat> {
+        if bytes.starts_with(&JPEG_MAGIC) {
+            Some(ImageFormat::Jpeg)
+        } else if bytes.starts_with(&PNG_MAGIC) {
+            Some(ImageFormat::Png)
+        } else {
+            None
+        }
+    }
+}
+
+/// Interleaved 8-bit RGB pixels, row-major, `width * height * 3` bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RgbImage {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// `width * height * 3` bytes, R, G, B for each pixel.
+    pub pixels: Vec<u8>,
+}
+
+impl RgbImage {
+    /// The three bytes of pixel (`x`, `y`).
+    ///
+    /// # Panics
+    /// If the pixel lies outside the image.
+    pub fn pixel(&self, x: u32, y: u32) -> [u8; 3] {
+        let at = (y as usize * self.width as usize + x as usize) * 3;
+        [self.pixels[at], self.pixels[at + 1], self.pixels[at + 2]]
+    }
+}
+
+/// Decodes `bytes` (JPEG or PNG) of sample `key` to RGB, refusing images whose declared
+/// `width * height` exceeds `max_pixels`.
+pub fn decode(key: &str, bytes: &[u8], max_pixels: u64) -> Result<RgbImage> {
+    let mut image = RgbImage::default();
+    decode_into(key, bytes, max_pixels, &mut image)?;
+    Ok(image)
+}
+
+/// Like [`decode`], reusing `image`'s buffer (a decode loop then allocates only when an image
+/// is larger than every one before it).
+pub fn decode_into(key: &str, bytes: &[u8], max_pixels: u64, image: &mut RgbImage) -> Result<()> {
+    match ImageFormat::sniff(bytes) {
+        Some(ImageFormat::Jpeg) => decode_jpeg(key, bytes, max_pixels, image),
+        Some(ImageFormat::Png) => decode_png(key, bytes, max_pixels, image),
+        None => Err(Error::UnknownFormat {
+            key: key.to_owned(),
+            magic: bytes.iter().take(4).copied().collect(),
+        }),
+    }
+}
+
+fn check_limit(key: &str, width: u32, height: u32, limit: u64) -> Result<()> {
+    let pixels = u64::from(width) * u64::from(height);
+    if pixels > limit {
+        return Err(Error::TooLarge {
+            key: key.to_owned(),
+            width,
+            height,
+            pixels,
+            limit,
+        });
+    }
+    if pixels == 0 {
+        return Err(Error::corrupt(key, "the header declares an empty image"));
+    }
+    Ok(())
+}
+
+fn decode_jpeg(key: &str, bytes: &[u8], max_pixels: u64, image: &mut RgbImage) -> Result<()> {
+    let options = DecoderOptions::new_fast()
+        .jpeg_set_out_colorspace(ColorSpace::RGB)
+        // JPEG dimensions are 16-bit; our own limit applies instead of zune's default.
+        .set_max_width(usize::from(u16::MAX))
+        .set_max_height(usize::from(u16::MAX))
+        // Strict: a truncated or damaged stream is an error (as in Pillow), not grey pixels.
+        .set_strict_mode(true);
+    let mut decoder = zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(bytes), options);
+    decoder
+        .decode_headers()
+        .map_err(|e| Error::corrupt(key, e))?;
+    let info = decoder
+        .info()
+        .ok_or_else(|| Error::corrupt(key, "no frame header"))?;
+    let (width, height) = (u32::from(info.width), u32::from(info.height));
+    check_limit(key, width, height, max_pixels)?;
+    let len = decoder
+        .output_buffer_size()
+        .ok_or_else(|| Error::corrupt(key, "no frame header"))?;
+    image.pixels.resize(len, 0);
+    decoder
+        .decode_into(&mut image.pixels)
+        .map_err(|e| Error::corrupt(key, e))?;
+    image.width = width;
+    image.height = height;
+    Ok(())
+}
+
+fn decode_png(key: &str, bytes: &[u8], max_pixels: u64, image: &mut RgbImage) -> Result<()> {
+    let mut decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+    decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    let mut reader = decoder.read_info().map_err(|e| Error::corrupt(key, e))?;
+    let (width, height) = reader.info().size();
+    check_limit(key, width, height, max_pixels)?;
+    let len = reader
+        .output_buffer_size()
+        .ok_or_else(|| Error::corrupt(key, "image too large for this platform"))?;
+    let mut raw = vec![0u8; len];
+    let frame = reader
+        .next_frame(&mut raw)
+        .map_err(|e| Error::corrupt(key, e))?;
+    raw.truncate(frame.buffer_size());
+    let channels = frame.color_type.samples();
+    image.width = width;
+    image.height = height;
+    image.pixels.clear();
+    image.pixels.reserve(width as usize * height as usize * 3);
+    to_rgb(&raw, channels, &mut image.pixels);
+    Ok(())
+}
+
+/// Appends the RGB of each pixel of `raw` (`channels` 8-bit samples per pixel: gray,
+/// gray+alpha, RGB or RGBA) to `out`.
+fn to_rgb(raw: &[u8], channels: usize, out: &mut Vec<u8>) {
+    match channels {
+        1 | 2 => out.extend(raw.chunks_exact(channels).flat_map(|p| [p[0]; 3])),
+        3 => out.extend_from_slice(raw),
+        _ => out.extend(raw.chunks_exact(channels).flat_map(|p| [p[0], p[1], p[2]])),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sniffs_signatures() {
+        assert_eq!(
+            ImageFormat::sniff(&[0xFF, 0xD8, 0xFF]),
+            Some(ImageFormat::Jpeg)
+        );
+        assert_eq!(ImageFormat::sniff(&PNG_MAGIC), Some(ImageFormat::Png));
+        assert_eq!(ImageFormat::sniff(b"GIF89a"), None);
+        assert_eq!(ImageFormat::sniff(&[]), None);
+    }
+
+    #[test]
+    fn empty_and_garbage_name_the_key() {
+        for bytes in [&b""[..], b"hello", &[0xFF, 0xD8, 0xFF, 0xE0, 0x00]] {
+            let err = decode("train/0001.jpg", bytes, DEFAULT_MAX_PIXELS).unwrap_err();
+            assert_eq!(err.key(), Some("train/0001.jpg"));
+            assert!(err.to_string().contains("train/0001.jpg"), "{err}");
+        }
+    }
+
+    #[test]
+    fn gray_and_alpha_expand_to_rgb() {
+        let mut out = Vec::new();
+        to_rgb(&[7, 9], 1, &mut out);
+        to_rgb(&[5, 255], 2, &mut out);
+        to_rgb(&[1, 2, 3, 4], 4, &mut out);
+        assert_eq!(out, [7, 7, 7, 9, 9, 9, 5, 5, 5, 1, 2, 3]);
+    }
+}

@@ -1,0 +1,469 @@
+//! The decode stage: a rayon pool that turns encoded samples into batches.
+//!
+//! The loader hands [`ImagePipeline::process`] a slice of [`Sample`]s (encoded bytes, key,
+//! label, dataset index); every sample is decoded, planned from its own
+//! [`SampleRng`](crate::SampleRng) (seeded by `(seed, epoch, index)`) and resampled straight
+//! into its slot of the batch buffer, in parallel on the pipeline's own pool. Nothing is
+//! queued here: the caller bounds how many batches are in flight. Each pool thread keeps its
+//! decode and resample buffers between images.
+
+use std::cell::RefCell;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use bytes::Bytes;
+use rayon::prelude::*;
+
+use crate::batch::{AlignedBuf, Batch, BatchData, Skipped};
+use crate::decode::{DEFAULT_MAX_PIXELS, RgbImage, decode_into};
+use crate::error::{Error, Result};
+use crate::resample::{Normalize, Scratch, Sink, resample};
+use crate::rng::SampleRng;
+use crate::transform::{Augment, Geometry, IMAGENET_MEAN, IMAGENET_STD};
+
+/// One encoded sample.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// Object key or tar member name, used in error messages.
+    pub key: String,
+    /// Position of the sample in the dataset; with the seed and epoch it fixes the sample's
+    /// random augmentation.
+    pub index: u64,
+    /// Class label.
+    pub label: i64,
+    /// The encoded image (JPEG or PNG).
+    pub bytes: Bytes,
+}
+
+/// Pixel layout and type of a batch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum OutputFormat {
+    /// `[n, h, w, 3]` bytes, as decoded (no normalisation).
+    HwcU8,
+    /// `[n, 3, h, w]` floats, `(v / 255 - mean) / std` per channel.
+    ChwF32 {
+        /// Channel means (R, G, B).
+        mean: [f32; 3],
+        /// Channel standard deviations (R, G, B).
+        std: [f32; 3],
+    },
+}
+
+impl OutputFormat {
+    /// Float CHW normalised with the ImageNet statistics.
+    pub fn imagenet() -> OutputFormat {
+        OutputFormat::ChwF32 {
+            mean: IMAGENET_MEAN,
+            std: IMAGENET_STD,
+        }
+    }
+}
+
+/// What a sample that cannot be decoded does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnError {
+    /// The batch fails with the sample's error (naming its key).
+    #[default]
+    Fail,
+    /// The sample is left out of its batch, listed in [`Batch::skipped`] and counted.
+    Skip,
+}
+
+/// What happens to a final batch shorter than the batch size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LastBatch {
+    /// Yield it.
+    #[default]
+    Keep,
+    /// Drop it (every batch then has exactly `batch_size` samples, unless some were skipped).
+    Drop,
+}
+
+/// Counters of a pipeline since it was built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PipelineStats {
+    /// Images decoded and augmented.
+    pub images: u64,
+    /// Samples skipped under [`OnError::Skip`].
+    pub skipped: u64,
+    /// Thread time spent decoding, in nanoseconds.
+    pub decode_nanos: u64,
+    /// Thread time spent cropping, resizing, flipping and normalising, in nanoseconds.
+    pub augment_nanos: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    images: AtomicU64,
+    skipped: AtomicU64,
+    decode_nanos: AtomicU64,
+    augment_nanos: AtomicU64,
+}
+
+/// Builds an [`ImagePipeline`]; every setter states its default.
+#[derive(Debug, Clone)]
+pub struct ImagePipelineBuilder {
+    augment: Augment,
+    output: OutputFormat,
+    threads: Option<usize>,
+    max_pixels: u64,
+    on_error: OnError,
+    batch_size: usize,
+    last_batch: LastBatch,
+    seed: u64,
+}
+
+impl Default for ImagePipelineBuilder {
+    fn default() -> Self {
+        ImagePipelineBuilder {
+            augment: Augment {
+                geometry: Geometry::random_resized_crop(224),
+                flip: 0.5,
+                antialias: false,
+            },
+            output: OutputFormat::imagenet(),
+            threads: None,
+            max_pixels: DEFAULT_MAX_PIXELS,
+            on_error: OnError::Fail,
+            batch_size: 64,
+            last_batch: LastBatch::Keep,
+            seed: 0,
+        }
+    }
+}
+
+impl ImagePipelineBuilder {
+    /// The augmentation. Default: `RandomResizedCrop(224)` (scale 0.08–1, ratio 3/4–4/3,
+    /// no antialias), flip with probability 0.5.
+    pub fn with_augment(mut self, augment: Augment) -> Self {
+        self.augment = augment;
+        self
+    }
+
+    /// Output layout. Default: float CHW normalised with ImageNet mean and std.
+    pub fn with_output(mut self, output: OutputFormat) -> Self {
+        self.output = output;
+        self
+    }
+
+    /// Decode threads. Default: the cores available to the process.
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = Some(threads);
+        self
+    }
+
+    /// Largest `width * height` decoded. Default: [`DEFAULT_MAX_PIXELS`] (Pillow's limit).
+    pub fn with_max_pixels(mut self, max_pixels: u64) -> Self {
+        self.max_pixels = max_pixels;
+        self
+    }
+
+    /// Undecodable samples fail the batch or are skipped. Default: [`OnError::Fail`].
+    pub fn with_on_error(mut self, on_error: OnError) -> Self {
+        self.on_error = on_error;
+        self
+    }
+
+    /// Samples per batch for [`ImagePipeline::batches`]. Default: 64.
+    pub fn with_batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// The short final batch is kept or dropped. Default: [`LastBatch::Keep`].
+    pub fn with_last_batch(mut self, last_batch: LastBatch) -> Self {
+        self.last_batch = last_batch;
+        self
+    }
+
+    /// Seed of the augmentation randomness. Default: 0.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Checks every setting and starts the pool.
+    pub fn build(self) -> Result<ImagePipeline> {
+        let mut problems = self.augment.problems();
+        if self.threads == Some(0) {
+            problems.push("threads must be at least 1".to_owned());
+        }
+        if self.batch_size == 0 {
+            problems.push("batch_size must be at least 1".to_owned());
+        }
+        if self.max_pixels == 0 {
+            problems.push("max_pixels must be at least 1".to_owned());
+        }
+        if let OutputFormat::ChwF32 { std, .. } = self.output
+            && std.iter().any(|s| !(s.is_finite() && *s != 0.0))
+        {
+            problems.push(format!("std {std:?} must be finite and non-zero"));
+        }
+        if !problems.is_empty() {
+            return Err(Error::InvalidConfig { problems });
+        }
+        let threads = self.threads.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        });
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("bucketload-decode-{i}"))
+            .build()?;
+        let norm = match self.output {
+            OutputFormat::ChwF32 { mean, std } => Some(Normalize::new(mean, std)),
+            OutputFormat::HwcU8 => None,
+        };
+        Ok(ImagePipeline {
+            config: self,
+            pool,
+            threads,
+            norm,
+            counters: Counters::default(),
+            recycled: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+/// Batch buffers kept for reuse by [`ImagePipeline::recycle`]: enough for one batch being
+/// filled while the previous one is consumed, without holding memory for more.
+const RECYCLED_BUFFERS: usize = 2;
+
+/// Decodes and augments samples into batches on its own rayon pool. See the module docs.
+#[derive(Debug)]
+pub struct ImagePipeline {
+    config: ImagePipelineBuilder,
+    pool: rayon::ThreadPool,
+    threads: usize,
+    norm: Option<Normalize>,
+    counters: Counters,
+    recycled: Mutex<Vec<BatchData>>,
+}
+
+thread_local! {
+    static BUFFERS: RefCell<(RgbImage, Scratch)> = RefCell::new(Default::default());
+}
+
+impl ImagePipeline {
+    /// A builder with the defaults of the workshop's training pipeline.
+    pub fn builder() -> ImagePipelineBuilder {
+        ImagePipelineBuilder::default()
+    }
+
+    /// Number of decode threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// The configured batch size.
+    pub fn batch_size(&self) -> usize {
+        self.config.batch_size
+    }
+
+    /// Counters since the pipeline was built.
+    pub fn stats(&self) -> PipelineStats {
+        let c = &self.counters;
+        PipelineStats {
+            images: c.images.load(Ordering::Relaxed),
+            skipped: c.skipped.load(Ordering::Relaxed),
+            decode_nanos: c.decode_nanos.load(Ordering::Relaxed),
+            augment_nanos: c.augment_nanos.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Pixels per image in the output buffer.
+    fn item_len(&self) -> usize {
+        let (h, w) = self.config.augment.geometry.output_size();
+        h as usize * w as usize * 3
+    }
+
+    fn shape(&self, n: usize) -> [usize; 4] {
+        let (h, w) = self.config.augment.geometry.output_size();
+        let (h, w) = (h as usize, w as usize);
+        match self.config.output {
+            OutputFormat::HwcU8 => [n, h, w, 3],
+            OutputFormat::ChwF32 { .. } => [n, 3, h, w],
+        }
+    }
+
+    /// Decodes and augments `samples` of `epoch` into one batch, in input order.
+    ///
+    /// With [`OnError::Fail`] the first undecodable sample (in input order) fails the call;
+    /// with [`OnError::Skip`] it is left out and listed in [`Batch::skipped`].
+    pub fn process(&self, epoch: u64, samples: &[Sample]) -> Result<Batch> {
+        let item = self.item_len();
+        let len = item * samples.len();
+        let (data, outcomes) = match self.norm.as_ref() {
+            None => {
+                let mut buf = match self.take_recycled() {
+                    Some(BatchData::HwcU8(b)) => b.reuse(len),
+                    _ => None,
+                }
+                .unwrap_or_else(|| AlignedBuf::zeroed(len));
+                let outcomes = self.run(epoch, samples, &mut buf, item, |chunk| Sink::HwcU8(chunk));
+                (BatchData::HwcU8(buf), outcomes)
+            }
+            Some(norm) => {
+                let mut buf = match self.take_recycled() {
+                    Some(BatchData::ChwF32(b)) => b.reuse(len),
+                    _ => None,
+                }
+                .unwrap_or_else(|| AlignedBuf::zeroed(len));
+                let outcomes = self.run(epoch, samples, &mut buf, item, |out| Sink::ChwF32 {
+                    out,
+                    norm,
+                });
+                (BatchData::ChwF32(buf), outcomes)
+            }
+        };
+        self.collect(samples, data, outcomes, item)
+    }
+
+    /// Hands a consumed batch's buffer back, so a later [`process`](Self::process) fills it
+    /// instead of allocating (and page-faulting in) a new one. At most two are kept.
+    pub fn recycle(&self, batch: Batch) {
+        if let Ok(mut kept) = self.recycled.lock()
+            && kept.len() < RECYCLED_BUFFERS
+        {
+            kept.push(batch.data);
+        }
+    }
+
+    fn take_recycled(&self) -> Option<BatchData> {
+        self.recycled.lock().ok()?.pop()
+    }
+
+    fn run<'l, T: Send>(
+        &self,
+        epoch: u64,
+        samples: &[Sample],
+        buf: &mut [T],
+        item: usize,
+        sink: impl for<'a> Fn(&'a mut [T]) -> Sink<'a, 'l> + Sync,
+    ) -> Vec<Result<()>> {
+        self.pool.install(|| {
+            buf.par_chunks_mut(item.max(1))
+                .zip(samples.par_iter())
+                .map(|(chunk, sample)| self.one(epoch, sample, sink(chunk)))
+                .collect()
+        })
+    }
+
+    /// Decodes and augments one sample into its slot.
+    fn one(&self, epoch: u64, sample: &Sample, sink: Sink<'_, '_>) -> Result<()> {
+        BUFFERS.with_borrow_mut(|(image, scratch)| {
+            let started = Instant::now();
+            decode_into(&sample.key, &sample.bytes, self.config.max_pixels, image)?;
+            let decoded = Instant::now();
+            let mut rng = SampleRng::new(self.config.seed, epoch, sample.index);
+            let plan = self
+                .config
+                .augment
+                .plan(image.width, image.height, &mut rng);
+            resample(&image.pixels, image.width, &plan, sink, scratch);
+            let c = &self.counters;
+            c.decode_nanos
+                .fetch_add(nanos(decoded - started), Ordering::Relaxed);
+            c.augment_nanos
+                .fetch_add(nanos(decoded.elapsed()), Ordering::Relaxed);
+            c.images.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
+    }
+
+    /// Turns per-sample outcomes into a batch: fails, or compacts the images that decoded.
+    fn collect(
+        &self,
+        samples: &[Sample],
+        mut data: BatchData,
+        outcomes: Vec<Result<()>>,
+        item: usize,
+    ) -> Result<Batch> {
+        let mut labels = Vec::with_capacity(samples.len());
+        let mut indices = Vec::with_capacity(samples.len());
+        let mut skipped = Vec::new();
+        for (sample, outcome) in samples.iter().zip(outcomes) {
+            match outcome {
+                Ok(()) => {
+                    let (from, to) = (labels.len() + skipped.len(), labels.len());
+                    if from != to {
+                        move_item(&mut data, from, to, item);
+                    }
+                    labels.push(sample.label);
+                    indices.push(sample.index);
+                }
+                Err(e) if self.config.on_error == OnError::Skip => {
+                    tracing::warn!(key = %sample.key, error = %e, "skipping undecodable image");
+                    self.counters.skipped.fetch_add(1, Ordering::Relaxed);
+                    skipped.push(Skipped {
+                        key: sample.key.clone(),
+                        reason: e.to_string(),
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let n = labels.len();
+        match &mut data {
+            BatchData::HwcU8(b) => b.truncate(n * item),
+            BatchData::ChwF32(b) => b.truncate(n * item),
+        }
+        Ok(Batch {
+            data,
+            labels,
+            indices,
+            shape: self.shape(n),
+            skipped,
+        })
+    }
+
+    /// Batches of `batch_size` samples from `samples`, processed one after another; the short
+    /// final batch is kept or dropped as configured.
+    pub fn batches<I>(&self, epoch: u64, samples: I) -> Batches<'_, I::IntoIter>
+    where
+        I: IntoIterator<Item = Sample>,
+    {
+        Batches {
+            pipeline: self,
+            epoch,
+            samples: samples.into_iter(),
+            chunk: Vec::with_capacity(self.config.batch_size),
+        }
+    }
+}
+
+fn move_item(data: &mut BatchData, from: usize, to: usize, item: usize) {
+    match data {
+        BatchData::HwcU8(b) => b.copy_within(from * item..(from + 1) * item, to * item),
+        BatchData::ChwF32(b) => b.copy_within(from * item..(from + 1) * item, to * item),
+    }
+}
+
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Iterator of [`ImagePipeline::batches`].
+#[derive(Debug)]
+pub struct Batches<'p, I> {
+    pipeline: &'p ImagePipeline,
+    epoch: u64,
+    samples: I,
+    chunk: Vec<Sample>,
+}
+
+impl<I: Iterator<Item = Sample>> Iterator for Batches<'_, I> {
+    type Item = Result<Batch>;
+
+    fn next(&mut self) -> Option<Result<Batch>> {
+        let size = self.pipeline.config.batch_size;
+        self.chunk.clear();
+        self.chunk.extend(self.samples.by_ref().take(size));
+        let short = self.chunk.len() < size;
+        if self.chunk.is_empty() || (short && self.pipeline.config.last_batch == LastBatch::Drop) {
+            return None;
+        }
+        Some(self.pipeline.process(self.epoch, &self.chunk))
+    }
+}
