@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --python
 cargo build --release --locked -p bucketload-cli
-bin="$PWD/target/release/bucketload"
+bin="${CARGO_TARGET_DIR:-$PWD/target}/release/bucketload"
 runs="${RUNS:-3}"
 samples="${SAMPLES:-10000}"
 latency="${LATENCY:-50ms}"

@@ -13,6 +13,7 @@ mod data;
 mod exit;
 mod metrics;
 mod progress;
+mod read;
 mod serve;
 mod sharding;
 mod shards;
@@ -58,6 +59,8 @@ enum Command {
     Shard(sharding::ShardArgs),
     /// Stitch the manifests of `shard --part i/N` slices into the dataset's manifest.
     Merge(sharding::MergeArgs),
+    /// Drain the loader over a dataset: samples/s, MB/s, requests, cache hits, stage utilisation.
+    Read(read::ReadArgs),
 }
 
 fn main() -> ExitCode {
@@ -110,6 +113,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Verify(args) => shards::verify(&store, args).await,
         Command::Shard(args) => sharding::shard(&store, args).await,
         Command::Merge(args) => sharding::merge(&store, args).await,
+        Command::Read(args) => read::read(&store, args).await,
     };
     if store.metrics {
         // Reported on failure too: the counts say how far the command got.

@@ -4,7 +4,8 @@
 //! (generate a synthetic image dataset, list it, describe it and copy it between stores) and the
 //! [`shards`] tools (index tar shards written by other tools, write a dataset's manifest).
 //! The loader's [`source`] decides which samples each rank and worker reads, in which order,
-//! and resumes an epoch mid-way.
+//! and resumes an epoch mid-way; the [`loader`] fetches them (files, streamed shards or indexed
+//! shards, many requests in flight, an optional disk cache) as a stream of samples.
 //! Stores come from [`bucketload_store::Store`]; every tool works on its `ObjectStore`.
 //!
 //! ```no_run
@@ -22,6 +23,7 @@
 
 pub mod dataset;
 mod error;
+pub mod loader;
 pub mod shards;
 pub mod source;
 

@@ -1,0 +1,295 @@
+//! `bucketload read`: drains the loader over a dataset and reports how fast each epoch went,
+//! which requests it took, how the cache did and which stage limited the run.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use bucketload::dataset::Progress;
+use bucketload::loader::{
+    CacheBuilder, DEFAULT_CONCURRENCY, Delivery, Format, Loader, LoaderConfig, LoaderStats,
+};
+use bucketload::source::{Order, Partition, Remainder};
+use clap::{Args, ValueEnum};
+use futures::TryStreamExt;
+use serde::Serialize;
+
+use crate::data::local_to_absolute;
+use crate::progress::Bar;
+use crate::store_args::{StoreArgs, parse_size};
+
+/// Default cache size when `--cache` is given without `--cache-size`.
+const DEFAULT_CACHE_SIZE: u64 = 20 << 30;
+
+/// `bucketload read` arguments; the global `--concurrency` sets the requests in flight
+/// (default 256 here).
+#[derive(Debug, Args)]
+pub struct ReadArgs {
+    /// Dataset URI (s3://bucket/prefix, file:///dir or a local path)
+    pub uri: String,
+    /// How to read it: auto (the manifest's kind; shards are streamed), files, shards, indexed
+    #[arg(long, value_enum, default_value_t = FormatArg::Auto)]
+    pub format: FormatArg,
+    /// Epochs to read
+    #[arg(long, default_value_t = 1, value_name = "E")]
+    pub epochs: u64,
+    /// Local disk cache of object bytes (shared safely by processes on this node)
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<std::path::PathBuf>,
+    /// Cache capacity, e.g. 20GiB
+    #[arg(long, value_parser = parse_size, value_name = "SIZE", requires = "cache")]
+    pub cache_size: Option<u64>,
+    /// This process's rank
+    #[arg(long, default_value_t = 0, value_name = "R")]
+    pub rank: u32,
+    /// Number of ranks
+    #[arg(long, default_value_t = 1, value_name = "W")]
+    pub world_size: u32,
+    /// Samples that do not divide among ranks: pad (repeat) or drop
+    #[arg(long, value_enum, default_value_t = RemainderArg::Pad)]
+    pub remainder: RemainderArg,
+    /// Shuffle seed (a new order every epoch)
+    #[arg(long, default_value_t = 0, value_name = "S")]
+    pub seed: u64,
+    /// Read in dataset order, without shuffling
+    #[arg(long, conflicts_with = "seed")]
+    pub no_shuffle: bool,
+    /// Shuffle buffer of streamed shards, in samples
+    #[arg(long, value_name = "N")]
+    pub shuffle_buffer: Option<u64>,
+    /// Shards streamed at once
+    #[arg(long, value_name = "N")]
+    pub shards_in_flight: Option<usize>,
+    /// Bytes of fetched samples held in memory at most, e.g. 1GiB [default: 1GiB]
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub memory_budget: Option<u64>,
+    /// Deliver samples in the source's exact order rather than as they complete
+    #[arg(long)]
+    pub strict_order: bool,
+    /// Print the report as JSON on stdout
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--format`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum FormatArg {
+    /// The manifest's kind
+    Auto,
+    /// One object per sample
+    Files,
+    /// Tar shards streamed front to back
+    Shards,
+    /// Tar shards read sample by sample through their index
+    Indexed,
+}
+
+/// `--remainder`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum RemainderArg {
+    /// Repeat samples so every rank gets ceil(N / world)
+    Pad,
+    /// Leave out samples so every rank gets floor(N / world)
+    Drop,
+}
+
+/// One epoch of the report.
+#[derive(Debug, Serialize)]
+struct EpochReport {
+    epoch: u64,
+    samples: u64,
+    bytes: u64,
+    seconds: f64,
+    samples_per_s: f64,
+    mb_per_s: f64,
+    get: u64,
+    ranged_get: u64,
+    shard_ranged_get: u64,
+    samples_coalesced: u64,
+    cache_hits: u64,
+    cache_misses: u64,
+    /// Share of the epoch with at least one request in flight.
+    fetch_busy: f64,
+    /// Mean requests in flight (shards: shard streams running).
+    mean_in_flight: f64,
+    /// Share of the epoch the consumer (this command) waited for a sample.
+    consumer_waiting: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    uri: String,
+    format: String,
+    samples_per_epoch: u64,
+    epochs: Vec<EpochReport>,
+    loader: LoaderStats,
+}
+
+/// Runs `bucketload read`.
+pub async fn read(store: &StoreArgs, a: ReadArgs) -> anyhow::Result<()> {
+    let uri = local_to_absolute(&a.uri)?;
+    let config = loader_config(store, &a, &uri)?;
+    let loader = Loader::open(config).await?;
+    let samples_per_epoch = loader.samples_per_epoch()?;
+    let mut epochs = Vec::new();
+    for epoch in 0..a.epochs {
+        epochs.push(run_epoch(&loader, epoch, samples_per_epoch).await?);
+        if !a.json {
+            let streams = loader.format() == Format::Shards;
+            print_epoch(&mut std::io::stdout().lock(), epochs.last(), streams)?;
+        }
+    }
+    let report = Report {
+        uri,
+        format: format!("{:?}", loader.format()).to_lowercase(),
+        samples_per_epoch,
+        epochs,
+        loader: loader.stats(),
+    };
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        print_summary(&mut out, &report)?;
+    }
+    Ok(())
+}
+
+fn loader_config(store: &StoreArgs, a: &ReadArgs, uri: &str) -> anyhow::Result<LoaderConfig> {
+    let concurrency = store.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
+    let store_config = store.config().with_concurrency(concurrency);
+    let mut order = match a.no_shuffle {
+        true => Order::sequential(),
+        false => Order::shuffled(a.seed),
+    };
+    if let Some(buffer) = a.shuffle_buffer {
+        order = order.with_shuffle_buffer(buffer);
+    }
+    let remainder = match a.remainder {
+        RemainderArg::Pad => Remainder::Pad,
+        RemainderArg::Drop => Remainder::Drop,
+    };
+    let format = match a.format {
+        FormatArg::Auto => Format::Auto,
+        FormatArg::Files => Format::Files,
+        FormatArg::Shards => Format::Shards,
+        FormatArg::Indexed => Format::Indexed,
+    };
+    let mut builder = LoaderConfig::builder(uri)
+        .with_store_config(store_config)
+        .with_format(format)
+        .with_concurrency(concurrency)
+        .with_epochs(a.epochs)
+        .with_order(order)
+        .with_partition(Partition::new(a.rank, a.world_size).with_remainder(remainder));
+    if a.strict_order {
+        builder = builder.with_delivery(Delivery::Strict);
+    }
+    if let Some(bytes) = a.memory_budget {
+        builder = builder.with_memory_budget(bytes);
+    }
+    if let Some(n) = a.shards_in_flight {
+        builder = builder.with_shards_in_flight(n);
+    }
+    if let Some(dir) = &a.cache {
+        let size = a.cache_size.unwrap_or(DEFAULT_CACHE_SIZE);
+        let cache = CacheBuilder::new(dir, size)
+            .build()
+            .with_context(|| format!("cannot open the cache at {}", dir.display()))?;
+        builder = builder.with_cache(Arc::new(cache));
+    }
+    Ok(builder.build()?)
+}
+
+async fn run_epoch(loader: &Loader, epoch: u64, expected: u64) -> anyhow::Result<EpochReport> {
+    let before = loader.stats();
+    let bar = Bar::new(&format!("epoch {epoch}"));
+    bar.set_total(expected, None);
+    let started = Instant::now();
+    let mut samples = loader.epoch(epoch)?;
+    while let Some(sample) = samples.try_next().await? {
+        bar.advance(1, sample.bytes());
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    bar.finish();
+    Ok(epoch_report(epoch, seconds, &before, &loader.stats()))
+}
+
+fn epoch_report(epoch: u64, seconds: f64, a: &LoaderStats, b: &LoaderStats) -> EpochReport {
+    let share = |x: f64| if seconds > 0.0 { x / seconds } else { 0.0 };
+    let samples = b.samples - a.samples;
+    let bytes = b.bytes - a.bytes;
+    EpochReport {
+        epoch,
+        samples,
+        bytes,
+        seconds,
+        samples_per_s: share(samples as f64),
+        mb_per_s: share(bytes as f64 / 1e6),
+        get: b.requests.get - a.requests.get,
+        ranged_get: b.requests.ranged_get - a.requests.ranged_get,
+        shard_ranged_get: b.requests.shard_ranged_get - a.requests.shard_ranged_get,
+        samples_coalesced: b.requests.samples_coalesced - a.requests.samples_coalesced,
+        cache_hits: b.cache.hits - a.cache.hits,
+        cache_misses: b.cache.misses - a.cache.misses,
+        fetch_busy: share(b.fetch.busy_s - a.fetch.busy_s).min(1.0),
+        mean_in_flight: share(b.in_flight.request_s - a.in_flight.request_s),
+        consumer_waiting: share(b.consumer.idle_or_waiting_s - a.consumer.idle_or_waiting_s)
+            .min(1.0),
+    }
+}
+
+fn print_epoch(
+    out: &mut impl Write,
+    e: Option<&EpochReport>,
+    streams: bool,
+) -> std::io::Result<()> {
+    let Some(e) = e else { return Ok(()) };
+    writeln!(
+        out,
+        "epoch {}  {} samples, {:.1} MB in {:.2} s: {:.0} samples/s, {:.1} MB/s",
+        e.epoch,
+        e.samples,
+        e.bytes as f64 / 1e6,
+        e.seconds,
+        e.samples_per_s,
+        e.mb_per_s
+    )?;
+    writeln!(
+        out,
+        "  requests  {} GET, {} ranged GET ({} samples shared one), {} shard ranged GET",
+        e.get, e.ranged_get, e.samples_coalesced, e.shard_ranged_get
+    )?;
+    if e.cache_hits + e.cache_misses > 0 {
+        writeln!(
+            out,
+            "  cache     {} hits, {} misses",
+            e.cache_hits, e.cache_misses
+        )?;
+    }
+    writeln!(
+        out,
+        "  stages    fetch busy {:.0}% (mean {:.1} {} in flight), consumer waiting {:.0}%",
+        e.fetch_busy * 100.0,
+        e.mean_in_flight,
+        if streams { "shard streams" } else { "requests" },
+        e.consumer_waiting * 100.0
+    )
+}
+
+fn print_summary(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
+    let total: f64 = r.epochs.iter().map(|e| e.seconds).sum();
+    let samples: u64 = r.epochs.iter().map(|e| e.samples).sum();
+    writeln!(
+        out,
+        "read {} ({}): {} epochs, {} samples in {:.2} s, at most {} requests in flight",
+        r.uri,
+        r.format,
+        r.epochs.len(),
+        samples,
+        total,
+        r.loader.in_flight.max
+    )
+}

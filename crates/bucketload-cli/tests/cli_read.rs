@@ -1,0 +1,117 @@
+//! `bucketload read` against the embedded server: every sample of each epoch counted, requests
+//! by kind, epoch 2 served from the cache, shards streamed and indexed, ranks equal.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::Fixture;
+use serde_json::Value;
+
+fn read_json(fx: &Fixture, args: &[&str]) -> Value {
+    let mut all = vec!["read"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let run = fx.run(&all).ok();
+    serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout))
+}
+
+fn epoch(report: &Value, i: usize) -> &Value {
+    &report["epochs"][i]
+}
+
+#[test]
+fn files_are_read_every_epoch_and_the_second_from_the_cache() {
+    let fx = Fixture::start();
+    fx.generate("s3://read-files/train", 48, 4, "2KB");
+    let cache = fx.work_path("cache");
+    let cache = cache.to_str().unwrap();
+    let args = [
+        "s3://read-files/train",
+        "--epochs",
+        "2",
+        "--cache",
+        cache,
+        "--cache-size",
+        "64MiB",
+    ];
+    let gets = fx.server().counters().get("GetObject");
+    let report = read_json(&fx, &args);
+    assert_eq!(report["format"], "files");
+    assert_eq!(report["samples_per_epoch"], 48);
+    let (first, second) = (epoch(&report, 0), epoch(&report, 1));
+    assert_eq!(first["samples"], 48);
+    assert_eq!(first["get"], 48);
+    assert_eq!(first["cache_misses"], 48);
+    assert_eq!(second["samples"], 48);
+    assert_eq!(second["get"], 0, "{report:#}");
+    assert_eq!(second["cache_hits"], 48);
+    assert_eq!(first["bytes"], second["bytes"]);
+    // The listing plus one GET per object (and the missing manifest), once.
+    let served = fx.server().counters().get("GetObject") - gets;
+    assert_eq!(served, 48 + 1, "the server saw epoch 1's GETs only");
+}
+
+#[test]
+fn shards_are_streamed_or_indexed() {
+    let fx = Fixture::start();
+    fx.generate("s3://read-shards/src", 40, 4, "2KB");
+    let shard = [
+        "shard",
+        "s3://read-shards/src",
+        "s3://read-shards/wds",
+        "--samples-per-shard",
+        "6",
+    ];
+    fx.run(&shard).ok();
+    let streamed = read_json(&fx, &["s3://read-shards/wds"]);
+    assert_eq!(streamed["format"], "shards");
+    assert_eq!(epoch(&streamed, 0)["samples"], 40);
+    assert!(epoch(&streamed, 0)["shard_ranged_get"].as_u64().unwrap() >= 7);
+    let indexed = read_json(
+        &fx,
+        &[
+            "s3://read-shards/wds",
+            "--format",
+            "indexed",
+            "--no-shuffle",
+        ],
+    );
+    assert_eq!(indexed["format"], "indexed");
+    assert_eq!(epoch(&indexed, 0)["samples"], 40);
+    assert_eq!(epoch(&indexed, 0)["ranged_get"], 7, "{indexed:#}");
+    assert_eq!(epoch(&indexed, 0)["bytes"], epoch(&streamed, 0)["bytes"]);
+}
+
+#[test]
+fn ranks_read_equal_shares_and_the_text_report_names_the_stages() {
+    let fx = Fixture::start();
+    fx.generate("s3://read-ranks/train", 25, 2, "2KB");
+    for rank in ["0", "1", "2"] {
+        let args = [
+            "s3://read-ranks/train",
+            "--rank",
+            rank,
+            "--world-size",
+            "3",
+            "--remainder",
+            "drop",
+        ];
+        let report = read_json(&fx, &args);
+        assert_eq!(epoch(&report, 0)["samples"], 8, "rank {rank}");
+    }
+    let run = fx.run(&["read", "s3://read-ranks/train"]).ok();
+    assert!(run.stdout.contains("epoch 0  25 samples"), "{}", run.stdout);
+    assert!(run.stdout.contains("consumer waiting"), "{}", run.stdout);
+    let bad = fx.run(&[
+        "read",
+        "s3://read-ranks/train",
+        "--rank",
+        "3",
+        "--world-size",
+        "3",
+    ]);
+    assert!(
+        bad.error_line().contains("rank 3 is out of range"),
+        "{bad:#?}"
+    );
+}

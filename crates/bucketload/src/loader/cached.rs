@@ -1,0 +1,76 @@
+//! The loader's use of the disk cache: lookups and inserts on blocking threads, failures of the
+//! cache directory counted and logged but never fatal (the bytes are still in the store).
+
+use std::sync::Arc;
+
+use bucketload_cache::{Cache, CacheKey, ObjectVersion};
+use bytes::Bytes;
+
+use super::stats::{Counters, add};
+
+/// The cache of a loader and what it counts into.
+#[derive(Debug, Clone)]
+pub(crate) struct CacheUse {
+    pub(crate) cache: Arc<Cache>,
+}
+
+impl CacheUse {
+    /// The cached bytes of `key` at `version`, counted as a hit or a miss.
+    pub(crate) async fn get(
+        &self,
+        key: &CacheKey,
+        version: &ObjectVersion,
+        counters: &Counters,
+    ) -> Option<Bytes> {
+        let (cache, k, v) = (self.cache.clone(), key.clone(), version.clone());
+        let found = tokio::task::spawn_blocking(move || cache.get(&k, &v)).await;
+        match found {
+            Ok(Ok(lookup)) => {
+                let hit = lookup.hit();
+                add(
+                    match hit {
+                        Some(_) => &counters.cache_hits,
+                        None => &counters.cache_misses,
+                    },
+                    1,
+                );
+                hit
+            }
+            Ok(Err(e)) => self.failed(counters, "lookup", key, &e.to_string()),
+            Err(e) => self.failed(counters, "lookup", key, &e.to_string()),
+        }
+    }
+
+    /// Stores `body` as `key` at `version`; waits until it is visible to other processes.
+    pub(crate) async fn insert(
+        &self,
+        key: &CacheKey,
+        version: &ObjectVersion,
+        body: Bytes,
+        counters: &Counters,
+    ) {
+        let (cache, k, v) = (self.cache.clone(), key.clone(), version.clone());
+        let done = tokio::task::spawn_blocking(move || cache.insert(&k, &v, body)).await;
+        match done {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                self.failed(counters, "insert", key, &e.to_string());
+            }
+            Err(e) => {
+                self.failed(counters, "insert", key, &e.to_string());
+            }
+        }
+    }
+
+    fn failed(&self, counters: &Counters, op: &str, key: &CacheKey, error: &str) -> Option<Bytes> {
+        add(&counters.cache_errors, 1);
+        tracing::warn!(
+            cache = %self.cache.dir().display(),
+            key = key.key(),
+            op,
+            error,
+            "loader: cache failed, reading from the store instead"
+        );
+        None
+    }
+}

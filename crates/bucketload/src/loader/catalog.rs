@@ -1,0 +1,297 @@
+//! What a dataset holds: its files or shards, read once when a loader opens (the manifest, one
+//! GET; else one listing), and the shard indexes an indexed loader needs (one GET each, many in
+//! flight).
+
+use std::sync::Arc;
+
+use bucketload_format::{DatasetKind, MANIFEST_PATH, Manifest, ShardIndex, class_of_key};
+use bucketload_store::key_path;
+use bucketload_store::object_store::{self, ObjectMeta, ObjectStoreExt, path::Path};
+use futures::TryStreamExt;
+
+use super::config::Format;
+use crate::dataset::{Location, read_all_indexes};
+use crate::shards::{SHARD_EXT, ShardObject, index_key};
+use crate::source::Plan;
+use crate::{Error, Result};
+
+/// Prefix of bucketload's own objects at a dataset root (never samples).
+const RESERVED: &str = "_bucketload/";
+
+/// Indexes read at once when an indexed loader opens.
+const INDEX_READS_IN_FLIGHT: usize = 64;
+
+/// One object of a files dataset.
+#[derive(Debug, Clone)]
+pub(crate) struct FileObject {
+    pub(crate) key: Path,
+    pub(crate) size: u64,
+    /// ETag without quotes, when known.
+    pub(crate) etag: Option<String>,
+    pub(crate) label: Option<u32>,
+}
+
+/// One shard of a shards dataset.
+#[derive(Debug, Clone)]
+pub(crate) struct DataShard {
+    pub(crate) key: Path,
+    pub(crate) size: u64,
+    pub(crate) samples: u64,
+    pub(crate) has_index: bool,
+    /// Read up front by indexed loaders only.
+    pub(crate) index: Option<Arc<ShardIndex>>,
+}
+
+/// A dataset's contents and the format it is read in.
+#[derive(Debug)]
+pub(crate) enum Catalog {
+    Files(Vec<FileObject>),
+    Shards {
+        shards: Vec<DataShard>,
+        indexed: bool,
+    },
+}
+
+impl Catalog {
+    /// Reads the manifest, else lists the dataset, then the indexes when `format` needs them.
+    pub(crate) async fn open(location: &Location, format: Format) -> Result<Catalog> {
+        let catalog = match read_manifest(location).await? {
+            Some(manifest) => from_manifest(location, &manifest, format)?,
+            None => from_listing(location, format).await?,
+        };
+        match catalog {
+            Catalog::Shards {
+                shards,
+                indexed: true,
+            } => Ok(Catalog::Shards {
+                shards: with_indexes(location, shards).await?,
+                indexed: true,
+            }),
+            other => Ok(other),
+        }
+    }
+
+    /// The source plan of this catalog.
+    pub(crate) fn plan(&self) -> Plan {
+        match self {
+            Catalog::Files(files) => Plan::files(files.len() as u64),
+            Catalog::Shards { shards, indexed } => {
+                let counts: Vec<u64> = shards.iter().map(|s| s.samples).collect();
+                match indexed {
+                    true => Plan::indexed(&counts),
+                    false => Plan::shards(&counts),
+                }
+            }
+        }
+    }
+
+    /// The format in effect.
+    pub(crate) fn format(&self) -> Format {
+        match self {
+            Catalog::Files(_) => Format::Files,
+            Catalog::Shards { indexed: true, .. } => Format::Indexed,
+            Catalog::Shards { .. } => Format::Shards,
+        }
+    }
+}
+
+async fn read_manifest(location: &Location) -> Result<Option<Manifest>> {
+    let key = Path::from(MANIFEST_PATH);
+    let got = async { location.store().get(&key).await?.bytes().await }.await;
+    match got {
+        Ok(bytes) => Ok(Some(Manifest::from_json(&location.uri_of(&key), &bytes)?)),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(location.error(&key, e)),
+    }
+}
+
+fn from_manifest(location: &Location, manifest: &Manifest, format: Format) -> Result<Catalog> {
+    match (manifest.kind, format) {
+        (DatasetKind::Files, Format::Auto | Format::Files) => {
+            let keys: Vec<&str> = manifest.files.iter().map(|f| f.key.as_str()).collect();
+            let labels = folder_labels(&keys);
+            let files = manifest
+                .files
+                .iter()
+                .zip(labels)
+                .map(|(f, label)| FileObject {
+                    key: key_path(&f.key),
+                    size: f.size,
+                    etag: f.etag.clone(),
+                    label,
+                });
+            Ok(Catalog::Files(files.collect()))
+        }
+        (DatasetKind::Shards, Format::Auto | Format::Shards | Format::Indexed) => {
+            let shards = manifest.shards.iter().map(|s| DataShard {
+                key: key_path(&s.name),
+                size: s.bytes,
+                samples: s.samples,
+                has_index: !s.index.is_empty(),
+                index: None,
+            });
+            Ok(Catalog::Shards {
+                shards: shards.collect(),
+                indexed: format == Format::Indexed,
+            })
+        }
+        (kind, format) => Err(mismatch(location, kind, format)),
+    }
+}
+
+fn mismatch(location: &Location, kind: DatasetKind, format: Format) -> Error {
+    let kind = match kind {
+        DatasetKind::Files => "one object per sample",
+        _ => "tar shards",
+    };
+    Error::invalid_input(format!(
+        "{location} holds {kind}, which cannot be read as {format:?}; use --format auto"
+    ))
+}
+
+async fn from_listing(location: &Location, format: Format) -> Result<Catalog> {
+    let root = Path::default();
+    let mut metas: Vec<ObjectMeta> = location
+        .store()
+        .list(None)
+        .map_err(|e| location.error(&root, e))
+        .try_filter(|m| futures::future::ready(!m.location.as_ref().starts_with(RESERVED)))
+        .try_collect()
+        .await?;
+    metas.sort_by(|a, b| a.location.cmp(&b.location));
+    if metas.is_empty() {
+        return Err(Error::invalid_input(format!(
+            "no objects below {location}; check the URI"
+        )));
+    }
+    let has_shards = metas
+        .iter()
+        .any(|m| m.location.as_ref().ends_with(SHARD_EXT));
+    match (format, has_shards) {
+        (Format::Files, _) | (Format::Auto, false) => Ok(files_of(metas)),
+        (Format::Shards | Format::Indexed | Format::Auto, true) => {
+            shards_of(location, &metas, format == Format::Indexed).await
+        }
+        (format, false) => Err(mismatch(location, DatasetKind::Files, format)),
+    }
+}
+
+fn files_of(metas: Vec<ObjectMeta>) -> Catalog {
+    let keys: Vec<&str> = metas.iter().map(|m| m.location.as_ref()).collect();
+    let labels = folder_labels(&keys);
+    let files = metas.iter().zip(labels).map(|(m, label)| FileObject {
+        key: m.location.clone(),
+        size: m.size,
+        etag: m.e_tag.as_ref().map(|e| e.trim_matches('"').to_owned()),
+        label,
+    });
+    Catalog::Files(files.collect())
+}
+
+/// Shards of a listing without a manifest: their sample counts come from their indexes.
+async fn shards_of(location: &Location, metas: &[ObjectMeta], indexed: bool) -> Result<Catalog> {
+    let objects: Vec<(Path, u64)> = metas.iter().map(|m| (m.location.clone(), m.size)).collect();
+    let found = crate::dataset::shards_in(&objects);
+    if let Some(bare) = found.iter().find(|s| !s.has_index) {
+        return Err(Error::invalid_input(format!(
+            "{} has no index and the dataset no manifest, so its samples cannot be planned; \
+             run `bucketload index {location}` first",
+            location.uri_of(&bare.key)
+        )));
+    }
+    let shards = found.into_iter().map(|s| DataShard {
+        key: s.key,
+        size: s.size,
+        samples: 0,
+        has_index: true,
+        index: None,
+    });
+    let shards = with_indexes(location, shards.collect()).await?;
+    let shards = shards.into_iter().map(|mut s| {
+        if !indexed {
+            s.index = None;
+        }
+        s
+    });
+    Ok(Catalog::Shards {
+        shards: shards.collect(),
+        indexed,
+    })
+}
+
+/// Reads every shard's index (many in flight); sample counts are taken from them.
+async fn with_indexes(location: &Location, shards: Vec<DataShard>) -> Result<Vec<DataShard>> {
+    if let Some(bare) = shards.iter().find(|s| !s.has_index) {
+        return Err(Error::invalid_input(format!(
+            "{} has no index, so it cannot be read sample by sample; run `bucketload index` \
+             or use --format shards",
+            location.uri_of(&bare.key)
+        )));
+    }
+    let objects = shards.iter().map(|s| ShardObject {
+        key: s.key.clone(),
+        size: s.size,
+        has_index: true,
+    });
+    let read = read_all_indexes(location, objects.collect(), INDEX_READS_IN_FLIGHT).await?;
+    shards
+        .into_iter()
+        .zip(read)
+        .map(|(mut shard, got)| {
+            let Some(index) = got.index else {
+                return Err(Error::invalid_input(format!(
+                    "{} is missing; run `bucketload index` on the dataset",
+                    location.uri_of(&index_key(&shard.key))
+                )));
+            };
+            let samples = index.samples.len() as u64;
+            if shard.samples != 0 && shard.samples != samples {
+                return Err(Error::Corrupt {
+                    uri: location.uri_of(&index_key(&shard.key)),
+                    reason: format!(
+                        "lists {samples} samples, the manifest {}; rebuild the manifest",
+                        shard.samples
+                    ),
+                });
+            }
+            shard.samples = samples;
+            shard.index = Some(Arc::new(index));
+            Ok(shard)
+        })
+        .collect()
+}
+
+/// Class labels from folders, as `bucketload shard` assigns them: when every key has a folder,
+/// the index of its folder among the sorted folder names; otherwise no labels.
+pub(crate) fn folder_labels(keys: &[&str]) -> Vec<Option<u32>> {
+    let folders: Option<Vec<&str>> = keys.iter().map(|k| class_of_key(k)).collect();
+    let Some(folders) = folders else {
+        return vec![None; keys.len()];
+    };
+    let mut classes = folders.clone();
+    classes.sort_unstable();
+    classes.dedup();
+    folders
+        .iter()
+        .map(|f| {
+            let index = classes.binary_search(f).unwrap_or_default();
+            Some(u32::try_from(index).unwrap_or(u32::MAX))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_sorted_folder_indices() {
+        let keys = ["b/1.jpg", "a/2.jpg", "c/3.jpg", "a/4.jpg"];
+        assert_eq!(folder_labels(&keys), [Some(1), Some(0), Some(2), Some(0)]);
+    }
+
+    #[test]
+    fn a_key_without_a_folder_turns_labels_off() {
+        assert_eq!(folder_labels(&["a/1.jpg", "2.jpg"]), [None, None]);
+    }
+}

@@ -1,0 +1,434 @@
+//! The loader: turns a dataset into a stream of samples, fetched ahead of the consumer.
+//!
+//! Reach for [`Loader`]: [`Loader::open`] reads the dataset's manifest (one GET; else one
+//! listing, and shard indexes when needed) as a [`LoaderConfig`] says, then
+//! [`Loader::epoch`] gives a [`SampleStream`] of this rank's and worker's [`Sample`]s for one
+//! epoch, in the order of [`crate::source`]. [`SampleStream::state`] is the
+//! [`SourceState`] to checkpoint; [`Loader::resume`] continues from it.
+//!
+//! # Parts and data flow
+//!
+//! ```text
+//!  manifest / listing ──► Source (order, rank, worker) ──► WorkerIter of SampleRefs
+//!                                                             │
+//!   files:   one GET per object ─┐                            │
+//!   indexed: one ranged GET per  ├─ `concurrency` in flight ◄─┘ (memory budget: semaphore)
+//!            run of close samples┘   completion or strict order
+//!   shards:  WorkItems ──► `shards_in_flight` shard streams (prefetch window, tar parsed
+//!            as bytes arrive) ──► reorder to the worker's order (≤ shuffle buffer + 1 held)
+//!                                                             │
+//!   cache (optional): files whole, indexed samples by range ◄─┤ hits served from disk
+//!                                                             ▼
+//!                                                    SampleStream ──► consumer
+//! ```
+//!
+//! Back-pressure: nothing is requested that the memory budget (files, indexed) or the prefetch
+//! windows and channels (shards) cannot hold; a consumer that stops polling stops new requests.
+//! Cancellation: dropping a [`SampleStream`] drops its requests and aborts its shard tasks.
+//!
+//! ```no_run
+//! use bucketload::loader::{Loader, LoaderConfig};
+//! use futures::TryStreamExt;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = LoaderConfig::builder("s3://demo/train").with_concurrency(256).build()?;
+//! let loader = Loader::open(config).await?;
+//! let mut samples = loader.epoch(0)?;
+//! while let Some(sample) = samples.try_next().await? {
+//!     println!("{} label {:?}: {} bytes", sample.key, sample.label, sample.bytes());
+//! }
+//! println!("{:.0} samples/s", loader.stats().samples_per_s());
+//! # Ok(()) }
+//! ```
+
+mod cached;
+mod catalog;
+mod config;
+mod prefetch;
+mod random;
+mod stats;
+mod stream;
+mod streamed;
+
+use std::collections::BTreeSet;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bucketload_store::Store;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+pub use bucketload_cache::{Cache, CacheBuilder, CacheStats};
+pub use config::{
+    DEFAULT_COALESCE_GAP, DEFAULT_COALESCE_WINDOW, DEFAULT_CONCURRENCY, DEFAULT_MEMORY_BUDGET,
+    DEFAULT_SHARDS_IN_FLIGHT, Delivery, Format, LoaderBuilder, LoaderConfig, MAX_COALESCED_BYTES,
+};
+pub use prefetch::{PrefetchConfig, PrefetchCounters, PrefetchSnapshot, read_range};
+pub use stats::{CacheCounts, InFlight, LoaderStats, RequestStats, StageTime};
+pub use stream::{ShardSample, ShardSpan, shard_samples};
+
+use cached::CacheUse;
+use catalog::{Catalog, DataShard, FileObject};
+use config::Dataset;
+use stats::Counters;
+
+use crate::Result;
+use crate::dataset::Location;
+use crate::source::{Progress, SampleRef, Source, SourceState};
+
+/// Extension of the WebDataset member that holds a class label (ASCII decimal).
+const LABEL_EXT: &str = "cls";
+
+/// One sample.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Sample {
+    /// The object key (files) or WebDataset key (shards).
+    pub key: String,
+    /// The class: the sorted index of the class folder (files), or the `.cls` member (shards).
+    pub label: Option<u32>,
+    /// `(extension, bytes)` in shard order; one member for files.
+    pub members: Vec<(String, Bytes)>,
+    /// Where the sample is in the dataset.
+    pub source: SampleRef,
+    /// Its position in this worker's order for the epoch.
+    pub position: u64,
+}
+
+impl Sample {
+    /// Total member bytes.
+    pub fn bytes(&self) -> u64 {
+        self.members.iter().map(|(_, b)| b.len() as u64).sum()
+    }
+
+    /// The bytes of the member with extension `ext`.
+    pub fn get(&self, ext: &str) -> Option<&Bytes> {
+        self.members.iter().find(|(e, _)| e == ext).map(|(_, b)| b)
+    }
+}
+
+/// A sample with its share of the memory budget, released when the consumer takes it.
+#[derive(Debug)]
+pub(crate) struct Item {
+    pub(crate) sample: Sample,
+    pub(crate) permit: Option<OwnedSemaphorePermit>,
+}
+
+/// The label of a WebDataset sample: its `.cls` member as ASCII decimal.
+pub(crate) fn label_of(members: &[(String, Bytes)]) -> Option<u32> {
+    let (_, data) = members.iter().find(|(e, _)| e == LABEL_EXT)?;
+    std::str::from_utf8(data).ok()?.trim().parse().ok()
+}
+
+/// Everything the loader's tasks share.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) config: LoaderConfig,
+    pub(crate) location: Location,
+    pub(crate) store: Store,
+    pub(crate) store_uri: String,
+    pub(crate) catalog: Catalog,
+    pub(crate) source: Source,
+    pub(crate) counters: Counters,
+    pub(crate) prefetch: Arc<PrefetchCounters>,
+    pub(crate) budget: Arc<Semaphore>,
+    pub(crate) budget_kib: u32,
+    pub(crate) cache: Option<CacheUse>,
+}
+
+impl Inner {
+    pub(crate) fn files(&self) -> &[FileObject] {
+        match &self.catalog {
+            Catalog::Files(files) => files,
+            Catalog::Shards { .. } => &[],
+        }
+    }
+
+    pub(crate) fn shards(&self) -> &[DataShard] {
+        match &self.catalog {
+            Catalog::Shards { shards, .. } => shards,
+            Catalog::Files(_) => &[],
+        }
+    }
+}
+
+/// A dataset opened for loading: cheap to clone, shared by every epoch's stream.
+#[derive(Debug, Clone)]
+pub struct Loader {
+    inner: Arc<Inner>,
+}
+
+impl Loader {
+    /// Opens the dataset: the store, then its manifest (or a listing, and the shard indexes an
+    /// indexed loader needs).
+    pub async fn open(config: LoaderConfig) -> Result<Loader> {
+        let store = match &config.dataset {
+            Dataset::Store(store) => store.clone(),
+            Dataset::Uri(uri, store_config) => {
+                let mut store_config = (**store_config).clone();
+                if store_config.concurrency() < config.concurrency {
+                    store_config = store_config.with_concurrency(config.concurrency);
+                }
+                Store::open(uri, &store_config)?
+            }
+        };
+        if store.config().concurrency() < config.concurrency {
+            tracing::warn!(
+                store = %store,
+                store_limit = store.config().concurrency(),
+                loader = config.concurrency,
+                "loader: the store allows fewer requests in flight than the loader asks for"
+            );
+        }
+        let location = Location::from_store(&store);
+        let catalog = Catalog::open(&location, config.format).await?;
+        let source = Source::new(catalog.plan(), config.order, config.partition)?;
+        // Budget in KiB permits: a semaphore counts at most `usize::MAX >> 3` permits.
+        let budget_kib = u32::try_from(config.memory_budget.div_ceil(1024)).unwrap_or(u32::MAX);
+        tracing::info!(
+            dataset = %location,
+            format = ?catalog.format(),
+            samples = source.plan().samples(),
+            "loader: dataset opened"
+        );
+        let cache = config.cache.clone().map(|cache| CacheUse { cache });
+        Ok(Loader {
+            inner: Arc::new(Inner {
+                store_uri: store.uri().to_string(),
+                budget: Arc::new(Semaphore::new(budget_kib as usize)),
+                budget_kib,
+                prefetch: Arc::new(PrefetchCounters::default()),
+                counters: Counters::default(),
+                location,
+                store,
+                catalog,
+                source,
+                cache,
+                config,
+            }),
+        })
+    }
+
+    /// The format in effect (never [`Format::Auto`]).
+    pub fn format(&self) -> Format {
+        self.inner.catalog.format()
+    }
+
+    /// The order, partition and resume logic.
+    pub fn source(&self) -> &Source {
+        &self.inner.source
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LoaderConfig {
+        &self.inner.config
+    }
+
+    /// The store read from (its metrics count every request).
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// Samples this worker yields in a full epoch.
+    pub fn samples_per_epoch(&self) -> Result<u64> {
+        let (worker, workers) = self.inner.config.worker();
+        self.inner.source.begin(0, workers)?.worker_len(worker)
+    }
+
+    /// This worker's samples of epoch `epoch`, from the start. With a cache, it first tells the
+    /// cache a new epoch began (its eviction policy keeps the previous epoch's entries).
+    pub fn epoch(&self, epoch: u64) -> Result<SampleStream> {
+        let (_, workers) = self.inner.config.worker();
+        let progress = self.inner.source.begin(epoch, workers)?;
+        let mut samples = self.stream(progress)?;
+        if let Some(cache) = self.inner.cache.clone() {
+            // On a blocking thread at the first poll, before any lookup of the epoch.
+            let uri = self.inner.store_uri.clone();
+            let begin = futures::stream::once(async move {
+                let cache = cache.cache;
+                let begun = tokio::task::spawn_blocking(move || cache.begin_epoch(&uri, epoch));
+                if let Ok(Err(e)) = begun.await {
+                    tracing::warn!(error = %e, "loader: the cache could not start a new epoch");
+                }
+            })
+            .filter_map(|()| futures::future::ready(None));
+            let items = std::mem::replace(&mut samples.items, futures::stream::empty().boxed());
+            samples.items = begin.chain(items).boxed();
+        }
+        Ok(samples)
+    }
+
+    /// Continues a saved epoch: no sample before the saved position is read again (with
+    /// [`Delivery::Strict`]; see [`SampleStream::state`] for completion order).
+    pub fn resume(&self, state: &SourceState) -> Result<SampleStream> {
+        let (_, workers) = self.inner.config.worker();
+        let progress = self.inner.source.resume(state, workers)?;
+        self.stream(progress)
+    }
+
+    /// Epochs `0..epochs` of the configuration, one after the other, as one stream.
+    pub fn epochs(&self) -> BoxStream<'static, Result<Sample>> {
+        let loader = self.clone();
+        futures::stream::iter(0..self.inner.config.epochs)
+            .map(move |epoch| match loader.epoch(epoch) {
+                Ok(samples) => samples.boxed(),
+                Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
+            })
+            .flatten()
+            .boxed()
+    }
+
+    fn stream(&self, progress: Progress) -> Result<SampleStream> {
+        let (worker, _) = self.inner.config.worker();
+        let iter = progress.worker(worker)?;
+        let start = iter.position();
+        let remaining = iter.len() as u64;
+        let inner = self.inner.clone();
+        let items = match &inner.catalog {
+            Catalog::Shards { indexed: false, .. } => streamed::samples(inner.clone(), iter),
+            _ => random::samples(inner.clone(), iter),
+        };
+        Ok(SampleStream {
+            items,
+            inner,
+            progress,
+            worker,
+            start,
+            prefix: start,
+            ahead: BTreeSet::new(),
+            remaining,
+            waiting_since: None,
+        })
+    }
+
+    /// Counters since the loader opened.
+    pub fn stats(&self) -> LoaderStats {
+        self.inner.counters.snapshot(self.inner.prefetch.snapshot())
+    }
+}
+
+/// One worker's samples of one epoch ([`futures::Stream`] of `Result<Sample>`).
+pub struct SampleStream {
+    items: BoxStream<'static, Result<Item>>,
+    inner: Arc<Inner>,
+    progress: Progress,
+    worker: u32,
+    /// Position of the first sample of this stream in the worker's order.
+    start: u64,
+    /// Every position below `prefix` was yielded.
+    prefix: u64,
+    /// Positions yielded beyond `prefix` (completion order).
+    ahead: BTreeSet<u64>,
+    remaining: u64,
+    waiting_since: Option<Instant>,
+}
+
+impl std::fmt::Debug for SampleStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SampleStream")
+            .field("epoch", &self.progress.epoch())
+            .field("worker", &self.worker)
+            .field("position", &self.prefix)
+            .field("remaining", &self.remaining)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SampleStream {
+    /// The epoch.
+    pub fn epoch(&self) -> u64 {
+        self.progress.epoch()
+    }
+
+    /// Samples not yet yielded.
+    pub fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// The state to checkpoint: every sample before the first one not yet yielded counts as
+    /// consumed. With [`Delivery::Strict`] that is exactly what was yielded, so a resume
+    /// neither replays nor skips. With [`Delivery::Completion`] samples that overtook a slower
+    /// one (at most the requests in flight) are read again after a resume; none is skipped.
+    pub fn state(&self) -> Result<SourceState> {
+        let mut progress = self.progress.clone();
+        progress.record(self.worker, self.consumed())?;
+        Ok(progress.state())
+    }
+
+    /// Samples of this stream that count as consumed in [`state`](Self::state), for this
+    /// worker. A training loop that merges several worker processes keeps one rank-level
+    /// [`Progress`] (from [`Loader::source`]) and records each worker's count into it.
+    pub fn consumed(&self) -> u64 {
+        self.prefix - self.start
+    }
+
+    /// This stream's worker number.
+    pub fn worker(&self) -> u32 {
+        self.worker
+    }
+
+    fn mark(&mut self, position: u64) {
+        if position != self.prefix {
+            self.ahead.insert(position);
+            return;
+        }
+        self.prefix += 1;
+        while self.ahead.remove(&self.prefix) {
+            self.prefix += 1;
+        }
+    }
+}
+
+impl Stream for SampleStream {
+    type Item = Result<Sample>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        this.inner.counters.start();
+        let polled = this.items.as_mut().poll_next(cx);
+        if polled.is_pending() {
+            this.waiting_since.get_or_insert_with(Instant::now);
+            return Poll::Pending;
+        }
+        if let Some(since) = this.waiting_since.take() {
+            this.inner.counters.consumer_waited(since.elapsed());
+        }
+        Poll::Ready(match polled {
+            Poll::Ready(Some(Ok(item))) => {
+                let sample = item.sample;
+                this.mark(sample.position);
+                this.remaining = this.remaining.saturating_sub(1);
+                stats::add(&this.inner.counters.samples, 1);
+                stats::add(&this.inner.counters.bytes, sample.bytes());
+                Some(Ok(sample))
+            }
+            Poll::Ready(Some(Err(e))) => Some(Err(e)),
+            _ => None,
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = usize::try_from(self.remaining).unwrap_or(usize::MAX);
+        (0, Some(left))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_come_from_the_cls_member() {
+        let member = |ext: &str, data: &'static [u8]| (ext.to_owned(), Bytes::from_static(data));
+        assert_eq!(
+            label_of(&[member("jpg", b"x"), member("cls", b"7\n")]),
+            Some(7)
+        );
+        assert_eq!(label_of(&[member("jpg", b"x")]), None);
+        assert_eq!(label_of(&[member("cls", b"cat")]), None);
+    }
+}

@@ -1,0 +1,441 @@
+//! Random-access sources: files (one GET per object) and indexed shards (one ranged GET per
+//! sample, close ranges merged).
+//!
+//! The worker's [`WorkerIter`] gives the samples in order. They become fetch *units* — one file,
+//! or a run of samples of one shard whose byte ranges lie within `coalesce_gap` of each other
+//! among the next `coalesce_window` samples — and units run `concurrency` at a time. Each unit
+//! first takes its bytes from the memory budget (a semaphore, released when the consumer takes
+//! the sample), so fetched-but-unconsumed bytes never exceed the budget. Completion delivery
+//! yields units as they finish; strict delivery runs them in order and restores the exact order
+//! of samples inside a coalescing window.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bucketload_cache::{CacheKey, ObjectVersion};
+use bucketload_format::{IndexSample, ShardIndex, split_key};
+use bucketload_store::object_store::{GetOptions, GetRange, ObjectStoreExt};
+use bytes::Bytes;
+use futures::stream::{self, BoxStream};
+use futures::{FutureExt, StreamExt, TryStreamExt};
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::catalog::{Catalog, DataShard};
+use super::config::{Delivery, MAX_COALESCED_BYTES};
+use super::{Inner, Item, Sample};
+use crate::source::{SampleRef, WorkerIter};
+use crate::{Error, Result};
+
+type Unit = futures::future::BoxFuture<'static, Result<Vec<Item>>>;
+
+/// The samples of `iter` fetched with the loader's concurrency and delivery.
+pub(crate) fn samples(inner: Arc<Inner>, iter: WorkerIter) -> BoxStream<'static, Result<Item>> {
+    let start = iter.position();
+    let refs = (start..).zip(iter);
+    let concurrency = inner.config.concurrency;
+    let units: BoxStream<'static, Unit> = match &inner.catalog {
+        Catalog::Files(_) => {
+            let inner = inner.clone();
+            stream::iter(refs)
+                .map(move |(pos, r)| fetch_file(inner.clone(), pos, r).boxed())
+                .boxed()
+        }
+        Catalog::Shards { .. } => {
+            let window = inner.config.coalesce_window;
+            let chunks = Chunks { refs, window };
+            let inner = inner.clone();
+            stream::iter(chunks)
+                .flat_map(move |chunk| stream::iter(plan_units(&inner, chunk)))
+                .boxed()
+        }
+    };
+    match inner.config.delivery {
+        Delivery::Completion => units
+            .buffer_unordered(concurrency)
+            .map_ok(|items| stream::iter(items.into_iter().map(Ok)))
+            .try_flatten()
+            .boxed(),
+        Delivery::Strict => {
+            let ordered = units
+                .buffered(concurrency)
+                .map_ok(|items| stream::iter(items.into_iter().map(Ok)))
+                .try_flatten();
+            reorder(inner, start, ordered.boxed())
+        }
+    }
+}
+
+/// Consecutive runs of `window` (position, sample) pairs.
+struct Chunks<I> {
+    refs: I,
+    window: usize,
+}
+
+impl<I: Iterator<Item = (u64, SampleRef)>> Iterator for Chunks<I> {
+    type Item = Vec<(u64, SampleRef)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let chunk: Vec<_> = self.refs.by_ref().take(self.window).collect();
+        (!chunk.is_empty()).then_some(chunk)
+    }
+}
+
+/// Restores the source's order: holds samples until every earlier position was yielded.
+fn reorder(
+    inner: Arc<Inner>,
+    start: u64,
+    items: BoxStream<'static, Result<Item>>,
+) -> BoxStream<'static, Result<Item>> {
+    let state = (items, BTreeMap::<u64, Item>::new(), start);
+    stream::try_unfold(state, move |(mut items, mut held, next)| {
+        let inner = inner.clone();
+        async move {
+            loop {
+                if let Some(item) = held.remove(&next) {
+                    return Ok(Some((item, (items, held, next + 1))));
+                }
+                match items.next().await {
+                    Some(item) => {
+                        let item = item?;
+                        held.insert(item.sample.position, item);
+                        inner.counters.note_held(held.len() as u64);
+                    }
+                    None if held.is_empty() => return Ok(None),
+                    None => {
+                        return Err(Error::Task {
+                            reason: format!("sample {next} of the order never arrived"),
+                        });
+                    }
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+/// Takes `bytes` from the memory budget (at least one unit, at most the whole budget).
+async fn reserve(inner: &Inner, bytes: u64) -> Result<OwnedSemaphorePermit> {
+    let kib = bytes.div_ceil(1024).clamp(1, u64::from(inner.budget_kib));
+    let kib = u32::try_from(kib).unwrap_or(inner.budget_kib);
+    inner
+        .budget
+        .clone()
+        .acquire_many_owned(kib)
+        .await
+        .map_err(|e| Error::Task {
+            reason: format!("the loader's memory budget closed: {e}"),
+        })
+}
+
+async fn fetch_file(inner: Arc<Inner>, position: u64, sref: SampleRef) -> Result<Vec<Item>> {
+    let SampleRef::File { index } = sref else {
+        return Err(Error::invalid_input(
+            "a files loader was given a shard sample",
+        ));
+    };
+    let file = &inner.files()[usize::try_from(index).unwrap_or(usize::MAX)];
+    let permit = reserve(&inner, file.size).await?;
+    let cache_key = CacheKey::new(inner.store_uri.clone(), file.key.as_ref());
+    let version = match &file.etag {
+        Some(etag) => ObjectVersion::new(etag.clone(), file.size),
+        None => ObjectVersion::size_only(file.size),
+    };
+    let cached = match &inner.cache {
+        Some(cache) => cache.get(&cache_key, &version, &inner.counters).await,
+        None => None,
+    };
+    let bytes = match cached {
+        Some(bytes) => bytes,
+        None => {
+            let bytes = get_file(&inner, file).await?;
+            if let Some(cache) = &inner.cache {
+                cache
+                    .insert(&cache_key, &version, bytes.clone(), &inner.counters)
+                    .await;
+            }
+            bytes
+        }
+    };
+    let name = file.key.as_ref();
+    let sample = Sample {
+        key: name.to_owned(),
+        label: file.label,
+        members: vec![(split_key(name).1.to_owned(), bytes)],
+        source: sref,
+        position,
+    };
+    Ok(vec![Item {
+        sample,
+        permit: Some(permit),
+    }])
+}
+
+async fn get_file(inner: &Inner, file: &super::catalog::FileObject) -> Result<Bytes> {
+    let loc = &inner.location;
+    let key = &file.key;
+    let _request = inner.counters.request(false);
+    let body = async { loc.store().get(key).await?.bytes().await }.await;
+    let body = body.map_err(|e| loc.error(key, e))?;
+    if body.len() as u64 != file.size {
+        return Err(Error::Corrupt {
+            uri: loc.uri_of(key),
+            reason: format!(
+                "is {} bytes, the dataset's manifest or listing says {}; the object changed: \
+                 rebuild the manifest (`bucketload manifest`) or start the loader again",
+                body.len(),
+                file.size
+            ),
+        });
+    }
+    Ok(body)
+}
+
+/// One sample of an indexed shard with its place in the order.
+#[derive(Debug, Clone)]
+struct Wanted {
+    position: u64,
+    sref: SampleRef,
+    shard: usize,
+    range: (u64, u64),
+}
+
+/// Groups a chunk's samples by shard and merges close ranges; units come in order of their
+/// first position.
+fn plan_units(inner: &Arc<Inner>, chunk: Vec<(u64, SampleRef)>) -> Vec<Unit> {
+    let mut wanted = Vec::with_capacity(chunk.len());
+    for (position, sref) in chunk {
+        match locate(inner, position, sref) {
+            Ok(w) => wanted.push(w),
+            Err(e) => return vec![futures::future::ready(Err(e)).boxed()],
+        }
+    }
+    wanted.sort_by_key(|w| (w.shard, w.range.0));
+    let mut groups: Vec<Vec<Wanted>> = Vec::new();
+    for w in wanted {
+        match groups.last_mut() {
+            Some(group) if mergeable(group, &w, inner.config.coalesce_gap) => group.push(w),
+            _ => groups.push(vec![w]),
+        }
+    }
+    groups.sort_by_key(|g| g.iter().map(|w| w.position).min());
+    groups
+        .into_iter()
+        .map(|group| fetch_group(inner.clone(), group).boxed())
+        .collect()
+}
+
+fn mergeable(group: &[Wanted], next: &Wanted, gap: u64) -> bool {
+    let (Some(first), Some(last)) = (group.first(), group.last()) else {
+        return false;
+    };
+    first.shard == next.shard
+        && next.range.0 <= last.range.1.saturating_add(gap)
+        && next.range.1.saturating_sub(first.range.0) <= MAX_COALESCED_BYTES
+}
+
+fn locate(inner: &Inner, position: u64, sref: SampleRef) -> Result<Wanted> {
+    let SampleRef::Shard { shard, sample } = sref else {
+        return Err(Error::invalid_input(
+            "an indexed loader was given a file sample",
+        ));
+    };
+    let s = usize::try_from(shard).unwrap_or(usize::MAX);
+    let entry = index_sample(inner, s, sample)?;
+    let range = entry.byte_range().ok_or_else(|| Error::Corrupt {
+        uri: inner.location.uri_of(&inner.shards()[s].key),
+        reason: format!("the index lists sample {sample} without members; rebuild the index"),
+    })?;
+    Ok(Wanted {
+        position,
+        sref,
+        shard: s,
+        range,
+    })
+}
+
+fn index_sample(inner: &Inner, shard: usize, sample: u64) -> Result<&IndexSample> {
+    let entry: &DataShard = &inner.shards()[shard];
+    let index: Option<&ShardIndex> = entry.index.as_deref();
+    index
+        .and_then(|i| i.samples.get(usize::try_from(sample).ok()?))
+        .ok_or_else(|| Error::Corrupt {
+            uri: inner.location.uri_of(&entry.key),
+            reason: format!("its index has no sample {sample}; rebuild the index"),
+        })
+}
+
+/// Fetches a group: cached samples from disk, the others with one ranged GET covering them.
+async fn fetch_group(inner: Arc<Inner>, group: Vec<Wanted>) -> Result<Vec<Item>> {
+    let bytes: u64 = group.iter().map(|w| w.range.1 - w.range.0).sum();
+    let permit = reserve(&inner, bytes).await?;
+    let mut found: Vec<Option<Bytes>> = vec![None; group.len()];
+    if let Some(cache) = &inner.cache {
+        for (slot, w) in found.iter_mut().zip(&group) {
+            let (key, version) = range_key(&inner, w);
+            *slot = cache.get(&key, &version, &inner.counters).await;
+        }
+    }
+    let missing: Vec<&Wanted> = group
+        .iter()
+        .zip(&found)
+        .filter(|(_, f)| f.is_none())
+        .map(|(w, _)| w)
+        .collect();
+    if let (Some(first), Some(last)) = (missing.first(), missing.last()) {
+        let (start, end) = (first.range.0, last.range.1);
+        let body = get_range(&inner, first.shard, start..end).await?;
+        super::stats::add(&inner.counters.coalesced, missing.len() as u64 - 1);
+        for (slot, w) in found.iter_mut().zip(&group) {
+            if slot.is_none() {
+                let piece = body.slice((w.range.0 - start) as usize..(w.range.1 - start) as usize);
+                if let Some(cache) = &inner.cache {
+                    let (key, version) = range_key(&inner, w);
+                    cache
+                        .insert(&key, &version, piece.clone(), &inner.counters)
+                        .await;
+                }
+                *slot = Some(piece);
+            }
+        }
+    }
+    let mut items = Vec::with_capacity(group.len());
+    for (w, bytes) in group.iter().zip(found) {
+        let sample = parse_sample(&inner, w, bytes.unwrap_or_default())?;
+        items.push(Item {
+            sample,
+            permit: None,
+        });
+    }
+    items.sort_by_key(|i| i.sample.position);
+    // The group's bytes are released when its last sample is taken.
+    if let Some(last) = items.last_mut() {
+        last.permit = Some(permit);
+    }
+    Ok(items)
+}
+
+fn range_key(inner: &Inner, w: &Wanted) -> (CacheKey, ObjectVersion) {
+    let shard = &inner.shards()[w.shard];
+    let key =
+        CacheKey::new(inner.store_uri.clone(), shard.key.as_ref()).with_range(w.range.0..w.range.1);
+    (key, ObjectVersion::size_only(shard.size))
+}
+
+async fn get_range(inner: &Inner, shard: usize, range: std::ops::Range<u64>) -> Result<Bytes> {
+    let loc = &inner.location;
+    let key = &inner.shards()[shard].key;
+    let _request = inner.counters.request(true);
+    let options = GetOptions {
+        range: Some(GetRange::Bounded(range.clone())),
+        ..GetOptions::default()
+    };
+    let body = async { loc.store().get_opts(key, options).await?.bytes().await }.await;
+    let body = body.map_err(|e| loc.error(key, e))?;
+    if body.len() as u64 != range.end - range.start {
+        return Err(Error::Corrupt {
+            uri: loc.uri_of(key),
+            reason: format!(
+                "bytes {}..{} came back as {} bytes; the shard is shorter than its index says",
+                range.start,
+                range.end,
+                body.len()
+            ),
+        });
+    }
+    Ok(body)
+}
+
+/// Cuts a sample's members out of its byte range by the index, checking each member's CRC32C.
+fn parse_sample(inner: &Inner, w: &Wanted, bytes: Bytes) -> Result<Sample> {
+    let SampleRef::Shard { sample, .. } = w.sref else {
+        return Err(Error::invalid_input(
+            "an indexed loader was given a file sample",
+        ));
+    };
+    let entry = index_sample(inner, w.shard, sample)?;
+    let uri = || inner.location.uri_of(&inner.shards()[w.shard].key);
+    let mut members = Vec::with_capacity(entry.members.len());
+    for m in &entry.members {
+        let at = m.data_offset.checked_sub(w.range.0).map(|s| s as usize);
+        let piece = at
+            .and_then(|s| bytes.get(s..s + m.size as usize).map(|_| s))
+            .map(|s| bytes.slice(s..s + m.size as usize));
+        let Some(piece) = piece else {
+            return Err(Error::Corrupt {
+                uri: uri(),
+                reason: format!(
+                    "member {}.{} lies outside its sample's range",
+                    entry.key, m.ext
+                ),
+            });
+        };
+        if crc32c::crc32c(&piece) != m.crc32c {
+            return Err(Error::Corrupt {
+                uri: uri(),
+                reason: format!(
+                    "member {}.{} at byte {} does not match its index checksum; the shard \
+                     changed since it was indexed: run `bucketload index` again",
+                    entry.key, m.ext, m.data_offset
+                ),
+            });
+        }
+        members.push((m.ext.clone(), piece));
+    }
+    Ok(Sample {
+        key: entry.key.clone(),
+        label: super::label_of(&members),
+        members,
+        source: w.sref,
+        position: w.position,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wanted(shard: usize, start: u64, end: u64) -> Wanted {
+        Wanted {
+            position: start,
+            sref: SampleRef::Shard {
+                shard: shard as u64,
+                sample: 0,
+            },
+            shard,
+            range: (start, end),
+        }
+    }
+
+    #[test]
+    fn close_ranges_of_one_shard_merge() {
+        let group = vec![wanted(0, 0, 1000)];
+        assert!(mergeable(&group, &wanted(0, 1000, 2000), 0), "adjacent");
+        assert!(
+            mergeable(&group, &wanted(0, 1500, 2000), 512),
+            "within the gap"
+        );
+        assert!(
+            !mergeable(&group, &wanted(0, 1600, 2000), 512),
+            "past the gap"
+        );
+        assert!(
+            !mergeable(&group, &wanted(1, 1000, 2000), 512),
+            "another shard"
+        );
+        let far = wanted(0, 1000, MAX_COALESCED_BYTES + 1);
+        assert!(
+            !mergeable(&group, &far, 1 << 30),
+            "larger than one GET may be"
+        );
+    }
+
+    #[test]
+    fn chunks_cover_every_sample_in_order() {
+        let refs = (0..10u64).map(|i| (i, SampleRef::File { index: i }));
+        let chunks: Vec<Vec<_>> = Chunks { refs, window: 4 }.collect();
+        let sizes: Vec<usize> = chunks.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [4, 4, 2]);
+        let flat: Vec<u64> = chunks.concat().into_iter().map(|(p, _)| p).collect();
+        assert_eq!(flat, (0..10).collect::<Vec<_>>());
+    }
+}

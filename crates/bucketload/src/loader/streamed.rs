@@ -1,0 +1,209 @@
+//! The streamed shards source: a worker's [`WorkItem`]s read front to back, several at once,
+//! and its samples handed out in the worker iterator's order.
+//!
+//! Each work item (a shard and a sample range) runs on its own task: [`shard_samples`] (ranged
+//! GETs fetched ahead in a growing window, tar parsed as bytes arrive) pumped into a channel.
+//! `shards_in_flight` tasks run at once, started in work-item order; the consumer drains them in
+//! that order, so the samples arrive exactly as the source's shuffle-buffer simulation expects,
+//! and at most `shuffle_buffer + 1` arrived samples wait in the reorder map. Each task may hold
+//! `memory_budget / shards_in_flight` bytes of parsed samples the consumer has not taken yet
+//! (its own semaphore, so a task ahead can never starve the one the consumer waits on): shards
+//! after the current one keep streaming at full speed instead of stalling behind it. Dropping
+//! the stream aborts the tasks (and with them their GETs).
+//!
+//! Memory: `shards_in_flight × (max_window + part_size) + memory_budget` plus the shuffle
+//! buffer.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::stream::{self, BoxStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+
+use super::stream::{ShardSample, ShardSpan, shard_samples};
+use super::{Inner, Item, Sample};
+use crate::dataset::read_index;
+use crate::source::{SampleRef, WorkItem, WorkerIter};
+use crate::{Error, Result};
+
+/// Most samples a shard task may read ahead of the consumer; its byte share of the memory
+/// budget is the real bound.
+const SPAN_CHANNEL: usize = 4096;
+
+/// A parsed sample and its bytes of the task's share of the budget.
+type Parsed = (Result<ShardSample>, Option<OwnedSemaphorePermit>);
+
+/// The samples of `iter`, in its order.
+pub(crate) fn samples(inner: Arc<Inner>, iter: WorkerIter) -> BoxStream<'static, Result<Item>> {
+    let reads = iter.reads().unwrap_or_default();
+    let in_flight = inner.config.shards_in_flight;
+    let spawner = inner.clone();
+    let arrivals = stream::iter(reads)
+        .map(move |item| futures::future::ready(spawn_span(spawner.clone(), item)))
+        .buffered(in_flight)
+        .flatten()
+        .boxed();
+    let start = iter.position();
+    let state = Reorder {
+        inner,
+        refs: (start..).zip(iter),
+        arrivals,
+        held: HashMap::new(),
+    };
+    stream::try_unfold(state, |mut state| async move {
+        match state.next().await? {
+            Some(item) => Ok(Some((item, state))),
+            None => Ok(None),
+        }
+    })
+    .boxed()
+}
+
+struct Reorder<I> {
+    inner: Arc<Inner>,
+    refs: I,
+    arrivals: BoxStream<'static, Result<ShardSample>>,
+    held: HashMap<(usize, u64), ShardSample>,
+}
+
+impl<I: Iterator<Item = (u64, SampleRef)>> Reorder<I> {
+    async fn next(&mut self) -> Result<Option<Item>> {
+        let Some((position, sref)) = self.refs.next() else {
+            return Ok(None);
+        };
+        let SampleRef::Shard { shard, sample } = sref else {
+            return Err(Error::invalid_input(
+                "a shards loader was given a file sample",
+            ));
+        };
+        let want = (usize::try_from(shard).unwrap_or(usize::MAX), sample);
+        loop {
+            if let Some(got) = self.held.remove(&want) {
+                let sample = Sample {
+                    label: super::label_of(&got.members),
+                    key: got.key,
+                    members: got.members,
+                    source: sref,
+                    position,
+                };
+                return Ok(Some(Item {
+                    sample,
+                    permit: None,
+                }));
+            }
+            let Some(arrived) = self.arrivals.next().await else {
+                let uri = self.inner.location.uri_of(&self.inner.shards()[want.0].key);
+                return Err(Error::Corrupt {
+                    uri,
+                    reason: format!(
+                        "ended before sample {sample}: it holds fewer samples than the \
+                         manifest or index says; rebuild them"
+                    ),
+                });
+            };
+            let arrived = arrived?;
+            self.held.insert((arrived.shard, arrived.index), arrived);
+            self.inner.counters.note_held(self.held.len() as u64);
+        }
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Starts reading one work item on its own task; the stream yields its samples.
+fn spawn_span(inner: Arc<Inner>, item: WorkItem) -> BoxStream<'static, Result<ShardSample>> {
+    let (tx, rx) = mpsc::channel::<Parsed>(SPAN_CHANNEL);
+    let share = (inner.budget_kib / inner.config.shards_in_flight.max(1) as u32).max(1);
+    let task = tokio::spawn(async move {
+        let _active = inner.counters.busy();
+        let budget = Arc::new(Semaphore::new(share as usize));
+        let mut samples = match open_span(&inner, &item).await {
+            Ok(samples) => samples,
+            Err(e) => {
+                let _ = tx.send((Err(e), None)).await;
+                return;
+            }
+        };
+        while let Some(sample) = samples.next().await {
+            let bytes: u64 = sample
+                .as_ref()
+                .map_or(0, |s| s.members.iter().map(|(_, b)| b.len() as u64).sum());
+            let kib = u32::try_from(bytes.div_ceil(1024))
+                .unwrap_or(share)
+                .clamp(1, share);
+            let Ok(permit) = budget.clone().acquire_many_owned(kib).await else {
+                return;
+            };
+            if tx.send((sample, Some(permit))).await.is_err() {
+                return;
+            }
+        }
+    });
+    let guard = AbortOnDrop(task);
+    stream::unfold((rx, guard), |(mut rx, guard)| async move {
+        // The sample leaves the task's share here: the reorder map is bounded by the shuffle
+        // buffer instead.
+        let (next, _permit) = rx.recv().await?;
+        Some((next, (rx, guard)))
+    })
+    .boxed()
+}
+
+async fn open_span(
+    inner: &Inner,
+    item: &WorkItem,
+) -> Result<BoxStream<'static, Result<ShardSample>>> {
+    let number = usize::try_from(item.shard).unwrap_or(usize::MAX);
+    let shard = &inner.shards()[number];
+    let first = item.samples.start;
+    let offset = match first {
+        0 => 0,
+        _ => first_header(inner, number, first).await?,
+    };
+    let span = ShardSpan {
+        shard: number,
+        size: shard.size,
+        first,
+        count: Some(item.samples.end - first),
+        offset,
+    };
+    let counters = inner.prefetch.clone();
+    let stream = shard_samples(
+        inner.location.clone(),
+        shard.key.clone(),
+        span,
+        inner.config.prefetch,
+        counters,
+    );
+    Ok(stream)
+}
+
+/// Byte offset of sample `sample`'s first header, from the shard's index (0 without one: the
+/// stream then reads from the start and skips).
+async fn first_header(inner: &Inner, shard: usize, sample: u64) -> Result<u64> {
+    let entry = &inner.shards()[shard];
+    if let Some(index) = &entry.index {
+        return Ok(offset_in(index, sample));
+    }
+    if !entry.has_index {
+        return Ok(0);
+    }
+    let index = read_index(&inner.location, &entry.key).await?;
+    Ok(index.map_or(0, |i| offset_in(&i, sample)))
+}
+
+fn offset_in(index: &bucketload_format::ShardIndex, sample: u64) -> u64 {
+    usize::try_from(sample)
+        .ok()
+        .and_then(|s| index.samples.get(s))
+        .and_then(|s| s.members.first())
+        .map_or(0, |m| m.header_offset)
+}
