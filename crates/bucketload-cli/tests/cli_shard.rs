@@ -9,19 +9,10 @@ mod common;
 use std::collections::BTreeMap;
 
 use bucketload_format::{MANIFEST_PATH, Manifest, ShardIndex, TarReader};
-use bucketload_server::{DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY};
+use bucketload_store::Store;
 use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
-use bucketload_store::{Store, StoreConfig};
 use bytes::Bytes;
 use common::Fixture;
-
-fn open(fx: &Fixture, uri: &str) -> Store {
-    let config: StoreConfig =
-        bucketload_test_support::s3_config(&fx.endpoint(), DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY);
-    let store = Store::open(uri, &config).unwrap();
-    fx.block_on(store.create_bucket()).unwrap();
-    store
-}
 
 /// The key as is (`Path::from` would percent-encode non-ASCII characters).
 fn path(key: &str) -> Path {
@@ -110,8 +101,8 @@ fn shards_hold_every_sample_once_with_its_label_and_verify_clean() {
         ])
         .ok();
     assert!(run.stdout.contains("wrote 4 of 4 shards"), "{run:#?}");
-    let src = open(&fx, "s3://shard-src/train");
-    let dst = open(&fx, "s3://shard-dst/train");
+    let src = fx.store("s3://shard-src/train");
+    let dst = fx.store("s3://shard-dst/train");
     let m = manifest(&fx, &dst);
     assert_eq!(m.samples, 60);
     let counts: Vec<(String, u64)> = m
@@ -142,7 +133,7 @@ fn a_failed_run_leaves_no_partial_shard_and_a_rerun_resumes() {
     let src_uri = "s3://resume-src/train";
     fx.generate(src_uri, 40, 2, "2KB");
     fx.run(&["manifest", src_uri]).ok();
-    let src = open(&fx, src_uri);
+    let src = fx.store(src_uri);
     // The manifest still names the object: the run fails when it reaches it.
     let victim = keys(&fx, &src)
         .into_iter()
@@ -161,7 +152,7 @@ fn a_failed_run_leaves_no_partial_shard_and_a_rerun_resumes() {
         line.contains(&victim) && line.contains("--skip-missing"),
         "{line}"
     );
-    let dst = open(&fx, dst_uri);
+    let dst = fx.store(dst_uri);
     let left = keys(&fx, &dst);
     assert!(left.contains(&"shard-000001.tar".to_owned()), "{left:?}");
     assert!(!left.contains(&"shard-000002.tar".to_owned()), "{left:?}");
@@ -186,7 +177,7 @@ fn skip_missing_counts_and_names_what_it_left_out() {
     let src_uri = "s3://skip-src/train";
     fx.generate(src_uri, 12, 2, "2KB");
     fx.run(&["manifest", src_uri]).ok();
-    let src = open(&fx, src_uri);
+    let src = fx.store(src_uri);
     let victim = keys(&fx, &src)[3].clone();
     fx.block_on(src.object_store().delete(&Path::from(victim.as_str())))
         .unwrap();
@@ -197,7 +188,7 @@ fn skip_missing_counts_and_names_what_it_left_out() {
     let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
     assert_eq!(report["missing"].as_array().unwrap().len(), 1);
     assert!(report["missing"][0].as_str().unwrap().ends_with(&victim));
-    let dst = open(&fx, dst_uri);
+    let dst = fx.store(dst_uri);
     assert_eq!(manifest(&fx, &dst).samples, 11);
     assert_eq!(read_dataset(&fx, &dst).len(), 11);
 }
@@ -226,8 +217,8 @@ fn slices_merge_into_the_same_dataset_as_one_run() {
     args.extend(common);
     fx.run(&args).ok();
     fx.run(&["merge", sliced_uri]).ok();
-    let whole = open(&fx, whole_uri);
-    let sliced = open(&fx, sliced_uri);
+    let whole = fx.store(whole_uri);
+    let sliced = fx.store(sliced_uri);
     let (a, b) = (manifest(&fx, &whole), manifest(&fx, &sliced));
     assert_eq!(a.shards, b.shards);
     assert_eq!(a.classes, b.classes);
@@ -246,7 +237,7 @@ fn bad_input_is_refused_by_name_before_anything_is_written() {
     assert!(small.error_line().contains("--shard-size"), "{small:#?}");
     let inside = fx.run(&["shard", src_uri, "s3://bad-src/train/shards"]);
     assert!(inside.error_line().contains("overlap"), "{inside:#?}");
-    let dst = open(&fx, dst_uri);
+    let dst = fx.store(dst_uri);
     put(&fx, &dst, "notes.txt", Bytes::from_static(b"mine"));
     let occupied = fx.run(&["shard", src_uri, dst_uri]);
     assert!(occupied.error_line().contains("notes.txt"), "{occupied:#?}");
@@ -267,7 +258,7 @@ fn another_plan_at_the_destination_needs_overwrite() {
     let mut args = other.to_vec();
     args.push("--overwrite");
     fx.run(&args).ok();
-    let dst = open(&fx, dst_uri);
+    let dst = fx.store(dst_uri);
     let names: Vec<String> = keys(&fx, &dst)
         .into_iter()
         .filter(|k| k.ends_with(".tar"))
@@ -283,7 +274,7 @@ fn another_plan_at_the_destination_needs_overwrite() {
 fn awkward_keys_and_empty_objects_survive_sharding() {
     let fx = Fixture::start();
     let src_uri = "s3://odd-src/data";
-    let src = open(&fx, src_uri);
+    let src = fx.store(src_uri);
     // 300 characters: more than ustar's prefix and name fields hold, so a PAX header.
     let long = format!("c/{}/{}.bin", "d".repeat(200), "x".repeat(93));
     assert_eq!(long.len(), 300);
@@ -303,7 +294,7 @@ fn awkward_keys_and_empty_objects_survive_sharding() {
     }
     let dst_uri = "s3://odd-dst/data";
     fx.run(&["shard", src_uri, dst_uri]).ok();
-    let dst = open(&fx, dst_uri);
+    let dst = fx.store(dst_uri);
     let samples = read_dataset(&fx, &dst);
     for key in odd {
         let (sample, ext) = bucketload_format::split_key(key);

@@ -9,9 +9,8 @@ use bucketload_format::{
     ClassCount, DatasetKind, MANIFEST_PATH, MANIFEST_VERSION, Manifest, Parameters, ShardEntry,
     ShardIndexBuilder, TarWriter,
 };
-use bucketload_server::{DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY};
+use bucketload_store::Store;
 use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
-use bucketload_store::{Store, StoreConfig};
 use common::{Fixture, Run};
 use serde_json::Value;
 
@@ -100,14 +99,6 @@ fn manifest(shards: &[Built]) -> Manifest {
     }
 }
 
-fn open(fx: &Fixture, uri: &str) -> Store {
-    let config: StoreConfig =
-        bucketload_test_support::s3_config(&fx.endpoint(), DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY);
-    let store = Store::open(uri, &config).unwrap();
-    fx.block_on(store.create_bucket()).unwrap();
-    store
-}
-
 fn put(fx: &Fixture, store: &Store, key: &str, data: &[u8]) {
     let payload = PutPayload::from(data.to_vec());
     fx.block_on(store.object_store().put(&Path::from(key), payload))
@@ -116,7 +107,7 @@ fn put(fx: &Fixture, store: &Store, key: &str, data: &[u8]) {
 
 /// Puts the shards (and their indexes unless `missing_index` names one) below `uri`.
 fn upload(fx: &Fixture, uri: &str, shards: &[Built], missing_index: Option<usize>) -> Store {
-    let store = open(fx, uri);
+    let store = fx.store(uri);
     for (i, b) in shards.iter().enumerate() {
         put(fx, &store, &b.name, &b.tar);
         if missing_index != Some(i) {
@@ -271,7 +262,7 @@ fn stats_without_manifest_reads_every_index_and_names_shards_without_one() {
     assert_eq!(c["random_access"]["get_requests"], 13);
 
     // The second shard loses its index: its samples are not counted, and it is named.
-    let store = open(&fx, uri);
+    let store = fx.store(uri);
     fx.block_on(
         store
             .object_store()
@@ -452,7 +443,7 @@ fn a_dataset_sharded_by_bucketload_reads_the_same_from_its_manifest_and_its_inde
     let from_manifest = json(&fx.run(&["stats", dst, "--json"]).ok());
     assert_eq!(from_manifest["from"], "manifest");
     assert_eq!(from_manifest["parameters"]["samples_per_shard"], 10);
-    let store = open(&fx, dst);
+    let store = fx.store(dst);
     fx.block_on(store.object_store().delete(&Path::from(MANIFEST_PATH)))
         .unwrap();
     let from_indexes = json(&fx.run(&["stats", dst, "--json"]).ok());

@@ -12,18 +12,9 @@ use std::process::Command;
 use bucketload_format::{
     DatasetKind, MANIFEST_PATH, MANIFEST_VERSION, Manifest, Parameters, ShardEntry, ShardIndex,
 };
-use bucketload_server::{DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY};
+use bucketload_store::Store;
 use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
-use bucketload_store::{Store, StoreConfig};
 use common::{Fixture, Run};
-
-fn open(fx: &Fixture, uri: &str) -> Store {
-    let config: StoreConfig =
-        bucketload_test_support::s3_config(&fx.endpoint(), DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY);
-    let store = Store::open(uri, &config).unwrap();
-    fx.block_on(store.create_bucket()).unwrap();
-    store
-}
 
 fn put(fx: &Fixture, store: &Store, key: &str, data: &[u8]) {
     let payload = PutPayload::from(data.to_vec());
@@ -59,7 +50,7 @@ fn a_files_dataset_verifies_clean_and_changed_or_deleted_objects_are_named() {
     let uri = "s3://verify-tests/train";
     fx.generate(uri, 24, 3, "3KB");
     fx.run(&["manifest", uri]).ok();
-    let store = open(&fx, uri);
+    let store = fx.store(uri);
     let manifest = Manifest::from_json(MANIFEST_PATH, &get(&fx, &store, MANIFEST_PATH)).unwrap();
     let bytes: u64 = manifest.files.iter().map(|f| f.size).sum();
 
@@ -163,7 +154,7 @@ fn python_tar(dir: &FsPath, out: &FsPath, names: &[String]) {
 fn indexed_shards_verify_clean_and_a_flipped_byte_names_the_shard_and_member() {
     let fx = Fixture::start();
     let uri = "s3://verify-tests/shards";
-    let store = open(&fx, uri);
+    let store = fx.store(uri);
     let shards = make_shards(&fx);
     for (name, data) in &shards {
         put(&fx, &store, name, data);
@@ -231,7 +222,7 @@ fn indexed_shards_verify_clean_and_a_flipped_byte_names_the_shard_and_member() {
 #[test]
 fn a_prefix_with_neither_manifest_nor_shards_is_an_error() {
     let fx = Fixture::start();
-    let store = open(&fx, "s3://verify-tests/empty");
+    let store = fx.store("s3://verify-tests/empty");
     put(&fx, &store, "readme.txt", b"nothing to verify");
     let run = fx.run(&["verify", "s3://verify-tests/empty"]);
     assert_eq!(run.code, 6, "{run:#?}");
@@ -243,7 +234,7 @@ fn a_prefix_with_neither_manifest_nor_shards_is_an_error() {
 fn a_shards_manifest_names_missing_shards_and_shards_that_differ_from_it() {
     let fx = Fixture::start();
     let uri = "s3://verify-tests/listed";
-    let store = open(&fx, uri);
+    let store = fx.store(uri);
     let shards = make_shards(&fx);
     for (name, data) in &shards {
         put(&fx, &store, name, data);

@@ -85,6 +85,19 @@ impl Fixture {
         self.run(&args).ok()
     }
 
+    /// The store at `uri` on the embedded server, with the dev credentials; its bucket is
+    /// created if needed.
+    pub fn store(&self, uri: &str) -> bucketload_store::Store {
+        let config = bucketload_test_support::s3_config(
+            &self.endpoint(),
+            DEFAULT_ACCESS_KEY,
+            DEFAULT_SECRET_KEY,
+        );
+        let store = bucketload_store::Store::open(uri, &config).unwrap();
+        self.block_on(store.create_bucket()).unwrap();
+        store
+    }
+
     /// Runs an async block on the fixture's runtime (for checks through the store crate).
     pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
         self.runtime.block_on(f)

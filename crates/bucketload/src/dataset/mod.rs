@@ -29,7 +29,7 @@ pub mod synth;
 
 use std::sync::Arc;
 
-use bucketload_store::object_store::{ObjectStore, path::Path};
+use bucketload_store::object_store::{ObjectStore, ObjectStoreExt, path::Path};
 
 use crate::error::Error;
 
@@ -119,6 +119,21 @@ impl Location {
         location.root = store.uri().root();
         location.handle = Some(store.clone());
         location
+    }
+
+    /// The dataset manifest at the root (`_bucketload/manifest.json`), `None` if there is
+    /// none; a manifest that does not parse is an error naming it.
+    pub async fn manifest(&self) -> crate::Result<Option<bucketload_format::Manifest>> {
+        let key = Path::from(bucketload_format::MANIFEST_PATH);
+        let got = async { self.store.get(&key).await?.bytes().await }.await;
+        match got {
+            Ok(bytes) => Ok(Some(bucketload_format::Manifest::from_json(
+                &self.uri_of(&key),
+                &bytes,
+            )?)),
+            Err(bucketload_store::object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error(&key, e)),
+        }
     }
 
     /// The object store.

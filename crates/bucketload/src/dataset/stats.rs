@@ -19,8 +19,8 @@
 
 use std::collections::BTreeMap;
 
-use bucketload_format::{DatasetKind, MANIFEST_PATH, Manifest, Parameters};
-use bucketload_store::object_store::{self, ObjectStoreExt, path::Path};
+use bucketload_format::{DatasetKind, Manifest, Parameters};
+use bucketload_store::object_store::{ObjectStoreExt, path::Path};
 use bucketload_store::{PriceTable, key_path};
 use futures::{StreamExt, TryStreamExt};
 
@@ -228,7 +228,7 @@ pub async fn stats(
     options: &StatsOptions,
     progress: &dyn Progress,
 ) -> Result<DatasetStats> {
-    if let Some(manifest) = read_manifest(location).await? {
+    if let Some(manifest) = location.manifest().await? {
         return match manifest.kind {
             DatasetKind::Files => files_from_manifest(location, manifest, options).await,
             DatasetKind::Shards => shard_stats::from_manifest(location, manifest, options).await,
@@ -246,17 +246,6 @@ pub async fn stats(
 fn is_shard_dataset(objects: usize, shards: &[crate::shards::ShardObject]) -> bool {
     let indexed = shards.iter().filter(|s| s.has_index).count();
     !shards.is_empty() && 2 * (shards.len() + indexed) > objects
-}
-
-/// The manifest at the root, `None` if there is none.
-async fn read_manifest(location: &Location) -> Result<Option<Manifest>> {
-    let key = Path::from(MANIFEST_PATH);
-    let got = async { location.store().get(&key).await?.bytes().await }.await;
-    match got {
-        Ok(bytes) => Ok(Some(Manifest::from_json(&location.uri_of(&key), &bytes)?)),
-        Err(object_store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(location.error(&key, e)),
-    }
 }
 
 /// Keys and sizes of every object below `location` but bucketload's own.

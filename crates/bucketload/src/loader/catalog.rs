@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use bucketload_format::{DatasetKind, MANIFEST_PATH, Manifest, ShardIndex, class_of_key};
+use bucketload_format::{DatasetKind, Manifest, ShardIndex, class_of_key};
 use bucketload_store::key_path;
-use bucketload_store::object_store::{self, ObjectMeta, ObjectStoreExt, path::Path};
+use bucketload_store::object_store::{ObjectMeta, path::Path};
 use futures::TryStreamExt;
 
 use super::config::Format;
@@ -55,7 +55,7 @@ pub(crate) enum Catalog {
 impl Catalog {
     /// Reads the manifest, else lists the dataset, then the indexes when `format` needs them.
     pub(crate) async fn open(location: &Location, format: Format) -> Result<Catalog> {
-        let catalog = match read_manifest(location).await? {
+        let catalog = match location.manifest().await? {
             Some(manifest) => from_manifest(location, &manifest, format)?,
             None => from_listing(location, format).await?,
         };
@@ -92,16 +92,6 @@ impl Catalog {
             Catalog::Shards { indexed: true, .. } => Format::Indexed,
             Catalog::Shards { .. } => Format::Shards,
         }
-    }
-}
-
-async fn read_manifest(location: &Location) -> Result<Option<Manifest>> {
-    let key = Path::from(MANIFEST_PATH);
-    let got = async { location.store().get(&key).await?.bytes().await }.await;
-    match got {
-        Ok(bytes) => Ok(Some(Manifest::from_json(&location.uri_of(&key), &bytes)?)),
-        Err(object_store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(location.error(&key, e)),
     }
 }
 

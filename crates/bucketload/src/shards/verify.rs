@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bucketload_format::{DatasetKind, FileEntry, MANIFEST_PATH, Manifest, ShardEntry, ShardIndex};
-use bucketload_store::object_store::{self, ObjectMeta, ObjectStoreExt, path::Path};
+use bucketload_store::object_store::{ObjectMeta, ObjectStoreExt, path::Path};
 use bucketload_store::{Store, key_path};
 use futures::{StreamExt, TryStreamExt};
 
@@ -68,7 +68,7 @@ pub async fn verify(
     progress: &dyn Progress,
 ) -> Result<VerifyReport> {
     let started = Instant::now();
-    let mut report = match read_manifest(store).await? {
+    let mut report = match Location::from_store(store).manifest().await? {
         Some(m) if m.kind == DatasetKind::Files => {
             verify_files(store, m.files, concurrency, progress).await?
         }
@@ -79,18 +79,6 @@ pub async fn verify(
     report.warnings.sort_by(|a, b| a.uri.cmp(&b.uri));
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
-}
-
-/// The manifest at the root, `None` if there is none.
-async fn read_manifest(store: &Store) -> Result<Option<Manifest>> {
-    let key = Path::from(MANIFEST_PATH);
-    let location = Location::from_store(store);
-    let got = async { store.object_store().get(&key).await?.bytes().await }.await;
-    match got {
-        Ok(bytes) => Ok(Some(Manifest::from_json(&store.object_uri(&key), &bytes)?)),
-        Err(object_store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(location.error(&key, e)),
-    }
 }
 
 /// Lists the dataset's objects (bucketload's own excluded).

@@ -300,46 +300,36 @@ fn check_disjoint(src: &Store, dst: &Store) -> Result<()> {
 /// The source's objects: from its `files` manifest if it has one, else one listing.
 async fn source_objects(src: &Store) -> Result<Vec<SourceObject>> {
     let location = Location::from_store(src);
-    let key = Path::from(MANIFEST_PATH);
-    match src.object_store().get(&key).await {
-        Ok(get) => {
-            let bytes = get.bytes().await.map_err(|e| location.error(&key, e))?;
-            let manifest = Manifest::from_json(&location.uri_of(&key), &bytes)?;
-            if manifest.kind != DatasetKind::Files {
-                return Err(Error::invalid_input(format!(
-                    "{} already is a shard dataset; shard a one-object-per-sample dataset",
-                    src.uri()
-                )));
-            }
-            tracing::info!(
-                files = manifest.files.len(),
-                "source read from its manifest"
-            );
-            let files = manifest.files.into_iter();
-            Ok(files
-                .map(|f| SourceObject {
-                    key: f.key,
-                    size: f.size,
-                })
-                .collect())
+    if let Some(manifest) = location.manifest().await? {
+        if manifest.kind != DatasetKind::Files {
+            return Err(Error::invalid_input(format!(
+                "{} already is a shard dataset; shard a one-object-per-sample dataset",
+                src.uri()
+            )));
         }
-        Err(bucketload_store::object_store::Error::NotFound { .. }) => {
-            let root = Path::default();
-            src.object_store()
-                .list(None)
-                .map_err(|e| location.error(&root, e))
-                .try_filter_map(|m| {
-                    let key = m.location.to_string();
-                    let ours = key.starts_with("_bucketload/");
-                    futures::future::ready(
-                        Ok((!ours).then_some(SourceObject { key, size: m.size })),
-                    )
-                })
-                .try_collect()
-                .await
-        }
-        Err(e) => Err(location.error(&key, e)),
+        tracing::info!(
+            files = manifest.files.len(),
+            "source read from its manifest"
+        );
+        let files = manifest.files.into_iter();
+        return Ok(files
+            .map(|f| SourceObject {
+                key: f.key,
+                size: f.size,
+            })
+            .collect());
     }
+    let root = Path::default();
+    src.object_store()
+        .list(None)
+        .map_err(|e| location.error(&root, e))
+        .try_filter_map(|m| {
+            let key = m.location.to_string();
+            let ours = key.starts_with("_bucketload/");
+            futures::future::ready(Ok((!ours).then_some(SourceObject { key, size: m.size })))
+        })
+        .try_collect()
+        .await
 }
 
 /// The manifest of the slice's shards (the whole dataset without `--part`).
