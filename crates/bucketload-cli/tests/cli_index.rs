@@ -70,24 +70,6 @@ fn gnu_tar(dir: &FsPath, out: &FsPath, format: &str, names: &[&String]) {
     assert!(status.success(), "tar --format={format} failed");
 }
 
-fn python_tar(dir: &FsPath, out: &FsPath, names: &[&String]) {
-    let script = "import sys, tarfile\n\
-                  with tarfile.open(sys.argv[1], 'w') as t:\n    \
-                      for n in sys.argv[3:]: t.add(sys.argv[2] + '/' + n, arcname=n)\n";
-    let status = Command::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../.venv/bin/python"
-    ))
-    .arg("-c")
-    .arg(script)
-    .arg(out)
-    .arg(dir)
-    .args(names)
-    .status()
-    .unwrap();
-    assert!(status.success(), "python tarfile failed");
-}
-
 /// Writes three shards (GNU, PAX, Python) of the same members; returns them by shard name.
 fn make_shards(fx: &Fixture) -> (Members, Vec<(String, Vec<u8>)>) {
     let dir = fx.work_path("members");
@@ -101,7 +83,7 @@ fn make_shards(fx: &Fixture) -> (Members, Vec<(String, Vec<u8>)>) {
     );
     gnu_tar(&dir, &gnu, "gnu", &names);
     gnu_tar(&dir, &pax, "pax", &names);
-    python_tar(&dir, &py, &names);
+    common::python_tar(&dir, &py, &names);
     let shards = [("gnu.tar", gnu), ("pax.tar", pax), ("py.tar", py)]
         .into_iter()
         .map(|(name, path)| (name.to_string(), std::fs::read(path).unwrap()))

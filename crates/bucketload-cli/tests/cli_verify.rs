@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::path::Path as FsPath;
 use std::process::Command;
 
 use bucketload_format::{
@@ -127,27 +126,11 @@ fn make_shards(fx: &Fixture) -> Vec<(&'static str, Vec<u8>)> {
         .status()
         .unwrap();
     assert!(status.success());
-    python_tar(&dir, &py, &names);
+    common::python_tar(&dir, &py, &names);
     vec![
         ("gnu.tar", std::fs::read(gnu).unwrap()),
         ("py.tar", std::fs::read(py).unwrap()),
     ]
-}
-
-fn python_tar(dir: &FsPath, out: &FsPath, names: &[String]) {
-    let script = "import sys, tarfile\n\
-                  with tarfile.open(sys.argv[1], 'w') as t:\n    \
-                      for n in sys.argv[3:]: t.add(sys.argv[2] + '/' + n, arcname=n)\n";
-    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/../../.venv/bin/python");
-    let status = Command::new(python)
-        .arg("-c")
-        .arg(script)
-        .arg(out)
-        .arg(dir)
-        .args(names)
-        .status()
-        .unwrap();
-    assert!(status.success(), "python tarfile failed");
 }
 
 #[test]

@@ -149,3 +149,21 @@ impl Run {
         line
     }
 }
+
+/// Writes `out` with Python's `tarfile` (the checkout's `.venv`), holding `dir/<name>` as
+/// `<name>` for each name, in order.
+pub fn python_tar(dir: &Path, out: &Path, names: &[impl AsRef<std::ffi::OsStr>]) {
+    let script = "import sys, tarfile\n\
+                  with tarfile.open(sys.argv[1], 'w') as t:\n    \
+                      for n in sys.argv[3:]: t.add(sys.argv[2] + '/' + n, arcname=n)\n";
+    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/../../.venv/bin/python");
+    let status = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(out)
+        .arg(dir)
+        .args(names)
+        .status()
+        .unwrap();
+    assert!(status.success(), "python tarfile failed");
+}

@@ -65,7 +65,7 @@
 #![allow(clippy::single_range_in_vec_init)]
 
 mod partition;
-mod permute;
+pub(crate) mod permute;
 mod state;
 mod worker;
 

@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 
 use super::{Cut, LabelFrom, ShardOptions};
 use crate::error::{Error, Result};
+use crate::source::permute::SplitMix64;
 
 /// Extension of the label member added to each sample (`<key>.cls`).
 pub const LABEL_EXT: &str = "cls";
@@ -99,7 +100,7 @@ impl Plan {
 }
 
 /// Bytes a member of `size` bytes named `name` takes: header(s) plus data padded to 512.
-pub fn member_bytes(name: &str, size: u64) -> Result<u64> {
+fn member_bytes(name: &str, size: u64) -> Result<u64> {
     let header = encode_header(name, size, DEFAULT_MODE, DEFAULT_MTIME).map_err(|reason| {
         Error::invalid_input(format!(
             "{name:?} cannot be stored in a tar shard: {reason}; rename or leave it out"
@@ -190,37 +191,14 @@ fn label(samples: &mut [PlannedSample], policy: LabelFrom) -> Result<Vec<String>
     Ok(classes)
 }
 
-/// Fisher–Yates with SplitMix64 seeded by `seed`: the same seed gives the same order in every
-/// version of bucketload (the algorithm is fixed here, not borrowed from a crate).
+/// Fisher–Yates driven by the source's SplitMix64 seeded with `seed` (the same generator and
+/// shuffle as `bucketload::source`'s small permutations): the same seed gives the same order in
+/// every version of bucketload.
 fn shuffle(samples: &mut [PlannedSample], seed: u64) {
-    let mut rng = SplitMix64(seed);
+    let mut rng = SplitMix64::new(seed);
     for i in (1..samples.len()).rev() {
         let j = rng.below(i as u64 + 1) as usize;
         samples.swap(i, j);
-    }
-}
-
-/// SplitMix64 (Steele, Lea, Flood 2014).
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (Lemire's multiply-shift with rejection).
-    fn below(&mut self, n: u64) -> u64 {
-        let threshold = n.wrapping_neg() % n;
-        loop {
-            let m = u128::from(self.next()) * u128::from(n);
-            if (m as u64) >= threshold {
-                return (m >> 64) as u64;
-            }
-        }
     }
 }
 
@@ -411,16 +389,5 @@ mod tests {
             all.extend(plan.part_shards(Some(PartSpec { index, count: 3 })));
         }
         assert_eq!(all, (0..10).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn splitmix_below_is_in_range_and_uses_every_value() {
-        let mut rng = SplitMix64(7);
-        let mut seen = [false; 7];
-        for _ in 0..1000 {
-            let v = rng.below(7);
-            seen[v as usize] = true;
-        }
-        assert!(seen.iter().all(|s| *s));
     }
 }
