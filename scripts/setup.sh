@@ -10,6 +10,7 @@ need_apt=()
 command -v cc >/dev/null || need_apt+=(build-essential)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 [ -x /usr/bin/time ] || need_apt+=(time)   # CPU and peak memory in the benchmark scripts
+command -v chromium >/dev/null || need_apt+=(chromium)   # renders `bucketload report`'s page in its test
 with_python=false
 [ "${1:-}" = --python ] && with_python=true
 if $with_python; then

@@ -5,7 +5,7 @@
 //! writes the `.idx` of tar shards that other tools wrote, `manifest` the manifest of a
 //! one-object-per-sample dataset, and `verify` checks a dataset against either; `shard` packs a
 //! one-object-per-sample dataset into indexed tar shards and `merge` joins the slices of a split
-//! run. Store flags are
+//! run; `report` draws charts of benchmark logs as PNG files and one HTML page. Store flags are
 //! global and share their names with the store crate's configuration; exit codes are documented
 //! in `docs/CLI.md` and in [`exit`].
 
@@ -14,6 +14,7 @@ mod exit;
 mod metrics;
 mod progress;
 mod read;
+mod report;
 mod serve;
 mod sharding;
 mod shards;
@@ -61,6 +62,8 @@ enum Command {
     Merge(sharding::MergeArgs),
     /// Drain the loader over a dataset: samples/s, MB/s, requests, cache hits, stage utilisation.
     Read(read::ReadArgs),
+    /// Charts of benchmark logs: PNG files and one self-contained HTML page with a summary table.
+    Report(report::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -114,6 +117,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Shard(args) => sharding::shard(&store, args).await,
         Command::Merge(args) => sharding::merge(&store, args).await,
         Command::Read(args) => read::read(&store, args).await,
+        Command::Report(args) => report::report(args).await,
     };
     if store.metrics {
         // Reported on failure too: the counts say how far the command got.
