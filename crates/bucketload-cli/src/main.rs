@@ -10,6 +10,7 @@
 //! in `docs/CLI.md` and in [`exit`].
 
 mod data;
+mod decode;
 mod exit;
 mod metrics;
 mod progress;

@@ -16,6 +16,7 @@ use futures::TryStreamExt;
 use serde::Serialize;
 
 use crate::data::local_to_absolute;
+use crate::decode::{DecodeArgs, DecodeEpoch, Decoder};
 use crate::progress::Bar;
 use crate::store_args::{StoreArgs, parse_size};
 
@@ -70,6 +71,8 @@ pub struct ReadArgs {
     /// Print the report as JSON on stdout
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub decode: DecodeArgs,
 }
 
 /// `--format`.
@@ -115,6 +118,9 @@ struct EpochReport {
     mean_in_flight: f64,
     /// Share of the epoch the consumer (this command) waited for a sample.
     consumer_waiting: f64,
+    /// Images decoded into batches (`--decode`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decode: Option<DecodeEpoch>,
 }
 
 #[derive(Debug, Serialize)]
@@ -132,9 +138,10 @@ pub async fn read(store: &StoreArgs, a: ReadArgs) -> anyhow::Result<()> {
     let config = loader_config(store, &a, &uri)?;
     let loader = Loader::open(config).await?;
     let samples_per_epoch = loader.samples_per_epoch()?;
+    let decoder = Decoder::new(&a.decode, a.seed)?;
     let mut epochs = Vec::new();
     for epoch in 0..a.epochs {
-        epochs.push(run_epoch(&loader, epoch, samples_per_epoch).await?);
+        epochs.push(run_epoch(&loader, epoch, samples_per_epoch, decoder.as_ref()).await?);
         if !a.json {
             let streams = loader.format() == Format::Shards;
             print_epoch(&mut std::io::stdout().lock(), epochs.last(), streams)?;
@@ -203,18 +210,33 @@ fn loader_config(store: &StoreArgs, a: &ReadArgs, uri: &str) -> anyhow::Result<L
     Ok(builder.build()?)
 }
 
-async fn run_epoch(loader: &Loader, epoch: u64, expected: u64) -> anyhow::Result<EpochReport> {
+async fn run_epoch(
+    loader: &Loader,
+    epoch: u64,
+    expected: u64,
+    decoder: Option<&Decoder>,
+) -> anyhow::Result<EpochReport> {
     let before = loader.stats();
     let bar = Bar::new(&format!("epoch {epoch}"));
     bar.set_total(expected, None);
     let started = Instant::now();
+    let mut decode = decoder.map(|d| d.start(epoch));
     let mut samples = loader.epoch(epoch)?;
     while let Some(sample) = samples.try_next().await? {
+        if let Some(decode) = &mut decode {
+            decode.push(&sample).await?;
+        }
         bar.advance(1, sample.bytes());
     }
+    let decoded = match decode {
+        Some(decode) => Some(decode.finish(started.elapsed().as_secs_f64()).await?),
+        None => None,
+    };
     let seconds = started.elapsed().as_secs_f64();
     bar.finish();
-    Ok(epoch_report(epoch, seconds, &before, &loader.stats()))
+    let mut report = epoch_report(epoch, seconds, &before, &loader.stats());
+    report.decode = decoded;
+    Ok(report)
 }
 
 fn epoch_report(epoch: u64, seconds: f64, a: &LoaderStats, b: &LoaderStats) -> EpochReport {
@@ -238,6 +260,7 @@ fn epoch_report(epoch: u64, seconds: f64, a: &LoaderStats, b: &LoaderStats) -> E
         mean_in_flight: share(b.in_flight.request_s - a.in_flight.request_s),
         consumer_waiting: share(b.consumer.idle_or_waiting_s - a.consumer.idle_or_waiting_s)
             .min(1.0),
+        decode: None,
     }
 }
 
@@ -262,6 +285,22 @@ fn print_epoch(
         "  requests  {} GET, {} ranged GET ({} samples shared one), {} shard ranged GET",
         e.get, e.ranged_get, e.samples_coalesced, e.shard_ranged_get
     )?;
+    if let Some(d) = &e.decode {
+        writeln!(
+            out,
+            "  decode    {} images in {} batches: {:.0} images/s ({:.2} s decoding, {:.2} s \
+             augmenting, thread time){}",
+            d.images,
+            d.batches,
+            d.images_per_s,
+            d.decode_s,
+            d.augment_s,
+            match d.skipped {
+                0 => String::new(),
+                n => format!(", {n} corrupt images skipped"),
+            }
+        )?;
+    }
     if e.cache_hits + e.cache_misses > 0 {
         writeln!(
             out,

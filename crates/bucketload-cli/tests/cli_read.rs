@@ -115,3 +115,73 @@ fn ranks_read_equal_shares_and_the_text_report_names_the_stages() {
         "{bad:#?}"
     );
 }
+
+#[test]
+fn decode_turns_every_sample_into_batches_and_names_a_corrupt_image() {
+    use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
+
+    let fx = Fixture::start();
+    fx.generate("s3://read-decode/train", 40, 4, "4KB");
+    let decode = [
+        "--decode",
+        "--image-size",
+        "32",
+        "--batch-size",
+        "16",
+        "--decode-threads",
+        "2",
+    ];
+    let mut args = vec!["s3://read-decode/train", "--epochs", "2"];
+    args.extend_from_slice(&decode);
+    let report = read_json(&fx, &args);
+    for i in 0..2 {
+        let d = &epoch(&report, i)["decode"];
+        assert_eq!(d["images"], 40, "{report:#}");
+        assert_eq!(d["batches"], 3, "16 + 16 + a short batch of 8: {report:#}");
+        assert_eq!(d["skipped"], 0);
+        assert!(d["decode_s"].as_f64().unwrap() > 0.0);
+    }
+    let mut dropped = args.clone();
+    dropped.extend_from_slice(&["--drop-last", "--dtype", "u8"]);
+    let report = read_json(&fx, &dropped);
+    assert_eq!(epoch(&report, 0)["decode"]["images"], 32);
+    assert_eq!(epoch(&report, 0)["decode"]["batches"], 2);
+
+    // Shards: the .jpg member is decoded, the .cls member is the label.
+    fx.run(&[
+        "shard",
+        "s3://read-decode/train",
+        "s3://read-decode/wds",
+        "--samples-per-shard",
+        "12",
+    ])
+    .ok();
+    let mut shards = vec!["s3://read-decode/wds"];
+    shards.extend_from_slice(&decode);
+    let report = read_json(&fx, &shards);
+    assert_eq!(report["format"], "shards");
+    assert_eq!(epoch(&report, 0)["decode"]["images"], 40, "{report:#}");
+
+    // A corrupt image stops the run naming it, unless skipping was asked for.
+    let store = fx.store("s3://read-decode");
+    let key = Path::from("train/zz_broken/0.jpg");
+    fx.block_on(
+        store
+            .object_store()
+            .put(&key, PutPayload::from_static(b"not a jpeg at all")),
+    )
+    .unwrap();
+    let mut all = vec!["read"];
+    all.extend_from_slice(&args);
+    let failed = fx.run(&all);
+    assert_ne!(failed.code, 0);
+    assert!(
+        failed.error_line().contains("zz_broken/0.jpg"),
+        "{failed:#?}"
+    );
+    let mut skipping = args.clone();
+    skipping.push("--skip-corrupt");
+    let report = read_json(&fx, &skipping);
+    assert_eq!(epoch(&report, 0)["decode"]["images"], 40);
+    assert_eq!(epoch(&report, 0)["decode"]["skipped"], 1);
+}

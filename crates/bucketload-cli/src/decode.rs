@@ -1,0 +1,227 @@
+//! `read --decode`: the loader's samples decoded and augmented into batches by
+//! `bucketload-image` (RandomResizedCrop, horizontal flip, normalise), as a training loop
+//! would receive them, so `read` reports images/s next to samples/s.
+//!
+//! The loader's async stream feeds a bounded channel; one blocking thread drains it through
+//! [`ImagePipeline::batches`], which decodes each batch on the pipeline's rayon pool. Memory
+//! is the channel (two batches of encoded samples) plus the pipeline's recycled batch buffers.
+
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use bucketload::loader::Sample;
+use bucketload::source::SampleRef;
+use bucketload_image::{
+    Augment, Geometry, ImagePipeline, LastBatch, OnError, OutputFormat, PipelineStats,
+};
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+/// Extensions taken as the sample's image, in order of preference.
+const IMAGE_EXTENSIONS: [&str; 3] = ["jpg", "jpeg", "png"];
+
+/// Flags of `read` that turn decoding on.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Decode (images into batches)")]
+pub struct DecodeArgs {
+    /// Decode every sample's image (.jpg, .jpeg or .png member) and augment it into batches:
+    /// RandomResizedCrop, horizontal flip, normalise
+    #[arg(long)]
+    pub decode: bool,
+    /// Side of the square crop, in pixels
+    #[arg(long, default_value_t = 224, value_name = "PX")]
+    pub image_size: u32,
+    /// Images per batch
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    pub batch_size: usize,
+    /// Decode threads [default: the cores available]
+    #[arg(long, value_name = "N")]
+    pub decode_threads: Option<usize>,
+    /// Batch element type: f32 (CHW, normalised with ImageNet's mean and std) or u8 (HWC)
+    #[arg(long, value_enum, default_value_t = Dtype::F32)]
+    pub dtype: Dtype,
+    /// Drop the last batch of an epoch when it is short
+    #[arg(long)]
+    pub drop_last: bool,
+    /// Leave out images that cannot be decoded (counted and reported) instead of stopping
+    #[arg(long)]
+    pub skip_corrupt: bool,
+}
+
+/// `--dtype`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Dtype {
+    /// 32-bit floats, channels first
+    F32,
+    /// Bytes, channels last
+    U8,
+}
+
+/// What decoding did in one epoch.
+#[derive(Debug, Default, Serialize)]
+pub struct DecodeEpoch {
+    /// Images in the batches.
+    pub images: u64,
+    /// Batches produced.
+    pub batches: u64,
+    /// Images left out because they could not be decoded (`--skip-corrupt`).
+    pub skipped: u64,
+    /// Images per second of the epoch's wall time.
+    pub images_per_s: f64,
+    /// Thread time spent decoding, seconds (all decode threads).
+    pub decode_s: f64,
+    /// Thread time spent cropping, resizing and normalising, seconds.
+    pub augment_s: f64,
+}
+
+/// The decode stage of `read`.
+pub struct Decoder {
+    pipeline: Arc<ImagePipeline>,
+}
+
+impl Decoder {
+    /// Builds the pipeline; `None` when `--decode` was not given.
+    pub fn new(args: &DecodeArgs, seed: u64) -> anyhow::Result<Option<Decoder>> {
+        if !args.decode {
+            return Ok(None);
+        }
+        let output = match args.dtype {
+            Dtype::F32 => OutputFormat::imagenet(),
+            Dtype::U8 => OutputFormat::HwcU8,
+        };
+        let mut builder = ImagePipeline::builder()
+            .with_augment(Augment {
+                geometry: Geometry::random_resized_crop(args.image_size),
+                flip: 0.5,
+                antialias: false,
+            })
+            .with_output(output)
+            .with_batch_size(args.batch_size)
+            .with_seed(seed)
+            .with_last_batch(match args.drop_last {
+                true => LastBatch::Drop,
+                false => LastBatch::Keep,
+            })
+            .with_on_error(match args.skip_corrupt {
+                true => OnError::Skip,
+                false => OnError::Fail,
+            });
+        if let Some(threads) = args.decode_threads {
+            builder = builder.with_threads(threads);
+        }
+        let pipeline = builder.build().context("invalid decode settings")?;
+        Ok(Some(Decoder {
+            pipeline: Arc::new(pipeline),
+        }))
+    }
+
+    /// Starts decoding epoch `epoch`: samples sent to the returned [`EpochDecode`] come out as
+    /// batches on a blocking thread.
+    pub fn start(&self, epoch: u64) -> EpochDecode {
+        let (tx, mut rx) =
+            mpsc::channel::<bucketload_image::Sample>(2 * self.pipeline.batch_size().max(1));
+        let pipeline = Arc::clone(&self.pipeline);
+        let before = pipeline.stats();
+        let worker = tokio::task::spawn_blocking(move || {
+            let samples = std::iter::from_fn(|| rx.blocking_recv());
+            let mut done = DecodeEpoch::default();
+            for batch in pipeline.batches(epoch, samples) {
+                let batch = batch?;
+                done.images += batch.len() as u64;
+                done.batches += 1;
+                done.skipped += batch.skipped.len() as u64;
+                pipeline.recycle(batch);
+            }
+            thread_times(&mut done, &before, &pipeline.stats());
+            Ok(done)
+        });
+        EpochDecode {
+            tx: Some(tx),
+            worker,
+        }
+    }
+}
+
+fn thread_times(done: &mut DecodeEpoch, before: &PipelineStats, after: &PipelineStats) {
+    let seconds = |a: u64, b: u64| b.saturating_sub(a) as f64 / 1e9;
+    done.decode_s = seconds(before.decode_nanos, after.decode_nanos);
+    done.augment_s = seconds(before.augment_nanos, after.augment_nanos);
+}
+
+/// One epoch being decoded.
+pub struct EpochDecode {
+    tx: Option<mpsc::Sender<bucketload_image::Sample>>,
+    worker: tokio::task::JoinHandle<bucketload_image::Result<DecodeEpoch>>,
+}
+
+impl EpochDecode {
+    /// Hands a sample to the decode thread, waiting while two batches are queued.
+    pub async fn push(&mut self, sample: &Sample) -> anyhow::Result<()> {
+        let image = image_sample(sample)?;
+        let sent = match &self.tx {
+            Some(tx) => tx.send(image).await.is_ok(),
+            None => false,
+        };
+        if !sent {
+            // The decode thread stopped early: its error says why.
+            self.tx = None;
+            return self.finish_error().await;
+        }
+        Ok(())
+    }
+
+    async fn finish_error(&mut self) -> anyhow::Result<()> {
+        let worker = &mut self.worker;
+        match worker.await.context("the decode thread panicked")? {
+            Err(e) => Err(e.into()),
+            Ok(_) => bail!("the decode thread stopped before the epoch ended"),
+        }
+    }
+
+    /// Waits for the last batch; `seconds` is the epoch's wall time.
+    pub async fn finish(mut self, seconds: f64) -> anyhow::Result<DecodeEpoch> {
+        self.tx = None;
+        let mut done = self.worker.await.context("the decode thread panicked")??;
+        done.images_per_s = done.images as f64 / seconds.max(1e-9);
+        Ok(done)
+    }
+}
+
+/// The loader's sample as the image pipeline's: its image member, its label (-1 when the
+/// dataset has none) and a dataset-wide index that fixes its random crop.
+fn image_sample(sample: &Sample) -> anyhow::Result<bucketload_image::Sample> {
+    let Some(bytes) = image_member(sample) else {
+        let found: Vec<&str> = sample.members.iter().map(|(e, _)| e.as_str()).collect();
+        bail!(
+            "sample {} has no .jpg, .jpeg or .png member (it has {found:?}); \
+             --decode needs one image per sample",
+            sample.key
+        );
+    };
+    let index = match sample.source {
+        SampleRef::File { index } => index,
+        // Unique across the dataset while shards hold fewer than 2^32 samples.
+        SampleRef::Shard { shard, sample } => (shard << 32) | (sample & 0xffff_ffff),
+    };
+    Ok(bucketload_image::Sample {
+        key: sample.key.clone(),
+        index,
+        label: sample.label.map_or(-1, i64::from),
+        bytes: bytes.clone(),
+    })
+}
+
+fn image_member(sample: &Sample) -> Option<&bytes::Bytes> {
+    if let [(_, only)] = sample.members.as_slice() {
+        // A files dataset's sample: the object itself, whatever its extension says.
+        return Some(only);
+    }
+    IMAGE_EXTENSIONS.iter().find_map(|ext| {
+        sample
+            .members
+            .iter()
+            .find(|(e, _)| e.eq_ignore_ascii_case(ext))
+            .map(|(_, b)| b)
+    })
+}
