@@ -67,7 +67,7 @@ pub struct DecodeEpoch {
     pub batches: u64,
     /// Images left out because they could not be decoded (`--skip-corrupt`).
     pub skipped: u64,
-    /// Images per second of the epoch's wall time.
+    /// Images per second of the epoch's wall time (the last batch included).
     pub images_per_s: f64,
     /// Thread time spent decoding, seconds (all decode threads).
     pub decode_s: f64,
@@ -179,12 +179,10 @@ impl EpochDecode {
         }
     }
 
-    /// Waits for the last batch; `seconds` is the epoch's wall time.
-    pub async fn finish(mut self, seconds: f64) -> anyhow::Result<DecodeEpoch> {
+    /// Waits for the last batch.
+    pub async fn finish(mut self) -> anyhow::Result<DecodeEpoch> {
         self.tx = None;
-        let mut done = self.worker.await.context("the decode thread panicked")??;
-        done.images_per_s = done.images as f64 / seconds.max(1e-9);
-        Ok(done)
+        Ok(self.worker.await.context("the decode thread panicked")??)
     }
 }
 

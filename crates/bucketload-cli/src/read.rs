@@ -229,13 +229,16 @@ async fn run_epoch(
         bar.advance(1, sample.bytes());
     }
     let decoded = match decode {
-        Some(decode) => Some(decode.finish(started.elapsed().as_secs_f64()).await?),
+        Some(decode) => Some(decode.finish().await?),
         None => None,
     };
     let seconds = started.elapsed().as_secs_f64();
     bar.finish();
     let mut report = epoch_report(epoch, seconds, &before, &loader.stats());
-    report.decode = decoded;
+    report.decode = decoded.map(|mut d| {
+        d.images_per_s = d.images as f64 / seconds.max(1e-9);
+        d
+    });
     Ok(report)
 }
 
