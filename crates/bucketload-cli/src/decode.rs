@@ -117,8 +117,19 @@ impl Decoder {
     }
 
     /// Starts decoding epoch `epoch`: samples sent to the returned [`EpochDecode`] come out as
-    /// batches on a blocking thread.
+    /// batches on a blocking thread, which recycles them.
     pub fn start(&self, epoch: u64) -> EpochDecode {
+        self.start_with_sink(epoch, None)
+    }
+
+    /// Like [`Decoder::start`], but every batch is handed to `sink` on the decode thread
+    /// instead of being recycled (the receiver gives it back with [`Decoder::recycle`]); `sink`
+    /// returns false when the consumer stopped, and decoding stops too.
+    pub fn start_with_sink(
+        &self,
+        epoch: u64,
+        mut sink: Option<Box<dyn FnMut(bucketload_image::Batch) -> bool + Send>>,
+    ) -> EpochDecode {
         let (tx, mut rx) =
             mpsc::channel::<bucketload_image::Sample>(2 * self.pipeline.batch_size().max(1));
         let pipeline = Arc::clone(&self.pipeline);
@@ -131,7 +142,14 @@ impl Decoder {
                 done.images += batch.len() as u64;
                 done.batches += 1;
                 done.skipped += batch.skipped.len() as u64;
-                pipeline.recycle(batch);
+                match &mut sink {
+                    Some(sink) => {
+                        if !sink(batch) {
+                            break;
+                        }
+                    }
+                    None => pipeline.recycle(batch),
+                }
             }
             thread_times(&mut done, &before, &pipeline.stats());
             Ok(done)
@@ -140,6 +158,22 @@ impl Decoder {
             tx: Some(tx),
             worker,
         }
+    }
+
+    /// Returns a batch's buffers to the pipeline for reuse.
+    pub fn recycle(&self, batch: bucketload_image::Batch) {
+        self.pipeline.recycle(batch);
+    }
+
+    /// Decode and augment thread time so far, seconds.
+    pub fn busy_s(&self) -> f64 {
+        let s = self.pipeline.stats();
+        (s.decode_nanos + s.augment_nanos) as f64 / 1e9
+    }
+
+    /// Decode threads.
+    pub fn threads(&self) -> usize {
+        self.pipeline.threads()
     }
 }
 

@@ -9,6 +9,7 @@
 //! global and share their names with the store crate's configuration; exit codes are documented
 //! in `docs/CLI.md` and in [`exit`].
 
+mod bench;
 mod data;
 mod decode;
 mod exit;
@@ -63,6 +64,9 @@ enum Command {
     Merge(sharding::MergeArgs),
     /// Drain the loader over a dataset: samples/s, MB/s, requests, cache hits, stage utilisation.
     Read(read::ReadArgs),
+    /// Emulate training (MLPerf Storage style): epochs of batches with a fixed compute time each;
+    /// a JSON log of epoch times, accelerator utilisation, data wait, requests and cost.
+    Bench(bench::BenchArgs),
     /// Charts of benchmark logs: PNG files and one self-contained HTML page with a summary table.
     Report(report::ReportArgs),
 }
@@ -118,6 +122,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Shard(args) => sharding::shard(&store, args).await,
         Command::Merge(args) => sharding::merge(&store, args).await,
         Command::Read(args) => read::read(&store, args).await,
+        Command::Bench(args) => bench::bench(&store, args).await,
         Command::Report(args) => report::report(args).await,
     };
     if store.metrics {

@@ -29,12 +29,24 @@ const DEFAULT_CACHE_SIZE: u64 = 20 << 30;
 pub struct ReadArgs {
     /// Dataset URI (s3://bucket/prefix, file:///dir or a local path)
     pub uri: String,
-    /// How to read it: auto (the manifest's kind; shards are streamed), files, shards, indexed
-    #[arg(long, value_enum, default_value_t = FormatArg::Auto)]
-    pub format: FormatArg,
     /// Epochs to read
     #[arg(long, default_value_t = 1, value_name = "E")]
     pub epochs: u64,
+    #[command(flatten)]
+    pub loader: LoaderArgs,
+    /// Print the report as JSON on stdout
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub decode: DecodeArgs,
+}
+
+/// How the loader reads a dataset: flags shared by `read` and `bench`.
+#[derive(Debug, Clone, Args)]
+pub struct LoaderArgs {
+    /// How to read it: auto (the manifest's kind; shards are streamed), files, shards, indexed
+    #[arg(long, value_enum, default_value_t = FormatArg::Auto)]
+    pub format: FormatArg,
     /// Local disk cache of object bytes (shared safely by processes on this node)
     #[arg(long, value_name = "DIR")]
     pub cache: Option<std::path::PathBuf>,
@@ -68,11 +80,6 @@ pub struct ReadArgs {
     /// Deliver samples in the source's exact order rather than as they complete
     #[arg(long)]
     pub strict_order: bool,
-    /// Print the report as JSON on stdout
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub decode: DecodeArgs,
 }
 
 /// `--format`.
@@ -135,10 +142,10 @@ struct Report {
 /// Runs `bucketload read`.
 pub async fn read(store: &StoreArgs, a: ReadArgs) -> anyhow::Result<()> {
     let uri = local_to_absolute(&a.uri)?;
-    let config = loader_config(store, &a, &uri)?;
+    let config = loader_config(store, &a.loader, &uri, a.epochs)?;
     let loader = Loader::open(config).await?;
     let samples_per_epoch = loader.samples_per_epoch()?;
-    let decoder = Decoder::new(&a.decode, a.seed)?;
+    let decoder = Decoder::new(&a.decode, a.loader.seed)?;
     let mut epochs = Vec::new();
     for epoch in 0..a.epochs {
         epochs.push(run_epoch(&loader, epoch, samples_per_epoch, decoder.as_ref()).await?);
@@ -164,7 +171,13 @@ pub async fn read(store: &StoreArgs, a: ReadArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn loader_config(store: &StoreArgs, a: &ReadArgs, uri: &str) -> anyhow::Result<LoaderConfig> {
+/// The loader's configuration from the flags.
+pub fn loader_config(
+    store: &StoreArgs,
+    a: &LoaderArgs,
+    uri: &str,
+    epochs: u64,
+) -> anyhow::Result<LoaderConfig> {
     let concurrency = store.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
     let store_config = store.config().with_concurrency(concurrency);
     let mut order = match a.no_shuffle {
@@ -188,7 +201,7 @@ fn loader_config(store: &StoreArgs, a: &ReadArgs, uri: &str) -> anyhow::Result<L
         .with_store_config(store_config)
         .with_format(format)
         .with_concurrency(concurrency)
-        .with_epochs(a.epochs)
+        .with_epochs(epochs)
         .with_order(order)
         .with_partition(Partition::new(a.rank, a.world_size).with_remainder(remainder));
     if a.strict_order {
