@@ -10,6 +10,7 @@
 //! in `docs/CLI.md` and in [`exit`].
 
 mod data;
+mod demo;
 mod exit;
 mod metrics;
 mod progress;
@@ -62,6 +63,9 @@ enum Command {
     Merge(sharding::MergeArgs),
     /// Drain the loader over a dataset: samples/s, MB/s, requests, cache hits, stage utilisation.
     Read(read::ReadArgs),
+    /// The whole story on one machine: embedded S3 server, dataset, files vs shards, cache,
+    /// checkpoints, and the report.
+    Demo(demo::DemoArgs),
     /// Charts of benchmark logs: PNG files and one self-contained HTML page with a summary table.
     Report(report::ReportArgs),
 }
@@ -118,6 +122,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Merge(args) => sharding::merge(&store, args).await,
         Command::Read(args) => read::read(&store, args).await,
         Command::Report(args) => report::report(args).await,
+        Command::Demo(args) => demo::demo(&store, args).await,
     };
     if store.metrics {
         // Reported on failure too: the counts say how far the command got.
