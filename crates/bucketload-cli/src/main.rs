@@ -5,13 +5,16 @@
 //! writes the `.idx` of tar shards that other tools wrote, `manifest` the manifest of a
 //! one-object-per-sample dataset, and `verify` checks a dataset against either; `shard` packs a
 //! one-object-per-sample dataset into indexed tar shards and `merge` joins the slices of a split
-//! run; `report` draws charts of benchmark logs as PNG files and one HTML page. Store flags are
+//! run; `read` drains the loader, `bench` emulates training over it and writes a benchmark log,
+//! `report` draws charts of benchmark logs as PNG files and one HTML page, and `demo` runs the
+//! whole story against an embedded server. Store flags are
 //! global and share their names with the store crate's configuration; exit codes are documented
 //! in `docs/CLI.md` and in [`exit`].
 
 mod bench;
 mod data;
 mod decode;
+mod demo;
 mod exit;
 mod metrics;
 mod progress;
@@ -67,6 +70,9 @@ enum Command {
     /// Emulate training (MLPerf Storage style): epochs of batches with a fixed compute time each;
     /// a JSON log of epoch times, accelerator utilisation, data wait, requests and cost.
     Bench(bench::BenchArgs),
+    /// The whole story on one machine: embedded S3 server, dataset, files vs shards, cache,
+    /// checkpoints, and the report.
+    Demo(demo::DemoArgs),
     /// Charts of benchmark logs: PNG files and one self-contained HTML page with a summary table.
     Report(report::ReportArgs),
 }
@@ -124,6 +130,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Read(args) => read::read(&store, args).await,
         Command::Bench(args) => bench::bench(&store, args).await,
         Command::Report(args) => report::report(args).await,
+        Command::Demo(args) => demo::demo(&store, args).await,
     };
     if store.metrics {
         // Reported on failure too: the counts say how far the command got.

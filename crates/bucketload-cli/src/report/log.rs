@@ -56,6 +56,8 @@ pub struct RunConfig {
     pub cache: Option<bool>,
     pub batch_size: Option<u64>,
     pub concurrency: Option<u64>,
+    /// Emulated compute per batch; 0 means none, so utilisation says nothing.
+    pub compute_ms: Option<f64>,
 }
 
 /// `ckpt`: checkpoint saves (and loads, when measured).
@@ -105,6 +107,13 @@ impl RunLog {
     pub fn ckpt_load_mean(&self) -> Option<f64> {
         let loads = self.ckpt.as_ref()?.load_times.as_ref()?;
         mean(loads)
+    }
+
+    /// Accelerator utilisation, when the run emulated compute (a run at `compute_ms: 0` has
+    /// nothing to utilise).
+    pub fn utilization(&self) -> Option<f64> {
+        let computed = self.config.as_ref().and_then(|c| c.compute_ms) != Some(0.0);
+        self.accelerator_utilization.filter(|_| computed)
     }
 
     /// Whether the run cached samples after the first epoch.
@@ -297,6 +306,18 @@ mod tests {
         assert_eq!(runs[0].tool(), "s3torchconnector");
         assert_eq!(runs[0].samples_per_second, Some(12.5));
         assert_eq!(runs[1].tool(), "bucketload");
+    }
+
+    #[test]
+    fn utilisation_needs_emulated_compute() {
+        let runs = parse_runs(
+            r#"[{"accelerator_utilization":0.0,"config":{"compute_ms":0.0}},
+                {"accelerator_utilization":0.93,"config":{"compute_ms":12.5}},
+                {"accelerator_utilization":0.5}]"#,
+        )
+        .unwrap();
+        let util: Vec<Option<f64>> = runs.iter().map(RunLog::utilization).collect();
+        assert_eq!(util, [None, Some(0.93), Some(0.5)]);
     }
 
     #[test]

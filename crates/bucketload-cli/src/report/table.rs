@@ -62,7 +62,7 @@ fn row(run: &RunLog) -> [String; 14] {
         or_dash(run.training_time, seconds),
         or_dash(run.samples_per_second, |v| format!("{v:.1}")),
         wait.unwrap_or_else(|| "–".into()),
-        or_dash(run.accelerator_utilization, percent),
+        or_dash(run.utilization(), percent),
         or_dash(run.cache_hit_rate, percent),
         or_dash(run.ckpt_save_mean(), seconds),
         or_dash(run.requests_total(), short_number),

@@ -1,0 +1,365 @@
+//! `bucketload demo`: the whole story on one machine, in one command.
+//!
+//! Starts the embedded S3 server on loopback with S3-like first-byte latency (unless `--bucket`
+//! points at a real store), generates a dataset of JPEGs, then runs what a user would run, one
+//! step at a time, each printed as the command line that reproduces it:
+//!
+//! 1. `gen` — the dataset, one object per sample in a folder per class;
+//! 2. `bench --format files`, three epochs without and with the local cache;
+//! 3. `shard` — the same samples packed into indexed tar shards;
+//! 4. `bench --format shards` and `--format indexed`, three epochs each (these runs skip
+//!    decoding, so they measure the store and the loader), then shards once more with decoding
+//!    and augmentation, to show what the CPU adds;
+//! 5. `report` — the charts and one HTML page; its summary table is printed last.
+//!
+//! Each step is this same binary run as a child process, so its progress bar and errors are
+//! exactly the ones a user sees, and a failed step stops the demo naming the step.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use bucketload_server::{DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY, LatencySpec, ServerConfig};
+use clap::Args;
+
+use crate::store_args::{StoreArgs, parse_size};
+
+/// Flags of `demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Samples in the generated dataset (the full workshop dataset is 100000)
+    #[arg(long, default_value_t = 2000, value_name = "N")]
+    samples: u64,
+    /// Size of each generated JPEG, e.g. 100KB
+    #[arg(long, default_value = "100KB", value_parser = parse_size, value_name = "SIZE")]
+    size: u64,
+    /// Classes (one folder per class)
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    classes: u32,
+    /// Epochs of every training run
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    epochs: u32,
+    /// Emulated compute per batch in milliseconds (0: as fast as the input allows)
+    #[arg(long, default_value_t = 0.0, value_name = "MS")]
+    compute_ms: f64,
+    /// Size of the checkpoint written to the object store and to the local disk
+    #[arg(long, default_value = "256MiB", value_parser = parse_size, value_name = "SIZE")]
+    ckpt_size: u64,
+    /// First-byte latency of the embedded server, fixed ("50ms") or a range ("30ms..120ms")
+    #[arg(long, default_value = "50ms", value_parser = parse_latency, value_name = "LATENCY")]
+    latency: LatencySpec,
+    /// Directory of the logs, cache, local checkpoints and report (created; must be empty or a
+    /// previous demo's)
+    #[arg(long, default_value = "bucketload-demo", value_name = "DIR")]
+    out: PathBuf,
+    /// Run against this existing bucket of a real store (with --endpoint or the AWS_* settings)
+    /// instead of the embedded server; the demo writes under `bucketload-demo/` in it
+    #[arg(long, value_name = "NAME")]
+    bucket: Option<String>,
+    /// Keep the embedded server's objects (under DIR/s3) after the run
+    #[arg(long)]
+    keep_data: bool,
+}
+
+fn parse_latency(s: &str) -> Result<LatencySpec, String> {
+    s.parse::<LatencySpec>().map_err(|e| e.to_string())
+}
+
+/// One step of the story: a title and the arguments of a `bucketload` command.
+struct Step {
+    title: String,
+    args: Vec<String>,
+}
+
+impl Step {
+    fn new(title: impl Into<String>, args: &[&str]) -> Step {
+        Step {
+            title: title.into(),
+            args: args.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+
+    fn arg(mut self, flag: &str, value: impl ToString) -> Step {
+        self.args.push(flag.to_owned());
+        self.args.push(value.to_string());
+        self
+    }
+}
+
+/// Runs the demo.
+pub async fn demo(store: &StoreArgs, args: DemoArgs) -> anyhow::Result<()> {
+    let out = prepare_out(&args.out)?;
+    let started = Instant::now();
+    let (server, env, base) = match &args.bucket {
+        Some(bucket) => (None, Vec::new(), format!("s3://{bucket}/bucketload-demo")),
+        None => {
+            let (server, env) = start_server(&out, args.latency).await?;
+            (Some(server), env, "s3://demo".to_owned())
+        }
+    };
+    let steps = story(&args, &out, &base);
+    let outcome = run_steps(store, &env, &steps).await;
+    if let Some(server) = server {
+        server.shutdown().await;
+        if !args.keep_data {
+            let _ = std::fs::remove_dir_all(out.join("s3"));
+        }
+    }
+    outcome?;
+    let page = out.join("report").join("index.html");
+    println!(
+        "\nbucketload demo: done in {:.0} s. The report: {}",
+        started.elapsed().as_secs_f64(),
+        page.display()
+    );
+    Ok(())
+}
+
+/// Creates the output directory; refuses one that holds anything but a previous demo's output,
+/// so the demo never mixes its logs with someone else's files.
+fn prepare_out(out: &Path) -> anyhow::Result<PathBuf> {
+    const OURS: [&str; 5] = ["logs", "cache", "ckpt-disk", "report", "s3"];
+    std::fs::create_dir_all(out)
+        .with_context(|| format!("cannot create the demo directory {}", out.display()))?;
+    let entries = std::fs::read_dir(out)
+        .with_context(|| format!("cannot read the demo directory {}", out.display()))?;
+    for entry in entries {
+        let entry = entry.with_context(|| format!("cannot read {}", out.display()))?;
+        let name = entry.file_name();
+        if !OURS.iter().any(|ours| name == *ours) {
+            bail!(
+                "{} holds {:?}, which the demo did not write; choose an empty directory with --out",
+                out.display(),
+                name
+            );
+        }
+    }
+    // A previous run's results would be drawn again: start from empty logs and a cold cache.
+    for dir in OURS {
+        let path = out.join(dir);
+        if path.exists() {
+            std::fs::remove_dir_all(&path)
+                .with_context(|| format!("cannot clear {}", path.display()))?;
+        }
+    }
+    std::path::absolute(out).with_context(|| format!("cannot resolve {}", out.display()))
+}
+
+/// The embedded server on a free loopback port, its root under `out/s3`, and the environment
+/// that points the child processes at it.
+async fn start_server(
+    out: &Path,
+    latency: LatencySpec,
+) -> anyhow::Result<(bucketload_server::RunningServer, Vec<(String, String)>)> {
+    let root = out.join("s3");
+    std::fs::create_dir_all(&root)
+        .with_context(|| format!("cannot create the server root {}", root.display()))?;
+    let config = ServerConfig::builder(&root)
+        .with_addr(([127, 0, 0, 1], 0).into())
+        .with_credentials(DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY)
+        .with_latency(latency)
+        .build()?;
+    let server = bucketload_server::start(config)
+        .await
+        .context("cannot start the embedded S3 server")?;
+    println!(
+        "bucketload demo: embedded S3 server at {} with {latency:?} to first byte (root {})",
+        server.endpoint(),
+        root.display()
+    );
+    let env = vec![
+        ("AWS_ENDPOINT_URL".to_owned(), server.endpoint()),
+        (
+            "AWS_ACCESS_KEY_ID".to_owned(),
+            DEFAULT_ACCESS_KEY.to_owned(),
+        ),
+        (
+            "AWS_SECRET_ACCESS_KEY".to_owned(),
+            DEFAULT_SECRET_KEY.to_owned(),
+        ),
+        ("AWS_REGION".to_owned(), "us-east-1".to_owned()),
+    ];
+    Ok((server, env))
+}
+
+/// The steps, in order.
+fn story(args: &DemoArgs, out: &Path, base: &str) -> Vec<Step> {
+    let files = format!("{base}/train");
+    let shards = format!("{base}/train-shards");
+    let logs = out.join("logs");
+    let logs = logs.to_string_lossy();
+    let cache = out.join("cache");
+    let cache = cache.to_string_lossy();
+    // The I/O story is told without decoding (as DLIO does), so the store and the loader are
+    // what is measured; one last run decodes and augments, to show what the CPU adds.
+    let bench = |title: &str, format: &str, dataset: &str, name: &str| {
+        Step::new(title, &["bench"])
+            .arg("--dataset", dataset)
+            .arg("--format", format)
+            .arg("--epochs", args.epochs)
+            .arg("--compute-ms", args.compute_ms)
+            .arg("--log-dir", &logs)
+            .arg("--name", name)
+    };
+    // Shards of about 1/8 of the dataset: enough shards to stream several at once.
+    let shard_size = (args.samples * args.size / 8).max(8 << 20);
+    vec![
+        Step::new("generate the dataset: one JPEG object per sample", &["gen"])
+            .arg("--samples", args.samples)
+            .arg("--classes", args.classes)
+            .arg("--size", args.size)
+            .arg("--seed", 7)
+            .with_positional(&files),
+        bench(
+            "small files, no cache: every epoch goes to the store",
+            "files",
+            &files,
+            "files",
+        )
+        .flag("--no-decode"),
+        bench(
+            "small files with the local cache: later epochs read the disk",
+            "files",
+            &files,
+            "files-cached",
+        )
+        .flag("--no-decode")
+        .arg("--cache", &cache),
+        Step::new("pack the files into indexed tar shards", &["shard"])
+            .with_positional(&files)
+            .with_positional(&shards)
+            .arg("--shard-size", shard_size),
+        bench(
+            "tar shards streamed sequentially",
+            "shards",
+            &shards,
+            "shards",
+        )
+        .flag("--no-decode"),
+        bench(
+            "indexed shards: one ranged GET per sample",
+            "indexed",
+            &shards,
+            "indexed",
+        )
+        .flag("--no-decode"),
+        bench(
+            "tar shards decoded and augmented into 224x224 batches on every core",
+            "shards",
+            &shards,
+            "shards-decoded",
+        ),
+        Step::new("draw the report", &["report"])
+            .with_positional(&logs)
+            .arg("--out", out.join("report").to_string_lossy()),
+    ]
+}
+
+impl Step {
+    fn with_positional(mut self, value: &str) -> Step {
+        self.args.push(value.to_owned());
+        self
+    }
+
+    fn flag(mut self, flag: &str) -> Step {
+        self.args.push(flag.to_owned());
+        self
+    }
+}
+
+/// The store flags the user gave, passed on to every step.
+fn store_flags(store: &StoreArgs) -> Vec<String> {
+    let mut flags = Vec::new();
+    let mut push = |flag: &str, value: Option<String>| {
+        if let Some(value) = value {
+            flags.push(flag.to_owned());
+            flags.push(value);
+        }
+    };
+    push("--endpoint", store.endpoint.clone());
+    push("--region", store.region.clone());
+    push("--profile", store.profile.clone());
+    if store.no_sign_request {
+        flags.push("--no-sign-request".to_owned());
+    }
+    flags
+}
+
+async fn run_steps(
+    store: &StoreArgs,
+    env: &[(String, String)],
+    steps: &[Step],
+) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("cannot find the bucketload executable")?;
+    let global = store_flags(store);
+    for (i, step) in steps.iter().enumerate() {
+        println!(
+            "\n── step {}/{}: {}\n$ bucketload {}",
+            i + 1,
+            steps.len(),
+            step.title,
+            step.args.join(" ")
+        );
+        let status = tokio::process::Command::new(&exe)
+            .args(&step.args)
+            .args(&global)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .kill_on_drop(true)
+            .status()
+            .await
+            .with_context(|| format!("cannot run step {} ({})", i + 1, step.title))?;
+        if !status.success() {
+            bail!(
+                "step {} ({}) failed with {status}; rerun its command above to see it alone",
+                i + 1,
+                step.title
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        demo: DemoArgs,
+    }
+
+    #[test]
+    fn the_story_runs_every_step_in_order() {
+        let cli = Cli::parse_from(["demo", "--samples", "100", "--size", "10KB"]);
+        let steps = story(&cli.demo, Path::new("/tmp/d"), "s3://demo");
+        let commands: Vec<&str> = steps.iter().map(|s| s.args[0].as_str()).collect();
+        assert_eq!(
+            commands,
+            [
+                "gen", "bench", "bench", "shard", "bench", "bench", "bench", "report"
+            ]
+        );
+        assert!(
+            steps[2]
+                .args
+                .windows(2)
+                .any(|w| w == ["--cache", "/tmp/d/cache"])
+        );
+        assert!(steps[0].args.contains(&"s3://demo/train".to_owned()));
+    }
+
+    #[test]
+    fn a_directory_with_foreign_files_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "mine").unwrap();
+        let err = prepare_out(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("notes.txt"), "{err}");
+        std::fs::remove_file(dir.path().join("notes.txt")).unwrap();
+        std::fs::create_dir(dir.path().join("logs")).unwrap();
+        std::fs::write(dir.path().join("logs").join("old.json"), "{}").unwrap();
+        prepare_out(dir.path()).unwrap();
+        assert!(!dir.path().join("logs").exists());
+    }
+}

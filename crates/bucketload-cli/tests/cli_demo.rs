@@ -1,0 +1,51 @@
+//! `bucketload demo` at a tiny scale: every step runs against its own embedded server and the
+//! report is drawn from the steps' logs.
+#![allow(clippy::unwrap_used)]
+
+use std::process::Command;
+
+#[test]
+fn the_demo_runs_every_step_and_draws_the_report() {
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("demo");
+    let run = Command::new(env!("CARGO_BIN_EXE_bucketload"))
+        .args(["demo", "--samples", "48", "--size", "4KB", "--classes", "3"])
+        .args(["--epochs", "2", "--latency", "1ms", "--out"])
+        .arg(&out)
+        .env_remove("AWS_ENDPOINT_URL")
+        .env("HOME", work.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stdout}\n{stderr}");
+    for name in [
+        "files",
+        "files-cached",
+        "shards",
+        "indexed",
+        "shards-decoded",
+    ] {
+        let log: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(out.join("logs").join(format!("{name}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(log["samples_processed_total"], 96, "{name}");
+    }
+    assert!(out.join("report").join("index.html").is_file());
+    assert!(out.join("report").join("epochs.png").is_file());
+    assert!(stdout.contains("step 1/"), "{stdout}");
+    assert!(stdout.contains("The report: "), "{stdout}");
+    // The server's objects are removed unless --keep-data.
+    assert!(!out.join("s3").exists());
+
+    // A directory holding someone else's files is refused before anything runs.
+    std::fs::write(out.join("notes.txt"), "mine").unwrap();
+    let again = Command::new(env!("CARGO_BIN_EXE_bucketload"))
+        .args(["demo", "--samples", "8", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("notes.txt"));
+}
