@@ -112,9 +112,9 @@ fn ordered<'a>(keys: impl Iterator<Item = &'a str>) -> Vec<String> {
     out
 }
 
-/// (2) Samples per second per configuration, one bar per tool.
+/// (2) Samples per second per workload, one bar per tool.
 fn throughput(runs: &[RunLog]) -> Section {
-    const TITLE: &str = "Samples per second per configuration";
+    const TITLE: &str = "Samples per second per workload";
     let measured: Vec<&RunLog> = runs
         .iter()
         .filter(|r| r.samples_per_second.is_some())
@@ -123,7 +123,7 @@ fn throughput(runs: &[RunLog]) -> Section {
         return skipped("throughput", TITLE, "samples_per_second");
     }
     let configs: Vec<String> = {
-        let labels: Vec<String> = measured.iter().map(|r| r.config_label()).collect();
+        let labels: Vec<String> = measured.iter().map(|r| r.workload_label()).collect();
         ordered(labels.iter().map(String::as_str))
     };
     let mut tools = ordered(measured.iter().map(|r| r.tool()));
@@ -137,7 +137,7 @@ fn throughput(runs: &[RunLog]) -> Section {
                 .map(|config| {
                     measured
                         .iter()
-                        .filter(|r| r.tool() == tool && &r.config_label() == config)
+                        .filter(|r| r.tool() == tool && &r.workload_label() == config)
                         .filter_map(|r| r.samples_per_second)
                         .reduce(f64::max)
                 })
@@ -154,9 +154,10 @@ fn throughput(runs: &[RunLog]) -> Section {
     Section {
         slug: "throughput",
         title: TITLE,
-        caption: "Samples per second over the whole run, one group per configuration (format · \
-            cache · concurrency · batch size) and one bar per tool; taller is faster. Where \
-            several runs share a configuration and tool, the best one is shown."
+        caption: "Samples per second over the whole run, one group per workload (format · cache \
+            · decoded into images or raw bytes) and one bar per tool; taller is faster. Where \
+            several runs of a tool share a workload (other concurrency or batch size), the best \
+            one is shown; the table below has each run's settings."
             .into(),
         figure: Some(Figure::Bar(chart)),
     }

@@ -58,6 +58,8 @@ pub struct RunConfig {
     pub concurrency: Option<u64>,
     /// Emulated compute per batch; 0 means none, so utilisation says nothing.
     pub compute_ms: Option<f64>,
+    /// Whether samples were decoded into images (false: raw bytes).
+    pub decode: Option<bool>,
 }
 
 /// `ckpt`: checkpoint saves (and loads, when measured).
@@ -133,6 +135,24 @@ impl RunLog {
             .unwrap_or_else(|| self.label().to_string())
     }
 
+    /// What was read and how, without the knobs (format · cache · decoded or raw), so runs of
+    /// different tools on the same workload share a group; the run's label without a `config`.
+    pub fn workload_label(&self) -> String {
+        let Some(c) = self.config.as_ref() else {
+            return self.label().to_string();
+        };
+        let mut parts = vec![c.format.clone().unwrap_or_else(|| "?".into())];
+        if c.cache == Some(true) {
+            parts.push("cached".into());
+        }
+        match c.decode {
+            Some(true) => parts.push("decoded".into()),
+            Some(false) => parts.push("raw".into()),
+            None => {}
+        }
+        parts.join(" · ")
+    }
+
     /// The configuration in a few words, when the log has a `config`.
     pub fn config_words(&self) -> Option<String> {
         let c = self.config.as_ref()?;
@@ -140,6 +160,11 @@ impl RunLog {
         match c.cache {
             Some(true) => parts.push("cached".into()),
             Some(false) => parts.push("uncached".into()),
+            None => {}
+        }
+        match c.decode {
+            Some(true) => parts.push("decoded".into()),
+            Some(false) => parts.push("raw".into()),
             None => {}
         }
         if let Some(n) = c.concurrency {
@@ -313,11 +338,14 @@ mod tests {
         let runs = parse_runs(
             r#"[{"accelerator_utilization":0.0,"config":{"compute_ms":0.0}},
                 {"accelerator_utilization":0.93,"config":{"compute_ms":12.5}},
-                {"accelerator_utilization":0.5}]"#,
+                {"accelerator_utilization":0.5,"config":{"format":"files","decode":false}}]"#,
         )
         .unwrap();
         let util: Vec<Option<f64>> = runs.iter().map(RunLog::utilization).collect();
         assert_eq!(util, [None, Some(0.93), Some(0.5)]);
+        assert_eq!(runs[2].config_label(), "files · raw");
+        assert_eq!(runs[2].workload_label(), "files · raw");
+        assert_eq!(runs[1].workload_label(), "?");
     }
 
     #[test]
