@@ -128,13 +128,6 @@ impl RunLog {
         self.requests.as_ref().map(|r| r.values().sum())
     }
 
-    /// The configuration in a few words (format, cache, concurrency, batch size); the run's
-    /// label when the log has no `config`.
-    pub fn config_label(&self) -> String {
-        self.config_words()
-            .unwrap_or_else(|| self.label().to_string())
-    }
-
     /// What was read and how, without the knobs (format · cache · decoded or raw), so runs of
     /// different tools on the same workload share a group; the run's label without a `config`.
     pub fn workload_label(&self) -> String {
@@ -317,7 +310,7 @@ mod tests {
         assert_eq!(runs[0].epochs(), vec![9.0, 3.0, 1.0]);
         assert_eq!(runs[0].ckpt_saves(), vec![2.0, 4.0]);
         assert_eq!(runs[0].ckpt_save_mean(), Some(3.0));
-        assert_eq!(runs[0].config_label(), "shards · cached · c8");
+        assert_eq!(runs[0].config_words().unwrap(), "shards · cached · c8");
     }
 
     #[test]
@@ -343,7 +336,7 @@ mod tests {
         .unwrap();
         let util: Vec<Option<f64>> = runs.iter().map(RunLog::utilization).collect();
         assert_eq!(util, [None, Some(0.93), Some(0.5)]);
-        assert_eq!(runs[2].config_label(), "files · raw");
+        assert_eq!(runs[2].config_words().unwrap(), "files · raw");
         assert_eq!(runs[2].workload_label(), "files · raw");
         assert_eq!(runs[1].workload_label(), "?");
     }
