@@ -5,8 +5,8 @@
 #                     and decoded into 224x224 batches;
 #   peers (benchmarks/peers/train_peer.py, PyTorch DataLoader with WORKERS workers):
 #     the Amazon S3 Connector for PyTorch (S3MapDataset over the files, S3IterableDataset +
-#     WebDataset over the shards) and boto3 get_object, each raw and decoded with PIL +
-#     torchvision.transforms.v2.
+#     WebDataset over the shards), boto3 get_object (files) and WebDataset alone over curl
+#     (shards), each raw and decoded with PIL + torchvision.transforms.v2.
 # Every run trains EPOCHS epochs with COMPUTE_MS of emulated compute per batch of 64.
 # Logs go to OUT/logs, the charts to OUT/report (OUT defaults to bench-train-out).
 # PEERS=0 skips the peers (their environment, .venv-bench, is made by
@@ -72,8 +72,10 @@ bench shards --dataset s3://train-shards/wds --format shards
 if [ "$peers" = 1 ]; then
     peer s3map-raw --loader s3map --uri s3://train/files/ --no-decode
     peer s3iter-raw --loader s3iter --uri s3://train-shards/wds/ --no-decode
+    peer wds-raw --loader wds --uri s3://train-shards/wds/ --no-decode
     peer s3map --loader s3map --uri s3://train/files/
     peer boto3 --loader boto3 --uri s3://train/files/
     peer s3iter --loader s3iter --uri s3://train-shards/wds/
+    peer wds --loader wds --uri s3://train-shards/wds/
 fi
 "$bin" report "$out/logs" --out "$out/report"

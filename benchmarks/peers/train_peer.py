@@ -8,7 +8,10 @@ Loaders (`--loader`):
            sample, shuffled (files);
   s3iter   the connector's `S3IterableDataset.from_prefix(enable_sharding=True)` over tar shards,
            grouped into samples by WebDataset's tar iterator (shards);
-  boto3    boto3 `get_object` per sample in a map-style dataset, one client per worker (files).
+  boto3    boto3 `get_object` per sample in a map-style dataset, one client per worker (files);
+  wds      WebDataset alone, as its documentation reads S3: `wds.WebDataset` over
+           `pipe:curl -s URL` for each shard (presigned with boto3), split across workers
+           (shards).
 
 Each sample is decoded with PIL and transformed as the reference pipeline does with
 torchvision.transforms.v2 (ToImage, ToDtype(uint8), RandomResizedCrop(224, antialias=False),
@@ -43,7 +46,7 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--loader", choices=["s3map", "s3iter", "boto3"], required=True)
+    ap.add_argument("--loader", choices=["s3map", "s3iter", "boto3", "wds"], required=True)
     ap.add_argument("--endpoint", default=os.environ.get("AWS_ENDPOINT_URL"),
                     help="S3 endpoint [env: AWS_ENDPOINT_URL]")
     ap.add_argument("--region", default=os.environ.get("AWS_REGION", "us-east-1"))
@@ -162,6 +165,30 @@ class ShardSamples(IterableDataset):
             yield self.decode(image), label
 
 
+class WdsSamples(IterableDataset):
+    """`wds.WebDataset` over presigned shard URLs fetched by curl, decoded by `Decode`."""
+
+    def __init__(self, args: argparse.Namespace, decode: Decode) -> None:
+        import boto3
+        import webdataset as wds
+        self.decode = decode
+        bucket, _, prefix = args.uri.removeprefix("s3://").partition("/")
+        client = boto3.client("s3", endpoint_url=args.endpoint, region_name=args.region)
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        keys = sorted(o["Key"] for page in pages for o in page.get("Contents", []) if o["Key"].endswith(".tar"))
+        urls = [client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": k}, ExpiresIn=3600)
+                for k in keys]
+        self.inner = wds.WebDataset([f"pipe:curl -s -f '{u}'" for u in urls], shardshuffle=False,
+                                    empty_check=False)
+
+    def __iter__(self) -> Iterator:
+        for sample in self.inner:
+            image = next((v for k, v in sample.items() if k.lower() in ("jpg", "jpeg", "png")), None)
+            if image is None:
+                raise ValueError(f"sample {sample.get('__key__')} has no image member")
+            yield self.decode(image), int(sample["cls"]) if "cls" in sample else -1
+
+
 def percentiles(waits: list[float]) -> dict:
     if not waits:
         return {"p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0, "mean": 0.0}
@@ -181,7 +208,8 @@ def batch_len(batch) -> int:
 def main() -> None:
     args = parse_args()
     decode = Decode(args.image_size, not args.no_decode)
-    make = {"s3map": S3MapSamples, "boto3": Boto3Samples, "s3iter": ShardSamples}[args.loader]
+    make = {"s3map": S3MapSamples, "boto3": Boto3Samples, "s3iter": ShardSamples,
+            "wds": WdsSamples}[args.loader]
     dataset = make(args, decode)
     shuffle = not isinstance(dataset, IterableDataset)
     loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=shuffle,
@@ -209,7 +237,7 @@ def main() -> None:
         waits_all += waits
         samples_total += samples
     training_time = sum(e["seconds"] for e in epochs)
-    tool = "boto3" if args.loader == "boto3" else "s3torchconnector"
+    tool = {"boto3": "boto3", "wds": "webdataset"}.get(args.loader, "s3torchconnector")
     log = {
         "schema_version": 1,
         "name": args.name,
@@ -220,12 +248,12 @@ def main() -> None:
         "accelerator_utilization": min(1.0, compute_total / training_time) if training_time else 0.0,
         "data_wait_ms": percentiles(waits_all),
         "config": {
-            "dataset": args.uri, "format": "shards" if args.loader == "s3iter" else "files",
+            "dataset": args.uri, "format": "shards" if args.loader in ("s3iter", "wds") else "files",
             "cache": False, "epochs": args.epochs, "batch_size": args.batch_size,
             "image_size": args.image_size, "decode": not args.no_decode, "compute_ms": args.compute_ms,
             "concurrency": max(args.workers, 1), "workers": args.workers,
             "loader": {"s3map": "S3MapDataset", "s3iter": "S3IterableDataset + webdataset",
-                       "boto3": "boto3 get_object"}[args.loader],
+                       "boto3": "boto3 get_object", "wds": "webdataset + curl"}[args.loader],
             "machine": {"host": platform.node(), "cores": os.cpu_count(), "os": platform.system().lower(),
                         "arch": platform.machine()},
         },

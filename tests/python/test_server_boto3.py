@@ -131,6 +131,27 @@ def test_multipart_abort_leaves_nothing(s3, bucket):
     assert _code(err.value) == "NoSuchUpload"
 
 
+def test_body_checksums_are_verified(s3, bucket):
+    body = os.urandom(70_001)
+    # boto3 computes the checksum: accepted, and the server answers the same value.
+    ok = s3.put_object(Bucket=bucket, Key="sum", Body=body, ChecksumAlgorithm="CRC32")
+    assert ok["ChecksumCRC32"]
+    # A checksum that does not match the body (as if corrupted on the way) is refused, and
+    # nothing is stored.
+    with pytest.raises(ClientError) as err:
+        s3.put_object(Bucket=bucket, Key="bad", Body=body, ChecksumCRC32="AAAAAA==")
+    assert _code(err.value) == "BadDigest"
+    with pytest.raises(ClientError):
+        s3.head_object(Bucket=bucket, Key="bad")
+    up = s3.create_multipart_upload(Bucket=bucket, Key="bad-part", ChecksumAlgorithm="CRC32")
+    with pytest.raises(ClientError) as err:
+        s3.upload_part(Bucket=bucket, Key="bad-part", UploadId=up["UploadId"], PartNumber=1,
+                       Body=body, ChecksumCRC32="AAAAAA==")
+    assert _code(err.value) == "BadDigest"
+    assert s3.list_parts(Bucket=bucket, Key="bad-part", UploadId=up["UploadId"]).get("Parts", []) == []
+    s3.abort_multipart_upload(Bucket=bucket, Key="bad-part", UploadId=up["UploadId"])
+
+
 def test_copy_and_delete(s3, bucket):
     s3.put_object(Bucket=bucket, Key="src", Body=b"payload")
     s3.copy_object(Bucket=bucket, Key="dst", CopySource={"Bucket": bucket, "Key": "src"})

@@ -36,6 +36,7 @@
 
 mod body;
 mod bufpool;
+mod checksum;
 mod config;
 mod conn;
 mod faults;

@@ -12,6 +12,7 @@ use s3s::{S3, S3Error, S3Request, S3Response, S3Result, s3_error};
 
 use crate::body::prepare_body;
 use crate::bufpool::BufferPool;
+use crate::checksum;
 use crate::storage::{ListItem, ListQuery, ObjectAttrs, ObjectMeta, Storage, TempObject};
 
 /// GETs of objects up to this size are prepared on the Tokio worker instead of the blocking
@@ -53,7 +54,14 @@ impl Backend {
     }
 
     /// Streams a request body into a temporary file, computing its MD5 on the way.
-    async fn receive(&self, body: Option<StreamingBlob>) -> S3Result<TempObject> {
+    /// Receives a request body into a temporary object, verifying the checksums the request
+    /// declared (`x-amz-checksum-*` headers) as it arrives; returns the object and the
+    /// checksums computed (those declared, base64).
+    async fn receive(
+        &self,
+        body: Option<StreamingBlob>,
+        declared: Checksum,
+    ) -> S3Result<(TempObject, Checksum)> {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(4);
         let writer = self.blocking(move |storage| {
             let mut temp = storage.begin_write()?;
@@ -62,23 +70,30 @@ impl Backend {
             }
             Ok(temp)
         });
-        let feed = async move {
+        let mut hasher = checksum::hasher_for(&declared);
+        let feed = async {
             let Some(mut body) = body else {
                 return Ok::<(), S3Error>(());
             };
             while let Some(chunk) = body.next().await {
                 let chunk = chunk
                     .map_err(|e| s3_error!(IncompleteBody, "request body ended early: {e}"))?;
+                if let Some(h) = hasher.as_mut() {
+                    h.update(&chunk);
+                }
                 if tx.send(chunk).await.is_err() {
                     break; // the writer failed; its error is reported below
                 }
             }
+            drop(tx);
             Ok(())
         };
         let (temp, fed) = tokio::join!(writer, feed);
         let temp = temp?;
         fed?;
-        Ok(temp)
+        let computed = hasher.map(|h| h.finalize()).unwrap_or_default();
+        checksum::verify(&declared, &computed)?;
+        Ok((temp, computed))
     }
 }
 
@@ -301,7 +316,15 @@ impl S3 for Backend {
             s.bucket_dir(&check.0).map(|_| ())
         })
         .await?;
-        let temp = self.receive(input.body).await?;
+        let declared = Checksum {
+            checksum_crc32: input.checksum_crc32,
+            checksum_crc32c: input.checksum_crc32c,
+            checksum_crc64nvme: input.checksum_crc64nvme,
+            checksum_sha1: input.checksum_sha1,
+            checksum_sha256: input.checksum_sha256,
+            ..Default::default()
+        };
+        let (temp, sums) = self.receive(input.body, declared).await?;
         let attrs = attrs(input.content_type, input.metadata);
         let meta = self
             .blocking(move |s| {
@@ -312,6 +335,11 @@ impl S3 for Backend {
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(etag(&meta)),
             size: Some(meta.size as i64),
+            checksum_crc32: sums.checksum_crc32,
+            checksum_crc32c: sums.checksum_crc32c,
+            checksum_crc64nvme: sums.checksum_crc64nvme,
+            checksum_sha1: sums.checksum_sha1,
+            checksum_sha256: sums.checksum_sha256,
             ..Default::default()
         }))
     }
@@ -484,12 +512,25 @@ impl S3 for Backend {
         let ids = (bucket.clone(), key.clone(), id.clone());
         self.blocking(move |s| s.check_upload(&ids.0, &ids.1, &ids.2, part))
             .await?;
-        let temp = self.receive(input.body).await?;
+        let declared = Checksum {
+            checksum_crc32: input.checksum_crc32,
+            checksum_crc32c: input.checksum_crc32c,
+            checksum_crc64nvme: input.checksum_crc64nvme,
+            checksum_sha1: input.checksum_sha1,
+            checksum_sha256: input.checksum_sha256,
+            ..Default::default()
+        };
+        let (temp, sums) = self.receive(input.body, declared).await?;
         let info = self
             .blocking(move |s| s.commit_part(&bucket, &key, &id, part, temp))
             .await?;
         Ok(S3Response::new(UploadPartOutput {
             e_tag: Some(ETag::Strong(info.etag)),
+            checksum_crc32: sums.checksum_crc32,
+            checksum_crc32c: sums.checksum_crc32c,
+            checksum_crc64nvme: sums.checksum_crc64nvme,
+            checksum_sha1: sums.checksum_sha1,
+            checksum_sha256: sums.checksum_sha256,
             ..Default::default()
         }))
     }

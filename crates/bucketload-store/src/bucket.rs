@@ -11,7 +11,7 @@ use object_store::client::{HttpClient, HttpRequest};
 use url::Url;
 
 /// The URL CreateBucket is sent to.
-fn bucket_url(store: &Store) -> String {
+pub(crate) fn bucket_url(store: &Store) -> String {
     let config = store.config();
     let bucket = store.uri().bucket();
     let endpoint = match store.endpoint() {
@@ -38,20 +38,30 @@ fn body(region: &str) -> Bytes {
 }
 
 fn request(store: &Store) -> Result<HttpRequest, Error> {
+    let payload = body(store.config().region());
+    signed(store, Method::PUT, &bucket_url(store), payload)
+}
+
+/// A SigV4-signed request of `method` to `url_text` with `payload` (unsigned when the store
+/// is anonymous or has no credentials).
+pub(crate) fn signed(
+    store: &Store,
+    method: Method,
+    url_text: &str,
+    payload: Bytes,
+) -> Result<HttpRequest, Error> {
     let bucket_uri = store.uri().root().trim_end_matches('/').to_owned();
     let invalid = |reason: String| Error::InvalidUri {
         uri: bucket_uri.clone(),
         reason,
     };
-    let url_text = bucket_url(store);
     let url =
-        Url::parse(&url_text).map_err(|e| invalid(format!("bad endpoint `{url_text}`: {e}")))?;
+        Url::parse(url_text).map_err(|e| invalid(format!("bad endpoint `{url_text}`: {e}")))?;
     let config = store.config();
-    let payload = body(config.region());
     let mut headers = HeaderMap::new();
     if let (false, Some(creds)) = (config.anonymous(), config.credentials()) {
         let params = SignParams {
-            method: &Method::PUT,
+            method: &method,
             url: &url,
             payload_sha256: &sigv4::sha256_hex(&payload),
             region: config.region(),
@@ -62,7 +72,7 @@ fn request(store: &Store) -> Result<HttpRequest, Error> {
             .map_err(|e| invalid(format!("credentials contain invalid characters: {e}")))?;
     }
     let mut req = http::Request::builder()
-        .method(Method::PUT)
+        .method(method)
         .uri(url.as_str())
         .body(payload.into())
         .map_err(|e| invalid(e.to_string()))?;

@@ -43,6 +43,7 @@ mod parallel;
 mod sigv4;
 mod size;
 mod store;
+mod uploads;
 mod uri;
 
 pub use config::{
@@ -59,5 +60,6 @@ pub use multipart::{DEFAULT_PARALLEL_PARTS, MultipartOptions, MultipartWriter};
 pub use parallel::{DEFAULT_PARALLEL_GETS, ParallelGet, get_parallel};
 pub use size::parse_size;
 pub use store::Store;
+pub use uploads::Upload;
 pub use uri::key_path;
 pub use uri::{ACCEPTED_SCHEMES, Scheme, StoreUri};

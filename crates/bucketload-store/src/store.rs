@@ -190,7 +190,7 @@ impl Store {
         }
     }
 
-    fn http_client(&self) -> Result<HttpClient, Error> {
+    pub(crate) fn http_client(&self) -> Result<HttpClient, Error> {
         let options = client_options(&self.inner.config);
         MeteredConnector::new(self.inner.metrics.clone())
             .connect(&options)
@@ -269,6 +269,9 @@ fn s3(
         .with_retry(retry_config(config))
         .with_unsigned_payload(!config.sign_payload())
         .with_http_connector(MeteredConnector::new(metrics.clone()));
+    if config.checksums() {
+        b = b.with_checksum_algorithm(object_store::aws::Checksum::CRC64NVME);
+    }
     let virtual_hosted_style = config.addressing() == Addressing::VirtualHosted;
     b = b.with_virtual_hosted_style_request(virtual_hosted_style);
     if let Some(endpoint) = config.endpoint() {

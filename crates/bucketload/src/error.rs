@@ -50,6 +50,27 @@ pub enum Error {
         /// The encoder's message.
         reason: String,
     },
+    /// A local file operation failed.
+    #[error("{path}: cannot {action}: {source}")]
+    Io {
+        /// The file or directory.
+        path: String,
+        /// What was being done ("write", "rename into place", ...).
+        action: String,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A checkpoint saved in the background failed, and nobody waited on its handle.
+    #[error(
+        "the background save of {uri} failed: {reason}; the checkpoint was not written, save it again"
+    )]
+    BackgroundSave {
+        /// Full URI of the checkpoint.
+        uri: String,
+        /// The save's error.
+        reason: String,
+    },
     /// A background task panicked or was cancelled.
     #[error("a background task failed: {reason}")]
     Task {

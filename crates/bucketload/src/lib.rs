@@ -21,6 +21,7 @@
 //! ```
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod checkpoint;
 pub mod dataset;
 mod error;
 pub mod loader;

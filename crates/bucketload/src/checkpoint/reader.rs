@@ -1,0 +1,324 @@
+//! [`CheckpointReader`]: parallel ranged GETs of one checkpoint, pinned to the version that was
+//! there when it was opened (If-Match on its ETag), so a checkpoint overwritten mid-read fails
+//! loudly instead of mixing two versions.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bucketload_store::Store;
+use bucketload_store::object_store::path::Path;
+use bucketload_store::object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
+use bytes::{Bytes, BytesMut};
+use futures::{StreamExt, TryStreamExt, stream};
+use tokio::task::JoinHandle;
+
+use super::local::io_error;
+use super::{Checkpoints, Target};
+use crate::{Error, Result};
+
+/// Reads one checkpoint; cheap to share (`Arc`) between tasks.
+#[derive(Debug)]
+pub struct CheckpointReader {
+    source: Source,
+    uri: String,
+    size: u64,
+    part_size: u64,
+    concurrency: usize,
+}
+
+#[derive(Debug)]
+enum Source {
+    Object {
+        store: Store,
+        objects: Arc<dyn ObjectStore>,
+        key: Path,
+        etag: Option<String>,
+    },
+    Local(PathBuf),
+}
+
+impl CheckpointReader {
+    pub(super) async fn open(ckpt: &Checkpoints, name: &str) -> Result<CheckpointReader> {
+        let uri = ckpt.uri_of(name);
+        let (source, size) = match &ckpt.target {
+            Target::Object(store) => {
+                let key = Checkpoints::key(name);
+                let objects = store.object_store();
+                let meta = objects
+                    .head(&key)
+                    .await
+                    .map_err(|e| store.map_error(e, &key))?;
+                let source = Source::Object {
+                    store: store.clone(),
+                    objects,
+                    key,
+                    etag: meta.e_tag,
+                };
+                (source, meta.size)
+            }
+            Target::Local(dir) => {
+                let path = dir.join(name);
+                let meta = tokio::fs::metadata(&path)
+                    .await
+                    .map_err(|e| io_error(&path, "open the checkpoint", e))?;
+                (Source::Local(path), meta.len())
+            }
+        };
+        Ok(CheckpointReader {
+            source,
+            uri,
+            size,
+            part_size: ckpt.config.part_size.max(1),
+            concurrency: ckpt.config.parts_in_flight.max(1),
+        })
+    }
+
+    /// The checkpoint's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The checkpoint's full URI.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// Bytes `range` of the checkpoint (one ranged GET, or one `pread`).
+    pub async fn read_range(&self, range: Range<u64>) -> Result<Bytes> {
+        let range = range.start.min(self.size)..range.end.min(self.size);
+        if range.is_empty() {
+            return Ok(Bytes::new());
+        }
+        let expected = range.end - range.start;
+        let bytes = match &self.source {
+            Source::Object {
+                store,
+                objects,
+                key,
+                etag,
+            } => {
+                let opts = GetOptions {
+                    range: Some(GetRange::Bounded(range.clone())),
+                    if_match: etag.clone(),
+                    ..GetOptions::default()
+                };
+                let got = objects.get_opts(key, opts).await;
+                let got = match got {
+                    Ok(got) => got.bytes().await,
+                    Err(e) => Err(e),
+                };
+                got.map_err(|e| self.changed_or(store, key, e))?
+            }
+            Source::Local(path) => {
+                let (path, start) = (path.clone(), range.start);
+                let len = usize::try_from(expected).unwrap_or(usize::MAX);
+                tokio::task::spawn_blocking(move || pread(&path, start, len))
+                    .await
+                    .map_err(|e| Error::Task {
+                        reason: e.to_string(),
+                    })??
+            }
+        };
+        if bytes.len() as u64 != expected {
+            return Err(Error::Corrupt {
+                uri: self.uri.clone(),
+                reason: format!(
+                    "bytes {}-{} came back as {} bytes instead of {expected}",
+                    range.start,
+                    range.end - 1,
+                    bytes.len()
+                ),
+            });
+        }
+        Ok(bytes)
+    }
+
+    fn changed_or(
+        &self,
+        store: &Store,
+        key: &Path,
+        e: bucketload_store::object_store::Error,
+    ) -> Error {
+        if matches!(
+            e,
+            bucketload_store::object_store::Error::Precondition { .. }
+        ) {
+            return Error::Corrupt {
+                uri: self.uri.clone(),
+                reason: "the checkpoint was overwritten while it was being read; read it again"
+                    .to_owned(),
+            };
+        }
+        Error::Store(store.map_error(e, key))
+    }
+
+    /// The whole checkpoint in one buffer: `parts_in_flight` ranged GETs of `part_size` at
+    /// once, copied into place in order.
+    pub async fn read_all(&self) -> Result<Bytes> {
+        let size = usize::try_from(self.size)
+            .map_err(|_| Error::invalid_input(format!("{} does not fit in memory", self.uri)))?;
+        let mut out = BytesMut::with_capacity(size);
+        let mut parts = stream::iter(ranges(self.size, self.part_size))
+            .map(|r| self.read_range(r))
+            .buffered(self.concurrency);
+        while let Some(part) = parts.try_next().await? {
+            out.extend_from_slice(&part);
+        }
+        Ok(out.freeze())
+    }
+
+    /// `std::io::Read + Seek` over this checkpoint for a thread outside the runtime (e.g.
+    /// `torch.load` from Python), reading ahead `parts_in_flight` parts while reads go forward.
+    pub fn into_blocking(self, runtime: tokio::runtime::Handle) -> BlockingReader {
+        BlockingReader {
+            reader: Arc::new(self),
+            runtime,
+            pos: 0,
+            current: None,
+            ahead: BTreeMap::new(),
+        }
+    }
+}
+
+fn ranges(size: u64, part: u64) -> impl Iterator<Item = Range<u64>> {
+    (0..size.div_ceil(part)).map(move |i| i * part..size.min((i + 1) * part))
+}
+
+fn pread(path: &std::path::Path, start: u64, len: usize) -> Result<Bytes> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(path).map_err(|e| io_error(path, "open", e))?;
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, start)
+        .map_err(|e| io_error(path, "read", e))?;
+    Ok(Bytes::from(buf))
+}
+
+/// [`CheckpointReader`] as `std::io::Read + Seek`; see [`CheckpointReader::into_blocking`].
+#[derive(Debug)]
+pub struct BlockingReader {
+    reader: Arc<CheckpointReader>,
+    runtime: tokio::runtime::Handle,
+    pos: u64,
+    /// The part under `pos`: (index, bytes).
+    current: Option<(u64, Bytes)>,
+    /// Parts being read ahead, by index.
+    ahead: BTreeMap<u64, JoinHandle<Result<Bytes>>>,
+}
+
+impl BlockingReader {
+    /// The checkpoint's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.reader.size
+    }
+
+    fn part_range(&self, index: u64) -> Range<u64> {
+        let part = self.reader.part_size;
+        index * part..self.reader.size.min((index + 1) * part)
+    }
+
+    /// Makes part `index` current, and reads ahead the parts after it.
+    fn load(&mut self, index: u64) -> Result<()> {
+        // Parts behind the reader are not needed any more.
+        let behind: Vec<u64> = self.ahead.range(..index).map(|(i, _)| *i).collect();
+        for i in behind {
+            if let Some(task) = self.ahead.remove(&i) {
+                task.abort();
+            }
+        }
+        let bytes = match self.ahead.remove(&index) {
+            Some(task) => self.runtime.block_on(task).map_err(|e| Error::Task {
+                reason: e.to_string(),
+            })??,
+            None => {
+                let range = self.part_range(index);
+                self.runtime.block_on(self.reader.read_range(range))?
+            }
+        };
+        self.current = Some((index, bytes));
+        let parts = self.reader.size.div_ceil(self.reader.part_size);
+        let last = (index + self.reader.concurrency as u64).min(parts.saturating_sub(1));
+        for next in index + 1..=last {
+            if !self.ahead.contains_key(&next) {
+                let (reader, range) = (Arc::clone(&self.reader), self.part_range(next));
+                let task = self
+                    .runtime
+                    .spawn(async move { reader.read_range(range).await });
+                self.ahead.insert(next, task);
+            }
+        }
+        Ok(())
+    }
+
+    fn drop_read_ahead(&mut self) {
+        for (_, task) in std::mem::take(&mut self.ahead) {
+            task.abort();
+        }
+    }
+}
+
+impl Read for BlockingReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if buf.is_empty() || self.pos >= self.reader.size {
+            return Ok(0);
+        }
+        let index = self.pos / self.reader.part_size;
+        if self.current.as_ref().map(|(i, _)| *i) != Some(index) {
+            self.load(index).map_err(std::io::Error::other)?;
+        }
+        let Some((_, bytes)) = &self.current else {
+            return Ok(0);
+        };
+        let offset = usize::try_from(self.pos - index * self.reader.part_size).unwrap_or(0);
+        let n = buf.len().min(bytes.len().saturating_sub(offset));
+        buf[..n].copy_from_slice(&bytes[offset..offset + n]);
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for BlockingReader {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        let size = self.reader.size as i128;
+        let target = match to {
+            SeekFrom::Start(n) => i128::from(n),
+            SeekFrom::End(d) => size + i128::from(d),
+            SeekFrom::Current(d) => i128::from(self.pos) + i128::from(d),
+        };
+        let Ok(pos) = u64::try_from(target) else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("seek to {target}, before the start of {}", self.reader.uri),
+            ));
+        };
+        let part = self.reader.part_size;
+        let window = self.pos / part..=self.pos / part + self.reader.concurrency as u64;
+        if !window.contains(&(pos / part)) {
+            // A jump: what was read ahead is not what will be read next.
+            self.drop_read_ahead();
+        }
+        self.pos = pos;
+        Ok(pos)
+    }
+}
+
+impl Drop for BlockingReader {
+    fn drop(&mut self) {
+        self.drop_read_ahead();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_cover_the_checkpoint() {
+        let r: Vec<_> = ranges(10, 4).collect();
+        assert_eq!(r, vec![0..4, 4..8, 8..10]);
+        assert_eq!(ranges(0, 4).count(), 0);
+        assert_eq!(ranges(8, 4).count(), 2);
+    }
+}
