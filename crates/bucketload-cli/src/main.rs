@@ -12,6 +12,8 @@
 //! in `docs/CLI.md` and in [`exit`].
 
 mod bench;
+mod ckpt;
+mod ckpt_bench;
 mod data;
 mod decode;
 mod demo;
@@ -70,6 +72,11 @@ enum Command {
     /// Emulate training (MLPerf Storage style): epochs of batches with a fixed compute time each;
     /// a JSON log of epoch times, accelerator utilisation, data wait, requests and cost.
     Bench(bench::BenchArgs),
+    /// Checkpoints: save, load, list, prune, and abort unfinished saves.
+    Ckpt(ckpt::CkptArgs),
+    /// Checkpoint time to the object store against the local disk: save and load, sync and
+    /// async; logs for `report`.
+    CkptBench(ckpt_bench::CkptBenchArgs),
     /// The whole story on one machine: embedded S3 server, dataset, files vs shards, cache,
     /// checkpoints, and the report.
     Demo(demo::DemoArgs),
@@ -130,6 +137,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Read(args) => read::read(&store, args).await,
         Command::Bench(args) => bench::bench(&store, args).await,
         Command::Report(args) => report::report(args).await,
+        Command::Ckpt(args) => ckpt::ckpt(&store, args).await,
+        Command::CkptBench(args) => ckpt_bench::ckpt_bench(&store, args).await,
         Command::Demo(args) => demo::demo(&store, args).await,
     };
     if store.metrics {

@@ -17,12 +17,19 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn start() -> Fixture {
+        Fixture::start_with(|b| b)
+    }
+
+    /// A fixture whose server `configure` adjusted (latency, faults, ...).
+    pub fn start_with(
+        configure: impl FnOnce(bucketload_server::ServerBuilder) -> bucketload_server::ServerBuilder,
+    ) -> Fixture {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
-        let server = runtime.block_on(EmbeddedServer::start());
+        let server = runtime.block_on(EmbeddedServer::start_with(configure));
         Fixture {
             server: Some(server),
             runtime,

@@ -68,6 +68,16 @@ impl Checkpoints {
         Ok(deleted)
     }
 
+    /// Deletes checkpoint `name` (its object, or every object under its folder); false when
+    /// there was none.
+    pub async fn delete(&self, name: &str) -> Result<bool> {
+        let Some((keys, _)) = self.groups().await?.remove(name) else {
+            return Ok(false);
+        };
+        self.delete_group(name, &keys).await?;
+        Ok(true)
+    }
+
     /// Saves started and never finished (a writer killed mid-upload leaves its parts stored,
     /// and billed, until aborted).
     pub async fn orphaned_uploads(&self) -> Result<Vec<Orphan>> {
