@@ -6,13 +6,16 @@ use std::io::Write;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
-use bucketload::checkpoint::{CheckpointConfig, CheckpointInfo, Checkpoints, Orphan};
+use bucketload::checkpoint::{
+    CheckpointConfig, CheckpointInfo, Checkpoints, DEFAULT_PART_SIZE, DEFAULT_PARTS_IN_FLIGHT,
+    Orphan,
+};
 use bytes::BytesMut;
 use clap::{Args, Subcommand};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::data::human;
-use crate::store_args::{StoreArgs, parse_size, split_last};
+use crate::store_args::{StoreArgs, split_last};
 
 /// Bytes read from the source file per write.
 const CHUNK: usize = 8 << 20;
@@ -40,22 +43,20 @@ pub struct CkptArgs {
     pub command: CkptCommand,
 }
 
-/// Part size and parallelism of saves and loads.
+/// Parallelism of checkpoint saves and loads; the part size is the global `--part-size`
+/// (16 MiB for checkpoints when not given).
 #[derive(Debug, Clone, Args)]
 pub struct TransferArgs {
-    /// Bytes per multipart part and per ranged GET (at least 5MiB)
-    #[arg(long, value_parser = parse_size, default_value = "16MiB", value_name = "SIZE")]
-    pub part_size: u64,
-    /// Parts uploaded, or ranged GETs read, at once
-    #[arg(long, default_value_t = 16, value_name = "N")]
+    /// Parts uploaded, or ranged GETs read, at once per checkpoint
+    #[arg(long, default_value_t = DEFAULT_PARTS_IN_FLIGHT, value_name = "N")]
     pub parts_in_flight: usize,
 }
 
 impl TransferArgs {
-    /// The checkpoint configuration of these flags.
-    pub fn config(&self) -> CheckpointConfig {
+    /// The checkpoint configuration of these flags and the global `--part-size`.
+    pub fn config(&self, store: &StoreArgs) -> CheckpointConfig {
         CheckpointConfig::default()
-            .with_part_size(self.part_size)
+            .with_part_size(store.part_size.unwrap_or(DEFAULT_PART_SIZE))
             .with_parts_in_flight(self.parts_in_flight)
     }
 }
@@ -163,7 +164,7 @@ pub async fn create_local_bucket(store: &StoreArgs, ckpt: &Checkpoints) -> anyho
 }
 
 async fn save(store: &StoreArgs, a: SaveArgs) -> anyhow::Result<()> {
-    let (ckpt, name) = open_named(store, &a.uri, a.transfer.config())?;
+    let (ckpt, name) = open_named(store, &a.uri, a.transfer.config(store))?;
     create_local_bucket(store, &ckpt).await?;
     let mut src: Box<dyn tokio::io::AsyncRead + Unpin + Send> = match a.src.as_str() {
         "-" => Box::new(tokio::io::stdin()),
@@ -203,7 +204,7 @@ async fn save(store: &StoreArgs, a: SaveArgs) -> anyhow::Result<()> {
 }
 
 async fn load(store: &StoreArgs, a: LoadArgs) -> anyhow::Result<()> {
-    let (ckpt, name) = open_named(store, &a.uri, a.transfer.config())?;
+    let (ckpt, name) = open_named(store, &a.uri, a.transfer.config(store))?;
     let started = Instant::now();
     let bytes = ckpt.load(&name).await?;
     let seconds = started.elapsed().as_secs_f64();

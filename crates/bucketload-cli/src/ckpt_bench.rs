@@ -18,6 +18,7 @@ use bytes::Bytes;
 use clap::Args;
 use serde::Serialize;
 
+use crate::bench::model_bytes;
 use crate::ckpt::{TransferArgs, create_local_bucket, open_prefix};
 use crate::data::human;
 use crate::store_args::{StoreArgs, parse_size};
@@ -96,14 +97,14 @@ pub async fn ckpt_bench(store: &StoreArgs, a: CkptBenchArgs) -> anyhow::Result<(
     let size = usize::try_from(a.size).context("--size does not fit in memory")?;
     eprintln!("ckpt-bench: filling {} of checkpoint bytes", human(a.size));
     let state = model_bytes(size);
-    let to = open_prefix(store, &a.to, a.transfer.config())?;
+    let to = open_prefix(store, &a.to, a.transfer.config(store))?;
     create_local_bucket(store, &to).await?;
     let mut targets = vec![("s3", to)];
     if let Some(dir) = &a.vs {
         let uri = std::path::absolute(dir)
             .with_context(|| format!("cannot resolve {}", dir.display()))?;
         let uri = uri.display().to_string();
-        targets.push(("disk", open_prefix(store, &uri, a.transfer.config())?));
+        targets.push(("disk", open_prefix(store, &uri, a.transfer.config(store))?));
     }
     let mut logs = Vec::new();
     for (target, ckpt) in &targets {
@@ -128,13 +129,14 @@ pub async fn ckpt_bench(store: &StoreArgs, a: CkptBenchArgs) -> anyhow::Result<(
 }
 
 fn measured(a: &CkptBenchArgs, target: &str, mode: &str, ckpt: &Checkpoints) -> Measured {
+    let config = ckpt.config();
     Measured {
         target: target.to_owned(),
         mode: mode.to_owned(),
         uri: ckpt.uri_of(&format!("ckpt-bench-{mode}.bin")),
         size_bytes: a.size,
-        part_size: a.transfer.part_size,
-        parts_in_flight: a.transfer.parts_in_flight,
+        part_size: config.part_size(),
+        parts_in_flight: config.parts_in_flight(),
         ..Measured::default()
     }
 }
@@ -198,19 +200,6 @@ async fn run_async(
         );
     }
     Ok(())
-}
-
-/// Bytes that do not compress or deduplicate (xorshift), like trained weights.
-fn model_bytes(size: usize) -> Bytes {
-    let mut out = vec![0u8; size];
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    for chunk in out.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
-    }
-    Bytes::from(out)
 }
 
 fn mean(v: &[f64]) -> f64 {

@@ -10,7 +10,9 @@
 //! 4. `bench --format shards` and `--format indexed`, three epochs each (these runs skip
 //!    decoding, so they measure the store and the loader), then shards once more with decoding
 //!    and augmentation, to show what the CPU adds;
-//! 5. `report` — the charts and one HTML page; its summary table is printed last.
+//! 5. `ckpt-bench` — checkpoints to the object store against the local disk, saved and in the
+//!    background;
+//! 6. `report` — the charts and one HTML page; its summary table is printed last.
 //!
 //! Each step is this same binary run as a child process, so its progress bar and errors are
 //! exactly the ones a user sees, and a failed step stops the demo naming the step.
@@ -249,6 +251,15 @@ fn story(args: &DemoArgs, out: &Path, base: &str) -> Vec<Step> {
             &shards,
             "shards-decoded",
         ),
+        Step::new(
+            "checkpoints: object store against the local disk, saved and in the background",
+            &["ckpt-bench"],
+        )
+        .arg("--size", args.ckpt_size)
+        .arg("--to", format!("{base}/checkpoints"))
+        .arg("--vs", out.join("ckpt-disk").to_string_lossy())
+        .arg("--runs", 2)
+        .arg("--log-dir", &logs),
         Step::new("draw the report", &["report"])
             .with_positional(&logs)
             .arg("--out", out.join("report").to_string_lossy()),
@@ -338,7 +349,15 @@ mod tests {
         assert_eq!(
             commands,
             [
-                "gen", "bench", "bench", "shard", "bench", "bench", "bench", "report"
+                "gen",
+                "bench",
+                "bench",
+                "shard",
+                "bench",
+                "bench",
+                "bench",
+                "ckpt-bench",
+                "report"
             ]
         );
         assert!(

@@ -228,6 +228,45 @@ fn find_max_reports_a_probe_that_keeps_the_accelerator_busy() {
 }
 
 #[test]
+fn checkpoints_every_n_steps_are_timed_and_cleaned_up() {
+    let fx = Fixture::start();
+    fx.generate("s3://bench-ckpt/train", 24, 2, "2KB");
+    for (mode, extra) in [("sync", None), ("async", Some("--async-ckpt"))] {
+        let mut args = vec![
+            "--dataset",
+            "s3://bench-ckpt/train",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "4",
+            "--no-decode",
+            "--ckpt-steps",
+            "2",
+            "--ckpt-size",
+            "6MiB",
+            "--ckpt-to",
+            "s3://bench-ckpt/ckpt",
+            "--part-size",
+            "5MiB",
+        ];
+        args.extend(extra);
+        let log = bench(&fx, &args);
+        let ckpt = &log["ckpt"];
+        assert_eq!(ckpt["target"], "s3");
+        assert_eq!(ckpt["mode"], mode);
+        assert_eq!(ckpt["size_bytes"], 6 << 20);
+        // 6 steps, a checkpoint after steps 2, 4 and 6.
+        assert_eq!(ckpt["times"].as_array().unwrap().len(), 3, "{log:#}");
+        assert_eq!(ckpt["durable_times"].as_array().unwrap().len(), 3);
+        assert!(f(&log["t_ckpt_3"]) > 0.0 && f(&log["t_ckpt_ave"]) > 0.0);
+        assert!(f(&log["epochs"][0]["ckpt_s"]) > 0.0);
+    }
+    // The run's checkpoints are deleted when it ends.
+    let ls = fx.run(&["ckpt", "ls", "s3://bench-ckpt/ckpt"]).ok();
+    assert!(ls.stdout.contains("0 checkpoints"), "{}", ls.stdout);
+}
+
+#[test]
 fn bad_input_names_what_to_fix() {
     let fx = Fixture::start();
     fx.generate("s3://bench-bad/train", 4, 1, "2KB");

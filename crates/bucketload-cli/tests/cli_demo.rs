@@ -10,7 +10,15 @@ fn the_demo_runs_every_step_and_draws_the_report() {
     let out = work.path().join("demo");
     let run = Command::new(env!("CARGO_BIN_EXE_bucketload"))
         .args(["demo", "--samples", "48", "--size", "4KB", "--classes", "3"])
-        .args(["--epochs", "2", "--latency", "1ms", "--out"])
+        .args([
+            "--epochs",
+            "2",
+            "--latency",
+            "1ms",
+            "--ckpt-size",
+            "6MiB",
+            "--out",
+        ])
         .arg(&out)
         .env_remove("AWS_ENDPOINT_URL")
         .env("HOME", work.path())
@@ -32,7 +40,19 @@ fn the_demo_runs_every_step_and_draws_the_report() {
         .unwrap();
         assert_eq!(log["samples_processed_total"], 96, "{name}");
     }
+    for name in [
+        "ckpt-s3-sync",
+        "ckpt-s3-async",
+        "ckpt-disk-sync",
+        "ckpt-disk-async",
+    ] {
+        assert!(
+            out.join("logs").join(format!("{name}.json")).is_file(),
+            "{name}"
+        );
+    }
     assert!(out.join("report").join("index.html").is_file());
+    assert!(out.join("report").join("checkpoints.png").is_file());
     assert!(out.join("report").join("epochs.png").is_file());
     assert!(stdout.contains("step 1/"), "{stdout}");
     assert!(stdout.contains("The report: "), "{stdout}");

@@ -160,6 +160,8 @@ pub struct EpochLog {
     pub cache_misses: u64,
     /// Images left out because they could not be decoded (`--skip-corrupt`).
     pub skipped: u64,
+    /// Seconds the steps stalled for checkpoints.
+    pub ckpt_s: f64,
 }
 
 /// Checkpoints written during the run.

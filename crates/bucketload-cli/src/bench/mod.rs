@@ -7,9 +7,12 @@
 //! `--find-max` searches the smallest compute time (the most samples/s) that keeps the
 //! emulated accelerator at least 90% busy.
 
+mod ckpt;
 mod log;
 mod prom;
 mod train;
+
+pub use ckpt::model_bytes;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -72,6 +75,26 @@ pub struct BenchArgs {
     /// Search the smallest compute time that keeps accelerator utilisation >= 90%
     #[arg(long, conflicts_with = "compute_ms")]
     pub find_max: bool,
+    /// Save a checkpoint every N training steps (0: none)
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_name = "N",
+        requires = "ckpt_to",
+        conflicts_with = "find_max"
+    )]
+    pub ckpt_steps: u64,
+    /// Size of each checkpoint
+    #[arg(long, value_parser = crate::store_args::parse_size, default_value = "1GiB", value_name = "SIZE")]
+    pub ckpt_size: u64,
+    /// Where checkpoints go: an object-store prefix or a local directory
+    #[arg(long, value_name = "URI")]
+    pub ckpt_to: Option<String>,
+    /// Save checkpoints in the background: the step waits only for the in-memory snapshot
+    #[arg(long)]
+    pub async_ckpt: bool,
+    #[command(flatten)]
+    pub ckpt_transfer: crate::ckpt::TransferArgs,
     /// Directory of the JSON log (created)
     #[arg(long, value_name = "DIR")]
     pub log_dir: Option<PathBuf>,
@@ -110,6 +133,7 @@ pub async fn bench(store: &StoreArgs, a: BenchArgs) -> anyhow::Result<()> {
         batch_size: a.batch_size,
         drop_last: a.drop_last,
         compute: Duration::ZERO,
+        compute_ms: 0.0,
         live,
     };
     let outcome = run(store, &a, &uri, trainer).await;
@@ -153,12 +177,14 @@ async fn run(
 ) -> anyhow::Result<BenchLog> {
     if !a.find_max {
         trainer.compute = compute(a.compute_ms);
+        trainer.compute_ms = a.compute_ms;
         return train(store, a, uri, &trainer).await;
     }
     let mut probes: Vec<(Probe, BenchLog)> = Vec::new();
     let batch = a.batch_size.max(1);
     while let Some(ms) = next_probe(&probes.iter().map(|(p, _)| *p).collect::<Vec<_>>(), batch) {
         trainer.compute = compute(ms);
+        trainer.compute_ms = ms;
         eprintln!("bucketload bench: find-max probe at {ms:.2} ms of compute per batch");
         let log = train(store, a, uri, &trainer).await?;
         let probe = Probe {
@@ -227,11 +253,13 @@ fn next_probe(probes: &[Probe], batch_size: usize) -> Option<f64> {
         .map(|p| p.compute_ms)
         .reduce(f64::max)
         .unwrap_or(0.0);
+    // Probes land on hundredths of a millisecond: the log reads cleanly, nothing finer matters.
+    let round = |ms: f64| (ms * 100.0).round() / 100.0;
     match hi {
-        None if probes.len() == 1 => Some(batch_ms(first, batch_size).max(1.0)),
-        None => Some(lo * 2.0),
+        None if probes.len() == 1 => Some(round(batch_ms(first, batch_size).max(1.0))),
+        None => Some(round(lo * 2.0)),
         Some(hi) if hi - lo <= (hi * 0.05).max(0.5) => None,
-        Some(hi) => Some((lo + hi) / 2.0),
+        Some(hi) => Some(round((lo + hi) / 2.0)),
     }
 }
 
@@ -258,11 +286,12 @@ async fn train(
     trainer: &Trainer<'_>,
 ) -> anyhow::Result<BenchLog> {
     let expected = trainer.loader.samples_per_epoch()?;
+    let mut ckpt = checkpointer(store, a).await?;
     let store_before = trainer.loader.store().metrics().snapshot();
     let mut runs = Vec::new();
     for epoch in 0..a.epochs {
         trainer.live.set_epoch(epoch);
-        let run = trainer.epoch(epoch, expected).await?;
+        let run = trainer.epoch(epoch, expected, &mut ckpt).await?;
         if !a.json {
             print_epoch(&mut std::io::stdout().lock(), &run)?;
         }
@@ -272,7 +301,36 @@ async fn train(
     let mut log = assemble(store, a, uri, trainer, &runs);
     log.requests = requests(&store_before.requests, &after.requests);
     log.cost_usd = (after.cost.total_usd - store_before.cost.total_usd).max(0.0);
+    if let Some(ckpt) = ckpt {
+        let ckpt = ckpt.finish().await?;
+        for (i, t) in ckpt.times.iter().enumerate() {
+            log.numbered.insert(format!("t_ckpt_{}", i + 1), *t);
+        }
+        if !ckpt.times.is_empty() {
+            let mean = ckpt.times.iter().sum::<f64>() / ckpt.times.len() as f64;
+            log.numbered.insert("t_ckpt_ave".to_owned(), mean);
+        }
+        log.ckpt = Some(ckpt);
+    }
     Ok(log)
+}
+
+/// The run's checkpoints, with `--ckpt-steps`.
+async fn checkpointer(
+    store: &StoreArgs,
+    a: &BenchArgs,
+) -> anyhow::Result<Option<ckpt::Checkpointer>> {
+    let (Some(to), true) = (&a.ckpt_to, a.ckpt_steps > 0) else {
+        return Ok(None);
+    };
+    let target = crate::ckpt::open_prefix(store, to, a.ckpt_transfer.config(store))?;
+    crate::ckpt::create_local_bucket(store, &target).await?;
+    Ok(Some(ckpt::Checkpointer::new(
+        target,
+        a.ckpt_size,
+        a.ckpt_steps,
+        a.async_ckpt,
+    )?))
 }
 
 fn assemble(
@@ -350,7 +408,7 @@ fn assemble(
             image_size: a.image_size,
             decode: trainer.decoder.is_some(),
             decode_threads: trainer.decoder.map(Decoder::threads),
-            compute_ms: trainer.compute.as_secs_f64() * 1e3,
+            compute_ms: trainer.compute_ms,
             concurrency: store.concurrency.unwrap_or(DEFAULT_CONCURRENCY),
             seed: a.loader.seed,
             rank: a.loader.rank,

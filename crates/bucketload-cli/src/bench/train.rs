@@ -16,6 +16,7 @@ use bucketload::loader::{Loader, LoaderStats, Sample};
 use futures::TryStreamExt;
 use tokio::sync::mpsc;
 
+use super::ckpt::Checkpointer;
 use super::log::{EpochLog, StageSeconds, WaitPercentiles};
 use super::prom::Live;
 use crate::decode::Decoder;
@@ -46,6 +47,8 @@ pub struct Trainer<'a> {
     pub batch_size: usize,
     pub drop_last: bool,
     pub compute: Duration,
+    /// `compute` as asked for, milliseconds (for the log).
+    pub compute_ms: f64,
     pub live: Arc<Live>,
 }
 
@@ -56,13 +59,20 @@ pub struct EpochRun {
     pub waits: Vec<f64>,
     /// Emulated compute, seconds.
     pub compute_s: f64,
+    /// Seconds the steps stalled for checkpoints.
+    pub ckpt_s: f64,
     pub fetch: StageSeconds,
     pub decode: StageSeconds,
 }
 
 impl Trainer<'_> {
     /// Runs epoch `epoch`; `expected` samples size the progress bar.
-    pub async fn epoch(&self, epoch: u64, expected: u64) -> anyhow::Result<EpochRun> {
+    pub async fn epoch(
+        &self,
+        epoch: u64,
+        expected: u64,
+        ckpt: &mut Option<Checkpointer>,
+    ) -> anyhow::Result<EpochRun> {
         let before = self.loader.stats();
         let decode_before = self.decoder.map(Decoder::busy_s);
         let bar = Arc::new(Bar::new(&format!("epoch {epoch}")));
@@ -77,6 +87,7 @@ impl Trainer<'_> {
             },
             waits: Vec::new(),
             compute_s: 0.0,
+            ckpt_s: 0.0,
             fetch: StageSeconds::default(),
             decode: StageSeconds::default(),
         };
@@ -96,6 +107,9 @@ impl Trainer<'_> {
             bar.advance(images, 0);
             self.live
                 .step(images, wait, self.compute, &self.loader.stats());
+            if let Some(ckpt) = ckpt.as_mut() {
+                run.ckpt_s += ckpt.after_step().await?;
+            }
         }
         drop(rx);
         let skipped = producer.await.context("the loader task panicked")??;
@@ -117,6 +131,7 @@ impl Trainer<'_> {
         let log = &mut run.log;
         log.seconds = seconds;
         log.skipped = skipped;
+        log.ckpt_s = run.ckpt_s;
         log.bytes = after.bytes - before.bytes;
         log.samples_per_second = per_s(log.samples as f64, seconds);
         log.accelerator_utilization = per_s(run.compute_s, seconds).min(1.0);
