@@ -69,3 +69,47 @@ fn the_demo_runs_every_step_and_draws_the_report() {
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("notes.txt"));
 }
+
+mod common;
+
+#[test]
+fn the_demo_runs_against_an_existing_store_with_bucket() {
+    let fx = common::Fixture::start();
+    let out = fx.work_path("demo-real");
+    let endpoint = fx.endpoint();
+    let run = fx.run(&[
+        "demo",
+        "--bucket",
+        "demo-real",
+        "--endpoint",
+        &endpoint,
+        "--samples",
+        "24",
+        "--size",
+        "4KB",
+        "--classes",
+        "2",
+        "--epochs",
+        "1",
+        "--ckpt-size",
+        "6MiB",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert!(!run.stdout.contains("embedded S3 server"), "{}", run.stdout);
+    // The dataset and its shards are in the bucket, under bucketload-demo/.
+    let ls = fx
+        .run(&["ls", "s3://demo-real/bucketload-demo/", "--summarize"])
+        .ok();
+    assert!(ls.stdout.contains("train"), "{}", ls.stdout);
+    let log: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("logs").join("shards.json")).unwrap())
+            .unwrap();
+    assert_eq!(log["samples_processed_total"], 24);
+    assert_eq!(
+        log["config"]["dataset"],
+        "s3://demo-real/bucketload-demo/train-shards"
+    );
+    assert!(out.join("report").join("index.html").is_file());
+}
