@@ -9,6 +9,7 @@ use anyhow::Context;
 use bucketload::dataset::Progress;
 use bucketload::loader::{
     CacheBuilder, DEFAULT_CONCURRENCY, Delivery, Format, Loader, LoaderConfig, LoaderStats,
+    PrefetchConfig,
 };
 use bucketload::source::{Order, Partition, Remainder};
 use clap::{Args, ValueEnum};
@@ -77,6 +78,9 @@ pub struct LoaderArgs {
     /// Bytes of fetched samples held in memory at most, e.g. 1GiB [default: 1GiB]
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub memory_budget: Option<u64>,
+    /// Bytes each shard stream requests ahead of the parser at most [default: 64MiB]
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub max_window: Option<u64>,
     /// Deliver samples in the source's exact order rather than as they complete
     #[arg(long)]
     pub strict_order: bool,
@@ -212,6 +216,12 @@ pub fn loader_config(
     }
     if let Some(n) = a.shards_in_flight {
         builder = builder.with_shards_in_flight(n);
+    }
+    if let Some(window) = a.max_window {
+        let prefetch = PrefetchConfig::default()
+            .with_max_window(window)
+            .with_part_size(window.min(PrefetchConfig::default().part_size));
+        builder = builder.with_prefetch(prefetch);
     }
     if let Some(dir) = &a.cache {
         let size = a.cache_size.unwrap_or(DEFAULT_CACHE_SIZE);
