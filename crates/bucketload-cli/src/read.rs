@@ -218,7 +218,7 @@ pub fn loader_config(
         builder = builder.with_shards_in_flight(n);
     }
     if let Some(window) = a.max_window {
-        let prefetch = PrefetchConfig::default()
+        let prefetch = PrefetchConfig::for_streams()
             .with_max_window(window)
             .with_part_size(window.min(PrefetchConfig::default().part_size));
         builder = builder.with_prefetch(prefetch);

@@ -154,7 +154,7 @@ impl LoaderBuilder {
                 format: Format::Auto,
                 concurrency: DEFAULT_CONCURRENCY,
                 shards_in_flight: DEFAULT_SHARDS_IN_FLIGHT,
-                prefetch: PrefetchConfig::default(),
+                prefetch: PrefetchConfig::for_streams(),
                 epochs: 1,
                 order: Order::shuffled(0),
                 partition: Partition::single(),

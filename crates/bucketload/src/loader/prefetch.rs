@@ -12,6 +12,9 @@
 //!   a request is drained, the room left in the window is filled with new requests of at most
 //!   `part_size` bytes. With the defaults (1 MiB, 8 MiB, 64 MiB) a 64 MiB range is read as 1,
 //!   2, 4, 8, 8, 8, 8, 8, 8, 8 and 1 MiB GETs, up to eight in flight at once.
+//!   [`PrefetchConfig::for_streams`] (the loader's shard streams, which read whole shards) starts
+//!   with an 8 MiB window — the 1 MiB first request and 7 MiB beside it — and grows it 8× per
+//!   window drained, reaching 64 MiB after two round trips instead of six.
 //! - **Tasks.** Each request runs on its own Tokio task and sends its body chunks over an
 //!   unbounded channel, so the GETs in flight make progress while the consumer parses; the
 //!   channel of one request never holds more than that request's bytes.
@@ -52,6 +55,13 @@ const DEFAULT_FIRST_REQUEST: u64 = 1 << 20;
 const DEFAULT_PART_SIZE: u64 = 8 << 20;
 /// 64 MiB: eight 8 MiB parts in flight keep ~10 Gb/s busy at 50 ms first-byte latency.
 const DEFAULT_MAX_WINDOW: u64 = 64 << 20;
+/// Shard streams read whole shards: their window grows 8× per window drained.
+const STREAM_GROWTH: u64 = 8;
+/// Shard streams start with 8 MiB in flight (a 1 MiB first request and 7 MiB beside it), so
+/// their window reaches 64 MiB after one round trip.
+const STREAM_INITIAL_WINDOW: u64 = 8 << 20;
+/// The window doubles: it never exceeds twice the bytes consumed.
+const DEFAULT_GROWTH: u64 = 2;
 /// 5 re-requests: rides out a flaky connection without hiding a server that always fails.
 const DEFAULT_MAX_RETRIES: u32 = 5;
 /// First pause before requesting a broken body again; doubles per attempt.
@@ -70,6 +80,15 @@ pub struct PrefetchConfig {
     pub max_window: u64,
     /// Re-requests of a range whose body failed mid-way, per request. Default: 5.
     pub max_retries: u32,
+    /// The window before anything is consumed; the first request is still `first_request`,
+    /// the rest of this window is requested beside it at once. Default: `first_request` (one
+    /// small request, then growth).
+    pub initial_window: Option<u64>,
+    /// Factor the window grows by each time the consumer drains a window's worth. Default: 2
+    /// (the window never exceeds twice the bytes consumed, so a short read over-reads little);
+    /// the loader's shard streams, which read whole shards, use 4 to reach full speed in half
+    /// the round trips.
+    pub growth: u64,
 }
 
 impl Default for PrefetchConfig {
@@ -79,11 +98,27 @@ impl Default for PrefetchConfig {
             part_size: DEFAULT_PART_SIZE,
             max_window: DEFAULT_MAX_WINDOW,
             max_retries: DEFAULT_MAX_RETRIES,
+            initial_window: None,
+            growth: DEFAULT_GROWTH,
         }
     }
 }
 
 impl PrefetchConfig {
+    /// The loader's default for shard streams, which read whole shards front to back: the
+    /// defaults with the window growing 4× per window drained.
+    pub fn for_streams() -> PrefetchConfig {
+        PrefetchConfig::default()
+            .with_growth(STREAM_GROWTH)
+            .with_initial_window(STREAM_INITIAL_WINDOW)
+    }
+
+    /// Sets the window before anything is consumed (default: `first_request`).
+    pub fn with_initial_window(mut self, bytes: u64) -> Self {
+        self.initial_window = Some(bytes);
+        self
+    }
+
     /// Sets the size of the first GET (default 1 MiB).
     pub fn with_first_request(mut self, bytes: u64) -> Self {
         self.first_request = bytes;
@@ -93,6 +128,12 @@ impl PrefetchConfig {
     /// Sets the largest single GET (default 8 MiB).
     pub fn with_part_size(mut self, bytes: u64) -> Self {
         self.part_size = bytes;
+        self
+    }
+
+    /// Sets the window's growth factor (default 2, at least 2).
+    pub fn with_growth(mut self, factor: u64) -> Self {
+        self.growth = factor;
         self
     }
 
@@ -253,6 +294,9 @@ struct Window {
     drained: u64,
     part_size: u64,
     max: u64,
+    growth: u64,
+    /// The first request's size, until it is issued.
+    first: Option<u64>,
 }
 
 impl Window {
@@ -261,10 +305,16 @@ impl Window {
             next: range.start,
             consumed: range.start,
             end: range.end.max(range.start),
-            size: config.first_request.min(config.max_window),
+            size: config
+                .initial_window
+                .unwrap_or(config.first_request)
+                .max(config.first_request)
+                .min(config.max_window),
             drained: 0,
             part_size: config.part_size,
             max: config.max_window,
+            growth: config.growth.max(2),
+            first: Some(config.first_request),
         }
     }
 
@@ -276,10 +326,12 @@ impl Window {
     /// The next request that fits in the window, if any; marks it requested.
     fn next_request(&mut self) -> Option<Range<u64>> {
         let room = self.size.saturating_sub(self.ahead());
-        let size = room.min(self.part_size).min(self.end - self.next);
+        let limit = self.first.unwrap_or(self.part_size).min(self.part_size);
+        let size = room.min(limit).min(self.end - self.next);
         if size == 0 {
             return None;
         }
+        self.first = None;
         let range = self.next..self.next + size;
         self.next = range.end;
         Some(range)
@@ -293,7 +345,7 @@ impl Window {
             return 0;
         }
         self.drained = 0;
-        let grown = self.size.saturating_mul(2).min(self.max);
+        let grown = self.size.saturating_mul(self.growth).min(self.max);
         let delta = grown - self.size;
         self.size = grown;
         delta
@@ -628,7 +680,11 @@ mod tests {
             assert!(w.ahead() <= w.size, "never more than the window ahead");
             assert!(w.size <= config.max_window);
             let consumed = w.consumed - range.start;
-            assert!(w.size <= config.first_request.max(2 * consumed), "{w:?}");
+            let start_window = config.initial_window.unwrap_or(0).max(config.first_request);
+            assert!(
+                w.size <= start_window.max(config.growth.max(2) * consumed),
+                "{w:?}"
+            );
         }
     }
 
@@ -646,11 +702,15 @@ mod tests {
             extra in 0u64..64 << 20,
             start in 0u64..1 << 20,
             len in 0u64..256 << 20,
+            growth in 2u64..9,
+            initial in 0u64..16 << 20,
         ) {
             let config = PrefetchConfig::default()
                 .with_first_request(first)
                 .with_part_size(part.max(first / 64))
-                .with_max_window(first + extra);
+                .with_max_window(first + extra)
+                .with_growth(growth)
+                .with_initial_window(initial);
             let issued = simulate(config, start..start + len);
             let mut next = start;
             for r in &issued {
@@ -675,6 +735,10 @@ mod tests {
             .with_part_size(4 * mib)
             .with_max_window(4 * mib);
         assert_eq!(sequence(flat, 10 * mib), [4, 4, 2]);
+        // Shard streams: a 1 MiB first request with 7 MiB beside it (the first one drained
+        // refills the 8 MiB window), then the 64 MiB window once 8 MiB are drained.
+        let streams = sequence(PrefetchConfig::for_streams(), 64 * mib);
+        assert_eq!(streams, [1, 7, 1, 8, 8, 8, 8, 8, 8, 7]);
     }
 
     #[test]
