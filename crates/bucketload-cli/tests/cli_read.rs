@@ -52,6 +52,50 @@ fn files_are_read_every_epoch_and_the_second_from_the_cache() {
 }
 
 #[test]
+fn streamed_shards_come_from_the_cache_in_epoch_two() {
+    let fx = Fixture::start();
+    fx.generate("s3://read-shard-cache/src", 40, 4, "20KB");
+    let shard = [
+        "shard",
+        "s3://read-shard-cache/src",
+        "s3://read-shard-cache/wds",
+        "--samples-per-shard",
+        "10",
+    ];
+    fx.run(&shard).ok();
+    let cache = fx.work_path("cache");
+    let args = [
+        "s3://read-shard-cache/wds",
+        "--format",
+        "shards",
+        "--epochs",
+        "2",
+        "--cache",
+        cache.to_str().unwrap(),
+    ];
+    let gets = fx.server().counters().get("GetObject");
+    let report = read_json(&fx, &args);
+    let (first, second) = (epoch(&report, 0), epoch(&report, 1));
+    assert_eq!(first["samples"], 40);
+    assert_eq!(second["samples"], 40);
+    assert_eq!(first["bytes"], second["bytes"]);
+    let first_gets = first["shard_ranged_get"].as_u64().unwrap();
+    assert!(first_gets >= 4, "{report:#}");
+    assert_eq!(
+        first["cache_misses"], first_gets,
+        "one entry per ranged GET"
+    );
+    assert_eq!(second["cache_hits"], first_gets, "{report:#}");
+    assert_eq!(second["cache_misses"], 0);
+    // The server saw the first epoch's GETs only (and the catalog's reads).
+    let served = fx.server().counters().get("GetObject") - gets;
+    assert!(
+        served <= first_gets + 2,
+        "epoch 2 went to the store: {served} GETs"
+    );
+}
+
+#[test]
 fn shards_are_streamed_or_indexed() {
     let fx = Fixture::start();
     fx.generate("s3://read-shards/src", 40, 4, "2KB");

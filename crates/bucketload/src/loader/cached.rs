@@ -74,3 +74,37 @@ impl CacheUse {
         None
     }
 }
+
+/// A streamed shard's blocks in the cache: each ranged GET of its prefetcher is one entry (the
+/// range is part of the key), looked up before the GET and stored after it. The prefetcher's
+/// requests are the same every epoch for the same span, so epoch 2 finds every block.
+/// Validated by the shard's size (and the cache's checksum of every entry).
+#[derive(Debug, Clone)]
+pub(crate) struct Blocks {
+    pub(crate) inner: Arc<super::Inner>,
+    pub(crate) key: String,
+    pub(crate) version: ObjectVersion,
+}
+
+impl Blocks {
+    fn cache_key(&self, range: std::ops::Range<u64>) -> CacheKey {
+        CacheKey::new(self.inner.store_uri.clone(), self.key.clone()).with_range(range)
+    }
+
+    /// The cached bytes of `range`, counted as a hit or a miss.
+    pub(crate) async fn get(&self, range: std::ops::Range<u64>) -> Option<Bytes> {
+        let cache = self.inner.cache.as_ref()?;
+        let key = self.cache_key(range);
+        cache.get(&key, &self.version, &self.inner.counters).await
+    }
+
+    /// Stores the bytes of `range`.
+    pub(crate) async fn put(&self, range: std::ops::Range<u64>, body: Bytes) {
+        if let Some(cache) = &self.inner.cache {
+            let key = self.cache_key(range);
+            cache
+                .insert(&key, &self.version, body, &self.inner.counters)
+                .await;
+        }
+    }
+}

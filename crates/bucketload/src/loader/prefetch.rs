@@ -46,6 +46,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::cached::Blocks;
 use crate::dataset::Location;
 use crate::error::{Error, Result};
 
@@ -241,10 +242,22 @@ pub fn read_range(
     config: PrefetchConfig,
     counters: Arc<PrefetchCounters>,
 ) -> BoxStream<'static, Result<Bytes>> {
+    read_range_with(location, key, range, config, counters, None)
+}
+
+/// [`read_range`] whose requests go through the loader's disk cache when `blocks` is given.
+pub(crate) fn read_range_with(
+    location: Location,
+    key: Path,
+    range: Range<u64>,
+    config: PrefetchConfig,
+    counters: Arc<PrefetchCounters>,
+    blocks: Option<Blocks>,
+) -> BoxStream<'static, Result<Bytes>> {
     if let Err(e) = config.validate() {
         return stream::once(async move { Err(e) }).boxed();
     }
-    let reader = Reader::new(location, key, range, config, counters);
+    let reader = Reader::new(location, key, range, config, counters, blocks);
     stream::unfold(reader, |mut reader| async move {
         let item = reader.next().await?;
         Some((item, reader))
@@ -260,6 +273,8 @@ struct Object {
     uri: String,
     max_retries: u32,
     counters: Arc<PrefetchCounters>,
+    /// The loader's cache of this object's requests, if any.
+    blocks: Option<Blocks>,
     /// The ETag of the first response, compared with every later one.
     etag: Mutex<Option<String>>,
 }
@@ -368,6 +383,7 @@ impl Reader {
         range: Range<u64>,
         config: PrefetchConfig,
         counters: Arc<PrefetchCounters>,
+        blocks: Option<Blocks>,
     ) -> Reader {
         let window = Window::new(range, &config);
         add(&counters.window, window.size);
@@ -377,6 +393,7 @@ impl Reader {
             key,
             max_retries: config.max_retries,
             counters,
+            blocks,
             etag: Mutex::new(None),
         };
         Reader {
@@ -487,6 +504,44 @@ async fn fetch_part(
     range: Range<u64>,
     tx: mpsc::UnboundedSender<Result<Bytes>>,
 ) {
+    if let Some(blocks) = &object.blocks {
+        if let Some(bytes) = blocks.get(range.clone()).await {
+            let _ = tx.send(Ok(bytes));
+            return;
+        }
+        // Sent on to the consumer and kept, to be cached once the range is whole.
+        let (tee, mut kept) = mpsc::unbounded_channel::<Result<Bytes>>();
+        let forward = async {
+            let mut body = bytes::BytesMut::new();
+            let mut ok = true;
+            while let Some(item) = kept.recv().await {
+                match &item {
+                    Ok(chunk) => body.extend_from_slice(chunk),
+                    Err(_) => ok = false,
+                }
+                if tx.send(item).is_err() {
+                    ok = false;
+                }
+            }
+            (ok, body.freeze())
+        };
+        let ((ok, body), ()) = tokio::join!(forward, fetch_uncached(&object, &range, tee));
+        if ok && body.len() as u64 == range.end - range.start {
+            blocks.put(range, body).await;
+        }
+        return;
+    }
+    fetch_uncached(&object, &range, tx).await;
+}
+
+/// [`fetch_part`] from the store.
+async fn fetch_uncached(
+    object: &Arc<Object>,
+    range: &Range<u64>,
+    tx: mpsc::UnboundedSender<Result<Bytes>>,
+) {
+    let object = Arc::clone(object);
+    let range = range.clone();
     let mut pos = range.start;
     let mut attempts = 0u32;
     loop {

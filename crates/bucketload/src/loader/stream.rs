@@ -39,7 +39,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::{self, BoxStream};
 
-use super::prefetch::{PrefetchConfig, PrefetchCounters, read_range};
+use super::prefetch::{PrefetchConfig, PrefetchCounters};
 use crate::dataset::Location;
 use crate::error::{Error, Result};
 
@@ -96,6 +96,19 @@ pub fn shard_samples(
     config: PrefetchConfig,
     counters: Arc<PrefetchCounters>,
 ) -> BoxStream<'static, Result<ShardSample>> {
+    shard_samples_with(location, key, span, config, counters, None)
+}
+
+/// [`shard_samples`] whose ranged GETs go through the loader's disk cache when `blocks` is
+/// given.
+pub(crate) fn shard_samples_with(
+    location: Location,
+    key: Path,
+    span: ShardSpan,
+    config: PrefetchConfig,
+    counters: Arc<PrefetchCounters>,
+    blocks: Option<super::cached::Blocks>,
+) -> BoxStream<'static, Result<ShardSample>> {
     let uri = location.uri_of(&key);
     if span.offset > span.size {
         let e = Error::invalid_input(format!(
@@ -107,7 +120,8 @@ pub fn shard_samples(
     if span.count == Some(0) {
         return stream::empty().boxed();
     }
-    let bytes = read_range(location, key, span.offset..span.size, config, counters);
+    let range = span.offset..span.size;
+    let bytes = super::prefetch::read_range_with(location, key, range, config, counters, blocks);
     let state = Samples::new(uri, span, bytes);
     stream::unfold(state, |mut state| async move {
         let item = state.next().await?;

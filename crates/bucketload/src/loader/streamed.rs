@@ -21,11 +21,13 @@ use futures::StreamExt;
 use futures::stream::{self, BoxStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
-use super::stream::{ShardSample, ShardSpan, shard_samples};
+use super::cached::Blocks;
+use super::stream::{ShardSample, ShardSpan, shard_samples_with};
 use super::{Inner, Item, Sample};
 use crate::dataset::read_index;
 use crate::source::{SampleRef, WorkItem, WorkerIter};
 use crate::{Error, Result};
+use bucketload_cache::ObjectVersion;
 
 /// Most samples a shard task may read ahead of the consumer; its byte share of the memory
 /// budget is the real bound.
@@ -158,7 +160,7 @@ fn spawn_span(inner: Arc<Inner>, item: WorkItem) -> BoxStream<'static, Result<Sh
 }
 
 async fn open_span(
-    inner: &Inner,
+    inner: &Arc<Inner>,
     item: &WorkItem,
 ) -> Result<BoxStream<'static, Result<ShardSample>>> {
     let number = usize::try_from(item.shard).unwrap_or(usize::MAX);
@@ -176,12 +178,18 @@ async fn open_span(
         offset,
     };
     let counters = inner.prefetch.clone();
-    let stream = shard_samples(
+    let blocks = inner.cache.as_ref().map(|_| Blocks {
+        inner: Arc::clone(inner),
+        key: shard.key.to_string(),
+        version: ObjectVersion::size_only(shard.size),
+    });
+    let stream = shard_samples_with(
         inner.location.clone(),
         shard.key.clone(),
         span,
         inner.config.prefetch,
         counters,
+        blocks,
     );
     Ok(stream)
 }
