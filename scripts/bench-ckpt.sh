@@ -19,14 +19,9 @@ out="$(realpath -m "${OUT:-bench-ckpt-out}")"
 cargo build --release --locked -p bucketload-cli
 bin="${CARGO_TARGET_DIR:-$PWD/target}/release/bucketload"
 python="$(benchmarks/peers/setup.sh | tail -n 1)"
-work="$(mktemp -d)"
+. scripts/bench-lib.sh
 root="${SERVER_ROOT:-$work/root}"
 mkdir -p "$root"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
-load() { cut -d' ' -f1-3 /proc/loadavg; }
 
 export AWS_ACCESS_KEY_ID=bucketload AWS_SECRET_ACCESS_KEY=bucketload-dev-secret AWS_REGION=us-east-1
 export AWS_ENDPOINT_URL="http://127.0.0.1:$port"
@@ -34,7 +29,7 @@ export AWS_ENDPOINT_URL="http://127.0.0.1:$port"
 wait_port "$port"
 rm -rf "$out/logs"
 mkdir -p "$out/logs"
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr); load $(load)"
+echo "machine: $(machine)"
 echo "server: bucketload serve at $AWS_ENDPOINT_URL, root $root ($(df -T "$root" | awk 'NR==2{print $2}')); checkpoints of $size, $runs runs x $rounds rounds"
 for round in $(seq "$rounds"); do
     echo "== round $round: bucketload ckpt-bench (load $(load))"

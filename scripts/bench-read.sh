@@ -30,12 +30,7 @@ bin="${CARGO_TARGET_DIR:-$PWD/target}/release/bucketload"
 python=""
 [ "$peers" = 1 ] && python="$(benchmarks/peers/setup.sh | tail -n 1)"
 
-work="$(mktemp -d)"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
-load() { cut -d' ' -f1-3 /proc/loadavg; }
+. scripts/bench-lib.sh
 
 export AWS_ACCESS_KEY_ID=bucketload AWS_SECRET_ACCESS_KEY=bucketload-dev-secret AWS_REGION=us-east-1
 fast="http://127.0.0.1:$port0"   # no latency
@@ -50,7 +45,7 @@ AWS_ENDPOINT_URL="$fast" "$bin" shard s3://bench/train s3://bench-shards/train -
 "$bin" serve --root "$work/root" --addr "127.0.0.1:$port1" --latency "$latency" >"$work/serve1.log" 2>&1 & pids+=($!)
 wait_port "$port1"
 
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr); load $(load)"
+echo "machine: $(machine)"
 echo "dataset: $samples samples of $size in s3://bench/train; shards of $shard_size in s3://bench-shards/train"
 echo "servers: bucketload serve at $slow (--latency $latency) and $fast (no latency)"
 

@@ -13,12 +13,7 @@ bin=target/release/bucketload
 loadgen=target/release/examples/loadgen
 runs="${RUNS:-3}"
 
-work="$(mktemp -d)"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-
-wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+. scripts/bench-lib.sh
 
 "$bin" serve --root "$work/plain" --addr 127.0.0.1:9301 >/dev/null 2>&1 & pids+=($!); plain=$!
 "$bin" serve --root "$work/wan" --addr 127.0.0.1:9302 --latency 50ms >/dev/null 2>&1 & pids+=($!); wan=$!
@@ -29,7 +24,7 @@ for p in 9301 9302; do
         .venv/bin/aws --endpoint-url "http://127.0.0.1:$p" s3 mb s3://bench >/dev/null
 done
 
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/{print $2}') GiB; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "machine: $(machine)"
 for run in $(seq "$runs"); do
     echo "== run $run"
     echo "-- embedded, 100 KB GETs, 64 in flight, no latency"

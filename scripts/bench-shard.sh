@@ -12,11 +12,7 @@ runs="${RUNS:-3}"
 samples="${SAMPLES:-10000}"
 latency="${LATENCY:-50ms}"
 
-work="$(mktemp -d)"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+. scripts/bench-lib.sh
 
 export AWS_ACCESS_KEY_ID=bucketload AWS_SECRET_ACCESS_KEY=bucketload-dev-secret AWS_DEFAULT_REGION=us-east-1
 export AWS_REGION=us-east-1 AWS_ENDPOINT_URL=http://127.0.0.1:9311
@@ -28,7 +24,7 @@ kill "${pids[0]}"; wait "${pids[0]}" 2>/dev/null || true; pids=()
 "$bin" serve --root "$work/root" --addr 127.0.0.1:9311 --latency "$latency" >/dev/null 2>&1 & pids+=($!)
 wait_port 9311
 
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/{print $2}') GiB; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "machine: $(machine)"
 echo "dataset: $samples x 100 KB, server latency $latency"
 for run in $(seq "$runs"); do
     echo "== run $run"

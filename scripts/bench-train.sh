@@ -29,12 +29,7 @@ bin="${CARGO_TARGET_DIR:-$PWD/target}/release/bucketload"
 python=""
 [ "$peers" = 1 ] && python="$(benchmarks/peers/setup.sh | tail -n 1)"
 
-work="$(mktemp -d)"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
-load() { cut -d' ' -f1-3 /proc/loadavg; }
+. scripts/bench-lib.sh
 
 export AWS_ACCESS_KEY_ID=bucketload AWS_SECRET_ACCESS_KEY=bucketload-dev-secret AWS_REGION=us-east-1
 export AWS_ENDPOINT_URL="http://127.0.0.1:$port"
@@ -45,7 +40,7 @@ wait_port "$port"
 rm -rf "$out/logs" "$out/cache"
 mkdir -p "$out/logs"
 
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr); load $(load)"
+echo "machine: $(machine)"
 echo "dataset: $samples samples of $size; shards of $shard_size; server latency $latency; $epochs epochs, compute $compute ms per batch"
 
 bench() {  # bench NAME ARGS...

@@ -17,19 +17,14 @@ port="${PORT:-9311}"
 cargo build --release --locked -p bucketload-cli
 bin="$PWD/target/release/bucketload"
 
-work="$(mktemp -d)"
-server=""
-cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+. scripts/bench-lib.sh
 
-"$bin" serve --root "$work/root" --addr "127.0.0.1:$port" --latency 50ms >"$work/serve.log" 2>&1 &
-server=$!
+"$bin" serve --root "$work/root" --addr "127.0.0.1:$port" --latency 50ms >"$work/serve.log" 2>&1 & pids+=($!)
 wait_port "$port"
 export AWS_ENDPOINT_URL="http://127.0.0.1:$port" AWS_ACCESS_KEY_ID=bucketload \
     AWS_SECRET_ACCESS_KEY=bucketload-dev-secret AWS_REGION=us-east-1
 
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/{print $2}') GiB; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "machine: $(machine)"
 echo "server: bucketload serve --latency 50ms; dataset: $samples samples of $size, shards of $shard_size"
 "$bin" gen s3://bench-files/train --samples "$samples" --classes 10 --size "$size" >/dev/null
 "$bin" manifest s3://bench-files/train >/dev/null

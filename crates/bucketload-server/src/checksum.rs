@@ -7,6 +7,20 @@ use s3s::crypto::{Crc32, Crc32c, Crc64Nvme, Sha1, Sha256};
 use s3s::dto::Checksum;
 use s3s::{S3Result, s3_error};
 
+/// The checksums a request declared, in the order crc32, crc32c, crc64nvme, sha1, sha256 (the
+/// fields of PutObject and UploadPart).
+pub(crate) fn declared(sums: [Option<String>; 5]) -> Checksum {
+    let [crc32, crc32c, crc64nvme, sha1, sha256] = sums;
+    Checksum {
+        checksum_crc32: crc32,
+        checksum_crc32c: crc32c,
+        checksum_crc64nvme: crc64nvme,
+        checksum_sha1: sha1,
+        checksum_sha256: sha256,
+        ..Default::default()
+    }
+}
+
 /// A hasher for every algorithm `declared` names; `None` when it names none.
 pub(crate) fn hasher_for(declared: &Checksum) -> Option<ChecksumHasher> {
     let d = declared;

@@ -316,14 +316,13 @@ impl S3 for Backend {
             s.bucket_dir(&check.0).map(|_| ())
         })
         .await?;
-        let declared = Checksum {
-            checksum_crc32: input.checksum_crc32,
-            checksum_crc32c: input.checksum_crc32c,
-            checksum_crc64nvme: input.checksum_crc64nvme,
-            checksum_sha1: input.checksum_sha1,
-            checksum_sha256: input.checksum_sha256,
-            ..Default::default()
-        };
+        let declared = checksum::declared([
+            input.checksum_crc32,
+            input.checksum_crc32c,
+            input.checksum_crc64nvme,
+            input.checksum_sha1,
+            input.checksum_sha256,
+        ]);
         let (temp, sums) = self.receive(input.body, declared).await?;
         let attrs = attrs(input.content_type, input.metadata);
         let meta = self
@@ -512,14 +511,13 @@ impl S3 for Backend {
         let ids = (bucket.clone(), key.clone(), id.clone());
         self.blocking(move |s| s.check_upload(&ids.0, &ids.1, &ids.2, part))
             .await?;
-        let declared = Checksum {
-            checksum_crc32: input.checksum_crc32,
-            checksum_crc32c: input.checksum_crc32c,
-            checksum_crc64nvme: input.checksum_crc64nvme,
-            checksum_sha1: input.checksum_sha1,
-            checksum_sha256: input.checksum_sha256,
-            ..Default::default()
-        };
+        let declared = checksum::declared([
+            input.checksum_crc32,
+            input.checksum_crc32c,
+            input.checksum_crc64nvme,
+            input.checksum_sha1,
+            input.checksum_sha256,
+        ]);
         let (temp, sums) = self.receive(input.body, declared).await?;
         let info = self
             .blocking(move |s| s.commit_part(&bucket, &key, &id, part, temp))

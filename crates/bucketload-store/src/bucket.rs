@@ -83,11 +83,24 @@ pub(crate) fn signed(
 /// Sends CreateBucket; Ok if created or already ours.
 pub(crate) async fn create(store: &Store, client: &HttpClient) -> Result<(), Error> {
     let bucket_uri = store.uri().root().trim_end_matches('/').to_owned();
+    let (status, text) = execute(store, client, request(store)?, &bucket_uri).await?;
+    tracing::debug!(bucket = %bucket_uri, %status, "create bucket");
+    classify(status, &text, &bucket_uri)
+}
+
+/// Sends `request`; the answer's status and body text. `uri` names the object or bucket in
+/// the error when the endpoint cannot be reached.
+pub(crate) async fn execute(
+    store: &Store,
+    client: &HttpClient,
+    request: HttpRequest,
+    uri: &str,
+) -> Result<(StatusCode, String), Error> {
     let response = client
-        .execute(request(store)?)
+        .execute(request)
         .await
         .map_err(|e| Error::Unreachable {
-            uri: bucket_uri.clone(),
+            uri: uri.to_owned(),
             endpoint: bucket_url(store),
             source: Box::new(e),
         })?;
@@ -96,8 +109,7 @@ pub(crate) async fn create(store: &Store, client: &HttpClient) -> Result<(), Err
         Ok(b) => String::from_utf8_lossy(&b).into_owned(),
         Err(_) => String::new(),
     };
-    tracing::debug!(bucket = %bucket_uri, %status, "create bucket");
-    classify(status, &text, &bucket_uri)
+    Ok((status, text))
 }
 
 fn classify(status: StatusCode, body: &str, bucket_uri: &str) -> Result<(), Error> {

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use http::Method;
 use serde::Deserialize;
 
-use crate::bucket::{bucket_url, signed};
+use crate::bucket::{bucket_url, execute, signed};
 use crate::{Error, Scheme, Store};
 
 /// Pages of ListMultipartUploads fetched at most (1,000 uploads each).
@@ -151,19 +151,7 @@ impl Store {
         key: &str,
     ) -> Result<String, Error> {
         let uri = self.uri().join(key);
-        let response = client
-            .execute(request)
-            .await
-            .map_err(|e| Error::Unreachable {
-                uri: uri.clone(),
-                endpoint: bucket_url(self),
-                source: Box::new(e),
-            })?;
-        let status = response.status();
-        let text = match response.into_body().bytes().await {
-            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-            Err(_) => String::new(),
-        };
+        let (status, text) = execute(self, client, request, &uri).await?;
         if status.is_success() {
             return Ok(text);
         }

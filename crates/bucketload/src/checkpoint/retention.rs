@@ -10,9 +10,9 @@ use std::time::{Duration, SystemTime};
 use bucketload_store::object_store::{ObjectStore, ObjectStoreExt};
 use futures::TryStreamExt;
 
-use super::local::{PARTIAL_MARK, io_error};
+use super::local::{PARTIAL_MARK, blocking, io_error};
 use super::{Checkpoints, Target};
-use crate::{Error, Result};
+use crate::Result;
 
 /// One checkpoint of a prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -246,14 +246,6 @@ fn walk(root: &Path, dir: &Path, f: &mut dyn FnMut(&str, &std::fs::Metadata)) ->
         }
     }
     Ok(())
-}
-
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::Task {
-            reason: e.to_string(),
-        })?
 }
 
 #[cfg(test)]
