@@ -20,6 +20,9 @@ pub struct IndexArgs {
     /// Shards read at the same time
     #[arg(long, default_value_t = 4, value_name = "N")]
     shards_in_flight: usize,
+    /// Also record each shard's MD5 (as `md5sum` prints it); CRC32C is always recorded
+    #[arg(long)]
+    md5: bool,
 }
 
 /// Flags of `manifest`.
@@ -55,6 +58,7 @@ pub async fn index(args: &StoreArgs, a: IndexArgs) -> anyhow::Result<()> {
     let gets = (config.concurrency() / a.shards_in_flight.max(1)).clamp(1, 4);
     let options = IndexOptions::builder()
         .with_force(a.force)
+        .with_md5(a.md5)
         .with_shards_in_flight(a.shards_in_flight)
         .with_gets_per_shard(gets)
         .with_part_size(config.part_size())

@@ -128,6 +128,54 @@ fn shards_hold_every_sample_once_with_its_label_and_verify_clean() {
 }
 
 #[test]
+fn md5_is_recorded_on_request_and_verified_where_recorded() {
+    let fx = Fixture::start();
+    let src_uri = "s3://md5-src/train";
+    let dst_uri = "s3://md5-dst/train";
+    fx.generate(src_uri, 30, 2, "2KB");
+    let args = ["shard", src_uri, dst_uri, "--samples-per-shard", "10"];
+    fx.run(&args).ok();
+    let dst = fx.store(dst_uri);
+    let m = manifest(&fx, &dst);
+    assert!(m.shards.iter().all(|s| s.md5.is_empty()), "{m:?}");
+    let json = String::from_utf8(get(&fx, &dst, MANIFEST_PATH).unwrap().to_vec()).unwrap();
+    assert!(!json.contains("\"md5\""), "{json}");
+    let idx = |name: &str| ShardIndex::parse(name, &get(&fx, &dst, name).unwrap()).unwrap();
+    assert_eq!(idx("shard-000000.tar.idx").md5(), None);
+    fx.run(&["verify", dst_uri]).ok();
+
+    // Asking for MD5 later redoes the shards that lack it, and records the MD5 of their bytes.
+    let mut with_md5 = args.to_vec();
+    with_md5.push("--md5");
+    let run = fx.run(&with_md5).ok();
+    assert!(run.stdout.contains("wrote 3 of 3 shards"), "{run:#?}");
+    let m = manifest(&fx, &dst);
+    for shard in &m.shards {
+        use md5::{Digest, Md5};
+        let bytes = get(&fx, &dst, &shard.name).unwrap();
+        assert_eq!(
+            shard.md5,
+            hex::encode(Md5::digest(&bytes)),
+            "{}",
+            shard.name
+        );
+        let index = idx(&shard.index);
+        assert_eq!(index.md5().map(hex::encode), Some(shard.md5.clone()));
+    }
+    fx.run(&["verify", dst_uri]).ok();
+
+    // An index whose MD5 no longer matches the shard is reported, by shard and by checksum.
+    let mut index = idx("shard-000001.tar.idx");
+    index.shard_md5[0] ^= 0xff;
+    let bytes = index.to_bytes("shard-000001.tar.idx").unwrap();
+    put(&fx, &dst, "shard-000001.tar.idx", Bytes::from(bytes));
+    let run = fx.run(&["verify", dst_uri]);
+    assert_eq!(run.code, 6, "{run:#?}");
+    let line = format!("{dst_uri}/shard-000001.tar: checksum mismatch: MD5 ");
+    assert!(run.stdout.contains(&line), "{run:#?}");
+}
+
+#[test]
 fn a_failed_run_leaves_no_partial_shard_and_a_rerun_resumes() {
     let fx = Fixture::start();
     let src_uri = "s3://resume-src/train";

@@ -222,7 +222,7 @@ fn a_shards_manifest_names_missing_shards_and_shards_that_differ_from_it() {
     for (name, data) in &shards {
         put(&fx, &store, name, data);
     }
-    fx.run(&["index", uri]).ok();
+    fx.run(&["index", uri, "--md5"]).ok();
     let md5_of = |name: &str| {
         let index = ShardIndex::parse(name, &get(&fx, &store, &format!("{name}.idx"))).unwrap();
         index.shard_md5.iter().map(|b| format!("{b:02x}")).collect()

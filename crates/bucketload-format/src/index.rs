@@ -55,13 +55,19 @@ pub struct ShardIndex {
     pub shard_size: u64,
     /// CRC32C of the whole shard.
     pub shard_crc32c: u32,
-    /// MD5 of the whole shard.
+    /// MD5 of the whole shard; all zeros when it was not computed (`shard --md5` computes
+    /// it).
     pub shard_md5: [u8; 16],
     /// Samples in shard order.
     pub samples: Vec<IndexSample>,
 }
 
 impl ShardIndex {
+    /// The shard's MD5, if it was computed.
+    pub fn md5(&self) -> Option<[u8; 16]> {
+        (self.shard_md5 != [0; 16]).then_some(self.shard_md5)
+    }
+
     /// Number of members over all samples.
     pub fn member_count(&self) -> u64 {
         self.samples.iter().map(|s| s.members.len() as u64).sum()

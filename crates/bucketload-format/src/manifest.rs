@@ -74,7 +74,9 @@ pub struct ShardEntry {
     pub bytes: u64,
     /// CRC32C of the shard, 8 lowercase hex digits.
     pub crc32c: String,
-    /// MD5 of the shard, 32 lowercase hex digits.
+    /// MD5 of the shard, 32 lowercase hex digits; empty (absent from the JSON) when it was not
+    /// computed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub md5: String,
 }
 
@@ -92,7 +94,11 @@ impl ShardEntry {
             samples,
             bytes: summary.size,
             crc32c: format!("{:08x}", summary.crc32c),
-            md5: hex::encode(summary.md5),
+            md5: if summary.md5 == [0; 16] {
+                String::new()
+            } else {
+                hex::encode(summary.md5)
+            },
         }
     }
 }

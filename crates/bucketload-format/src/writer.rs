@@ -37,7 +37,7 @@ pub struct ShardSummary {
     pub size: u64,
     /// CRC32C (Castagnoli) of the whole shard.
     pub crc32c: u32,
-    /// MD5 of the whole shard (the ETag of a single-part upload).
+    /// MD5 of the whole shard (the ETag of a single-part upload); all zeros when not computed.
     pub md5: [u8; 16],
     /// Number of members written.
     pub members: u64,

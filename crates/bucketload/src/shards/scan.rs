@@ -1,6 +1,7 @@
 //! Streams one tar shard through the [`TarReader`] and builds its [`ShardIndex`].
 //!
-//! Bytes arrive from ranged GETs in order; each chunk updates the shard's CRC32C and MD5, is
+//! Bytes arrive from ranged GETs in order; each chunk updates the shard's CRC32C (and MD5 when
+//! asked for), is
 //! pushed to the reader and the reader is drained before the next chunk is awaited, so memory
 //! holds at most the GETs in flight plus one partial header. That CPU work runs on Tokio's
 //! blocking pool, one chunk at a time per shard, never on an async worker.
@@ -31,20 +32,20 @@ pub(crate) struct ShardScanner {
     builder: ShardIndexBuilder,
     open: Option<Open>,
     crc: u32,
-    md5: Md5,
+    md5: Option<Md5>,
     size: u64,
     members: u64,
 }
 
 impl ShardScanner {
-    /// A scanner for the shard `uri` (named in errors).
-    pub(crate) fn new(uri: impl Into<String>) -> ShardScanner {
+    /// A scanner for the shard `uri` (named in errors); `md5` also hashes the shard with MD5.
+    pub(crate) fn new(uri: impl Into<String>, md5: bool) -> ShardScanner {
         ShardScanner {
             reader: TarReader::new(uri),
             builder: ShardIndexBuilder::new(),
             open: None,
             crc: 0,
-            md5: Md5::new(),
+            md5: md5.then(Md5::new),
             size: 0,
             members: 0,
         }
@@ -53,7 +54,9 @@ impl ShardScanner {
     /// Feeds the next chunk of the shard and parses what it completes.
     pub(crate) fn push(&mut self, chunk: Bytes) -> Result<()> {
         self.crc = crc32c::crc32c_append(self.crc, &chunk);
-        self.md5.update(&chunk);
+        if let Some(md5) = self.md5.as_mut() {
+            md5.update(&chunk);
+        }
         self.size += chunk.len() as u64;
         self.reader.push(chunk);
         self.drain()
@@ -74,7 +77,7 @@ impl ShardScanner {
         let summary = ShardSummary {
             size: self.size,
             crc32c: self.crc,
-            md5: self.md5.finalize().into(),
+            md5: self.md5.map_or([0; 16], |m| m.finalize().into()),
             members: self.members,
         };
         Ok(self.builder.finish(&summary))
@@ -128,7 +131,7 @@ pub async fn index_shard(
         size: Some(size),
     };
     let mut chunks = store.get_parallel(key, opts);
-    let mut scanner = ShardScanner::new(store.object_uri(key));
+    let mut scanner = ShardScanner::new(store.object_uri(key), options.md5);
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk.map_err(Error::Store)?;
         on_bytes(chunk.len() as u64);
@@ -161,7 +164,7 @@ mod tests {
     }
 
     fn scan(bytes: &[u8], chunk: usize) -> Result<ShardIndex> {
-        let mut s = ShardScanner::new("mem://x/s.tar");
+        let mut s = ShardScanner::new("mem://x/s.tar", true);
         for piece in bytes.chunks(chunk) {
             s.push(Bytes::copy_from_slice(piece))?;
         }

@@ -73,7 +73,7 @@ pub(super) async fn prepare(
     if !same_plan {
         write_run(dst, plan, source).await?;
     }
-    let kept = finished(dst, plan, part, &listing).await?;
+    let kept = finished(dst, plan, part, &listing, options.md5).await?;
     Ok(DestState { kept })
 }
 
@@ -183,6 +183,7 @@ async fn finished(
     plan: &Plan,
     part: Range<usize>,
     listing: &HashMap<String, u64>,
+    md5: bool,
 ) -> Result<HashMap<usize, Finished>> {
     let candidates: Vec<(usize, String, u64)> = part
         .filter_map(|i| {
@@ -195,7 +196,7 @@ async fn finished(
         .collect();
     futures::stream::iter(candidates)
         .map(|(i, name, size)| async move {
-            let kept = check_shard(dst, plan, i, &name, size).await?;
+            let kept = check_shard(dst, plan, i, &name, size, md5).await?;
             Ok::<_, Error>(kept.map(|f| (i, f)))
         })
         .buffer_unordered(32)
@@ -204,13 +205,15 @@ async fn finished(
         .await
 }
 
-/// Reads shard `i`'s index; `Some` if it matches the plan.
+/// Reads shard `i`'s index; `Some` if it matches the plan (and has an MD5 if `md5` is asked
+/// for).
 async fn check_shard(
     dst: &Store,
     plan: &Plan,
     i: usize,
     name: &str,
     size: u64,
+    md5: bool,
 ) -> Result<Option<Finished>> {
     let location = Location::from_store(dst);
     let key = index_key(&Path::from(name));
@@ -231,6 +234,13 @@ async fn check_shard(
     let keys: Vec<String> = index.samples.iter().map(|s| s.key.clone()).collect();
     if index.shard_size != size || !is_subsequence(&keys, &planned) {
         tracing::warn!(shard = name, "does not match the plan; it is redone");
+        return Ok(None);
+    }
+    if md5 && index.md5().is_none() {
+        tracing::info!(
+            shard = name,
+            "has no MD5 and --md5 asks for one; it is redone"
+        );
         return Ok(None);
     }
     let summary = bucketload_format::ShardSummary {

@@ -244,7 +244,7 @@ impl<'a> Sink<'a> {
             index: ShardIndexBuilder::new(),
             out: Out {
                 upload: self.dst.writer(&path, self.options.parts_per_shard),
-                md5: Md5Thread::start(),
+                md5: self.options.md5.then(Md5Thread::start),
                 buf: BytesMut::with_capacity(FLUSH_BYTES * 2),
             },
             name,
@@ -345,10 +345,10 @@ fn close_sample(plan: &Plan, open: &mut Open) -> Result<()> {
     Ok(())
 }
 
-/// Where a shard's bytes go: gathered in `buf`, then uploaded and hashed.
+/// Where a shard's bytes go: gathered in `buf`, then uploaded (and hashed with `--md5`).
 struct Out {
     upload: MultipartWriter,
-    md5: Md5Thread,
+    md5: Option<Md5Thread>,
     buf: BytesMut,
 }
 
@@ -356,7 +356,9 @@ impl Out {
     /// Hands the bytes gathered so far to the upload and the MD5 thread.
     async fn flush(&mut self) -> Result<()> {
         let chunk = self.buf.split().freeze();
-        self.md5.update(chunk.clone()).await?;
+        if let Some(md5) = self.md5.as_mut() {
+            md5.update(chunk.clone()).await?;
+        }
         self.upload.write(chunk).await?;
         Ok(())
     }
@@ -405,7 +407,9 @@ async fn finish(dst: Store, open: Open) -> Result<Written> {
     let mut out = open.out;
     let mut summary = open.tar.finish(&mut out.buf)?;
     out.flush().await?;
-    summary.md5 = out.md5.finish().await?;
+    if let Some(md5) = out.md5 {
+        summary.md5 = md5.finish().await?;
+    }
     out.upload.finish().await?;
     let shard_path = Path::from(open.name.as_str());
     let index_path = index_key(&shard_path);
