@@ -38,7 +38,7 @@ pub use generate::{GenReport, GenSpec, class_name, generate, sample_key};
 pub use indexes::{
     ShardSamples, extensions, read_all_indexes, read_index, read_indexes, sample_bytes, shards_in,
 };
-pub use list::{Entry, ListReport, list};
+pub use list::{Entry, ListReport, list, list_all};
 pub use stats::{
     ClassesFrom, CostEstimate, DatasetStats, Percentiles, RandomAccessCost, SampledImages,
     ShardStats, StatsFrom, StatsOptions, stats,

@@ -2,9 +2,11 @@
 //! cache directory counted and logged but never fatal (the bytes are still in the store).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bucketload_cache::{Cache, CacheKey, ObjectVersion};
 use bytes::Bytes;
+use tokio::sync::Notify;
 
 use super::stats::{Counters, add};
 
@@ -12,6 +14,49 @@ use super::stats::{Counters, add};
 #[derive(Debug, Clone)]
 pub(crate) struct CacheUse {
     pub(crate) cache: Arc<Cache>,
+    /// Block fetches still filling the cache, possibly after their reader went away.
+    pub(crate) fills: Arc<Fills>,
+}
+
+/// Counts the cache fills in progress, so that an epoch starts only once the previous one's
+/// blocks are all in the cache (a reader that stops at its last sample leaves the request for
+/// the archive's trailing bytes running; it finishes and fills the cache on its own).
+#[derive(Debug, Default)]
+pub(crate) struct Fills {
+    running: AtomicUsize,
+    idle: Notify,
+}
+
+/// One fill in progress; dropping it ends the fill.
+#[derive(Debug)]
+pub(crate) struct Fill(Arc<Fills>);
+
+impl Fills {
+    pub(crate) fn start(self: &Arc<Self>) -> Fill {
+        self.running.fetch_add(1, Ordering::AcqRel);
+        Fill(Arc::clone(self))
+    }
+
+    /// Returns once no fill is in progress.
+    pub(crate) async fn idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.running.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for Fill {
+    fn drop(&mut self) {
+        if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 impl CacheUse {
@@ -87,6 +132,11 @@ pub(crate) struct Blocks {
 }
 
 impl Blocks {
+    /// Marks a fill of the cache as in progress until the returned guard drops.
+    pub(crate) fn fill(&self) -> Option<Fill> {
+        self.inner.cache.as_ref().map(|c| c.fills.start())
+    }
+
     fn cache_key(&self, range: std::ops::Range<u64>) -> CacheKey {
         CacheKey::new(self.inner.store_uri.clone(), self.key.clone()).with_range(range)
     }

@@ -7,10 +7,9 @@ use std::sync::Arc;
 use bucketload_format::{DatasetKind, Manifest, ShardIndex, class_of_key};
 use bucketload_store::key_path;
 use bucketload_store::object_store::{ObjectMeta, path::Path};
-use futures::TryStreamExt;
 
 use super::config::Format;
-use crate::dataset::{Location, read_all_indexes};
+use crate::dataset::{Location, list_all, read_all_indexes};
 use crate::shards::{SHARD_EXT, ShardObject, index_key};
 use crate::source::Plan;
 use crate::{Error, Result};
@@ -140,15 +139,8 @@ fn mismatch(location: &Location, kind: DatasetKind, format: Format) -> Error {
 }
 
 async fn from_listing(location: &Location, format: Format) -> Result<Catalog> {
-    let root = Path::default();
-    let mut metas: Vec<ObjectMeta> = location
-        .store()
-        .list(None)
-        .map_err(|e| location.error(&root, e))
-        .try_filter(|m| futures::future::ready(!m.location.as_ref().starts_with(RESERVED)))
-        .try_collect()
-        .await?;
-    metas.sort_by(|a, b| a.location.cmp(&b.location));
+    let mut metas: Vec<ObjectMeta> = list_all(location).await?;
+    metas.retain(|m| !m.location.as_ref().starts_with(RESERVED));
     if metas.is_empty() {
         return Err(Error::invalid_input(format!(
             "no objects below {location}; check the URI"

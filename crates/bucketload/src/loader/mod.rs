@@ -195,7 +195,10 @@ impl Loader {
             samples = source.plan().samples(),
             "loader: dataset opened"
         );
-        let cache = config.cache.clone().map(|cache| CacheUse { cache });
+        let cache = config.cache.clone().map(|cache| CacheUse {
+            cache,
+            fills: Arc::default(),
+        });
         Ok(Loader {
             inner: Arc::new(Inner {
                 store_uri: store.uri().to_string(),
@@ -249,6 +252,7 @@ impl Loader {
             // On a blocking thread at the first poll, before any lookup of the epoch.
             let uri = self.inner.store_uri.clone();
             let begin = futures::stream::once(async move {
+                cache.fills.idle().await;
                 let cache = cache.cache;
                 let begun = tokio::task::spawn_blocking(move || cache.begin_epoch(&uri, epoch));
                 if let Ok(Err(e)) = begun.await {

@@ -29,7 +29,9 @@
 //!   retries 5xx, throttling and, for S3, broken bodies too); it catches what they give up on
 //!   and works for every backend. A changed ETag between two responses is an error (the object
 //!   was overwritten), and so is a range past the object's end (no retry).
-//! - **Cancellation.** Dropping the stream aborts every request in flight.
+//! - **Cancellation.** Dropping the stream aborts every request in flight, except with a disk
+//!   cache: then requests in flight finish and fill the cache (the next epoch asks for the
+//!   same ranges), and the loader's next epoch waits for them.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -46,7 +48,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::cached::Blocks;
+use super::cached::{Blocks, Fill};
 use crate::dataset::Location;
 use crate::error::{Error, Result};
 
@@ -286,11 +288,15 @@ struct Part {
     end: u64,
     chunks: mpsc::UnboundedReceiver<Result<Bytes>>,
     task: JoinHandle<()>,
+    /// Whether the request goes on when the part is dropped: it fills the disk cache.
+    caches: bool,
 }
 
 impl Drop for Part {
     fn drop(&mut self) {
-        self.task.abort();
+        if !self.caches {
+            self.task.abort();
+        }
     }
 }
 
@@ -464,12 +470,15 @@ fn spawn_part(object: &Arc<Object>, range: Range<u64>) -> Part {
     tracing::trace!(uri = %object.uri, start = range.start, end = range.end, "ranged GET");
     let (tx, rx) = mpsc::unbounded_channel();
     let (start, end) = (range.start, range.end);
-    let task = tokio::spawn(fetch_part(Arc::clone(object), range, tx));
+    // Counted from now, so that an epoch starting next waits for it.
+    let fill = object.blocks.as_ref().and_then(|b| b.fill());
+    let task = tokio::spawn(fetch_part(Arc::clone(object), range, tx, fill));
     Part {
         start,
         end,
         chunks: rx,
         task,
+        caches: object.blocks.is_some(),
     }
 }
 
@@ -503,13 +512,16 @@ async fn fetch_part(
     object: Arc<Object>,
     range: Range<u64>,
     tx: mpsc::UnboundedSender<Result<Bytes>>,
+    _fill: Option<Fill>,
 ) {
     if let Some(blocks) = &object.blocks {
         if let Some(bytes) = blocks.get(range.clone()).await {
             let _ = tx.send(Ok(bytes));
             return;
         }
-        // Sent on to the consumer and kept, to be cached once the range is whole.
+        // Sent on to the consumer and kept, to be cached once the range is whole. A consumer
+        // that stops early (a tar reader done before the archive's trailing padding) does not
+        // stop the range from being cached: the next epoch requests the same range.
         let (tee, mut kept) = mpsc::unbounded_channel::<Result<Bytes>>();
         let forward = async {
             let mut body = bytes::BytesMut::new();
@@ -519,9 +531,7 @@ async fn fetch_part(
                     Ok(chunk) => body.extend_from_slice(chunk),
                     Err(_) => ok = false,
                 }
-                if tx.send(item).is_err() {
-                    ok = false;
-                }
+                let _ = tx.send(item);
             }
             (ok, body.freeze())
         };

@@ -13,7 +13,7 @@ use bucketload_store::Store;
 use bucketload_store::object_store::{ObjectMeta, ObjectStoreExt, PutPayload, path::Path};
 use futures::{StreamExt, TryStreamExt};
 
-use crate::dataset::{Location, Progress};
+use crate::dataset::{Location, Progress, list_all};
 use crate::error::{Error, Result};
 
 /// Prefix of bucketload's own objects at a dataset root (never part of the dataset).
@@ -40,19 +40,12 @@ pub async fn write_files_manifest(
 ) -> Result<ManifestReport> {
     let started = Instant::now();
     let location = Location::from_store(store);
-    let root = Path::default();
-    let mut metas: Vec<ObjectMeta> = store
-        .object_store()
-        .list(None)
-        .map_err(|e| location.error(&root, e))
-        .try_filter(|m| futures::future::ready(!m.location.as_ref().starts_with(RESERVED)))
-        .try_collect()
-        .await?;
+    let mut metas: Vec<ObjectMeta> = list_all(&location).await?;
+    metas.retain(|m| !m.location.as_ref().starts_with(RESERVED));
     if metas.is_empty() {
         let message = format!("no objects below {}; nothing to describe", store.uri());
         return Err(Error::invalid_input(message));
     }
-    metas.sort_by(|a, b| a.location.cmp(&b.location));
     progress.set_total(metas.len() as u64, Some(metas.iter().map(|m| m.size).sum()));
     let files: Vec<FileEntry> = futures::stream::iter(metas)
         .map(|meta| read_entry(&location, meta, progress))

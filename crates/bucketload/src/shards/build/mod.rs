@@ -32,7 +32,7 @@ use bucketload_store::{Store, key_path};
 use futures::TryStreamExt;
 
 use super::manifest::now_rfc3339;
-use crate::dataset::{Location, Progress};
+use crate::dataset::{Location, Progress, list_all};
 use crate::error::{Error, Result};
 
 pub use plan::{LABEL_EXT, Plan, PlannedSample, SourceObject, make_plan};
@@ -328,17 +328,15 @@ async fn source_objects(src: &Store) -> Result<Vec<SourceObject>> {
             })
             .collect());
     }
-    let root = Path::default();
-    src.object_store()
-        .list(None)
-        .map_err(|e| location.error(&root, e))
-        .try_filter_map(|m| {
-            let key = m.location.to_string();
-            let ours = key.starts_with("_bucketload/");
-            futures::future::ready(Ok((!ours).then_some(SourceObject { key, size: m.size })))
+    let metas = list_all(&location).await?;
+    Ok(metas
+        .into_iter()
+        .map(|m| SourceObject {
+            key: m.location.to_string(),
+            size: m.size,
         })
-        .try_collect()
-        .await
+        .filter(|o| !o.key.starts_with("_bucketload/"))
+        .collect())
 }
 
 /// The manifest of the slice's shards (the whole dataset without `--part`).
