@@ -26,12 +26,20 @@ wait_port 9311
 
 echo "machine: $(machine)"
 echo "dataset: $samples x 100 KB, server latency $latency"
+# Each run starts with the page cache written back and the previous run's output deleted
+# (from the server's directory), so no run pays for another's dirty pages.
+fresh() { rm -rf "$work/root/bench/shards" "$work/root/bench/peer"; sync; }
 for run in $(seq "$runs"); do
     echo "== run $run"
+    fresh
     echo "-- bucketload shard (256 GETs in flight, 256 MiB shards)"
     /usr/bin/time -f "cpu: %U s user, %S s system, max RSS %M KiB" \
-        "$bin" shard s3://bench/train "s3://bench/shards-$run"
+        "$bin" shard s3://bench/train s3://bench/shards
+    fresh
+    echo "-- bucketload shard --md5"
+    "$bin" shard s3://bench/train s3://bench/shards --md5
+    fresh
     echo "-- peer: boto3 + tarfile, 64 threads"
     .venv/bin/python benchmarks/peers/shard_boto3.py --endpoint "$AWS_ENDPOINT_URL" \
-        --src s3://bench/train --dst "s3://bench/peer-$run" --threads 64
+        --src s3://bench/train --dst s3://bench/peer --threads 64
 done
