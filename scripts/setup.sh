@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what bucketload's build needs on a fresh Debian machine with a Rust toolchain
 # and Python 3.11: Debian packages (only when missing) and, with --python, the Python
-# test tools (boto3, the AWS CLI, moto's server, pytest) into ./.venv.
+# test tools (boto3, the AWS CLI, moto's server, pytest) and PyTorch for the CPU
+# (requirements-torch.txt, about 4 GB) into ./.venv.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,4 +32,12 @@ if [ ! -x .venv/bin/python ] || ! cmp -s requirements-dev.txt "$stamp"; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
     cp requirements-dev.txt "$stamp"
+fi
+torch_stamp=.venv/.requirements-torch.txt
+if ! cmp -s requirements-torch.txt "$torch_stamp"; then
+    echo "setup: installing PyTorch (CPU use of the PyPI build, about 4 GB) into .venv" >&2
+    # --no-deps: requirements-torch.txt lists every dependency, minus unused CUDA wheels.
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
+        -r requirements-torch.txt
+    cp requirements-torch.txt "$torch_stamp"
 fi

@@ -2,7 +2,7 @@
 # README command 2: install what is needed, then run every check CI runs:
 # formatting, clippy with warnings as errors, the Rust tests (against mem://, file://,
 # the embedded S3 server and moto's server), the Python tests (boto3 and the AWS CLI
-# against `bucketload serve`), then each cargo-fuzz target for a bounded time
+# against `bucketload serve`, and the Python package with PyTorch), then each cargo-fuzz target for a bounded time
 # (BUCKETLOAD_FUZZ_SECONDS per target, default 20; 0 skips fuzzing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +19,10 @@ echo "== cargo test"
 cargo test --workspace --locked
 echo "== pytest"
 cargo build --locked -p bucketload-cli
+# The Python package, built by maturin from pyproject.toml like `pip install .`, with the
+# dev profile so it reuses the build above.
+MATURIN_PEP517_ARGS="--profile dev --locked" .venv/bin/python -m pip install --quiet \
+    --disable-pip-version-check --force-reinstall --no-deps .
 BUCKETLOAD_BIN="$PWD/target/debug/bucketload" .venv/bin/python -m pytest -q tests/python
 echo "== cargo fuzz"
 scripts/fuzz.sh "${BUCKETLOAD_FUZZ_SECONDS:-20}"

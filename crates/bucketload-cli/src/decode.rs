@@ -10,16 +10,12 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use bucketload::loader::Sample;
-use bucketload::source::SampleRef;
 use bucketload_image::{
     Augment, Geometry, ImagePipeline, LastBatch, OnError, OutputFormat, PipelineStats,
 };
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use tokio::sync::mpsc;
-
-/// Extensions taken as the sample's image, in order of preference.
-const IMAGE_EXTENSIONS: [&str; 3] = ["jpg", "jpeg", "png"];
 
 /// Flags of `read` that turn decoding on.
 #[derive(Debug, Clone, Args)]
@@ -223,7 +219,7 @@ impl EpochDecode {
 /// The loader's sample as the image pipeline's: its image member, its label (-1 when the
 /// dataset has none) and a dataset-wide index that fixes its random crop.
 fn image_sample(sample: &Sample) -> anyhow::Result<bucketload_image::Sample> {
-    let Some(bytes) = image_member(sample) else {
+    let Some(bytes) = sample.image() else {
         let found: Vec<&str> = sample.members.iter().map(|(e, _)| e.as_str()).collect();
         bail!(
             "sample {} has no .jpg, .jpeg or .png member (it has {found:?}); \
@@ -231,29 +227,10 @@ fn image_sample(sample: &Sample) -> anyhow::Result<bucketload_image::Sample> {
             sample.key
         );
     };
-    let index = match sample.source {
-        SampleRef::File { index } => index,
-        // Unique across the dataset while shards hold fewer than 2^32 samples.
-        SampleRef::Shard { shard, sample } => (shard << 32) | (sample & 0xffff_ffff),
-    };
     Ok(bucketload_image::Sample {
         key: sample.key.clone(),
-        index,
+        index: sample.dataset_index(),
         label: sample.label.map_or(-1, i64::from),
         bytes: bytes.clone(),
-    })
-}
-
-fn image_member(sample: &Sample) -> Option<&bytes::Bytes> {
-    if let [(_, only)] = sample.members.as_slice() {
-        // A files dataset's sample: the object itself, whatever its extension says.
-        return Some(only);
-    }
-    IMAGE_EXTENSIONS.iter().find_map(|ext| {
-        sample
-            .members
-            .iter()
-            .find(|(e, _)| e.eq_ignore_ascii_case(ext))
-            .map(|(_, b)| b)
     })
 }

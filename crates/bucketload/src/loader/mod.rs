@@ -83,6 +83,9 @@ use crate::source::{Progress, SampleRef, Source, SourceState};
 /// Extension of the WebDataset member that holds a class label (ASCII decimal).
 const LABEL_EXT: &str = "cls";
 
+/// Extensions of the member taken as a sample's image, in order of preference.
+pub const IMAGE_EXTENSIONS: [&str; 3] = ["jpg", "jpeg", "png"];
+
 /// One sample.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -108,6 +111,48 @@ impl Sample {
     /// The bytes of the member with extension `ext`.
     pub fn get(&self, ext: &str) -> Option<&Bytes> {
         self.members.iter().find(|(e, _)| e == ext).map(|(_, b)| b)
+    }
+
+    /// The sample's image: a files dataset's object whatever its extension, else the first
+    /// member with one of [`IMAGE_EXTENSIONS`] (any case).
+    pub fn image(&self) -> Option<&Bytes> {
+        if let [(_, only)] = self.members.as_slice() {
+            return Some(only);
+        }
+        IMAGE_EXTENSIONS.iter().find_map(|ext| {
+            self.members
+                .iter()
+                .find(|(e, _)| e.eq_ignore_ascii_case(ext))
+                .map(|(_, b)| b)
+        })
+    }
+
+    /// A number unique to the sample in the dataset (while shards hold fewer than 2^32
+    /// samples), stable across epochs, ranks and workers: with a seed and the epoch it fixes
+    /// the sample's random augmentation.
+    pub fn dataset_index(&self) -> u64 {
+        match self.source {
+            SampleRef::File { index } => index,
+            SampleRef::Shard { shard, sample } => (shard << 32) | (sample & 0xffff_ffff),
+        }
+    }
+}
+
+/// What resumes a [`SampleStream`] after any number of its samples, once the stream itself
+/// has moved on (to a task that reads ahead of the consumer).
+#[derive(Debug, Clone)]
+pub struct StateTracker {
+    progress: Progress,
+    worker: u32,
+}
+
+impl StateTracker {
+    /// The state after the stream's first `consumed` samples were consumed. Exact with
+    /// [`Delivery::Strict`] (samples arrive in the worker's order).
+    pub fn state(&self, consumed: u64) -> Result<SourceState> {
+        let mut progress = self.progress.clone();
+        progress.record(self.worker, consumed)?;
+        Ok(progress.state())
     }
 }
 
@@ -373,6 +418,14 @@ impl SampleStream {
     /// This stream's worker number.
     pub fn worker(&self) -> u32 {
         self.worker
+    }
+
+    /// A [`StateTracker`] of this stream, counted from its start.
+    pub fn tracker(&self) -> StateTracker {
+        StateTracker {
+            progress: self.progress.clone(),
+            worker: self.worker,
+        }
     }
 
     fn mark(&mut self, position: u64) {

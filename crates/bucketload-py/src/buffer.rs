@@ -1,0 +1,160 @@
+//! Memory handed to Python without a copy, through the buffer protocol: a batch's pixels and
+//! labels become tensors with `torch.frombuffer` (sharing the memory, which lives as long as
+//! the tensor). The buffer protocol is a C interface: this is the package's only unsafe code.
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, c_int, c_void};
+
+use bucketload_image::AlignedBuf;
+use pyo3::exceptions::PyBufferError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+/// Owned storage of a [`Buffer`].
+enum Storage {
+    F32(#[allow(dead_code)] AlignedBuf<f32>),
+    U8(#[allow(dead_code)] AlignedBuf<u8>),
+    I64(#[allow(dead_code)] Vec<i64>),
+    Bytes(#[allow(dead_code)] bytes::Bytes),
+}
+
+/// A typed, shaped, C-contiguous block of memory owned by Rust, exported through Python's
+/// buffer protocol (`memoryview(buf)`, `torch.frombuffer(buf, dtype=…)`). Writable, so that
+/// tensors over it are ordinary tensors; nothing else reads it once it is handed out.
+#[pyclass(frozen, module = "bucketload._native")]
+pub struct Buffer {
+    _storage: Storage,
+    /// Address of the first element, inside `_storage` (heap memory that never moves).
+    addr: usize,
+    bytes: usize,
+    itemsize: usize,
+    format: &'static CStr,
+    readonly: bool,
+    shape: Vec<ffi::Py_ssize_t>,
+    strides: Vec<ffi::Py_ssize_t>,
+}
+
+impl Buffer {
+    fn new(
+        storage: Storage,
+        ptr: *mut c_void,
+        itemsize: usize,
+        format: &'static CStr,
+        shape: &[usize],
+        readonly: bool,
+    ) -> Buffer {
+        let count: usize = shape.iter().product();
+        let mut strides = vec![0; shape.len()];
+        let mut step = itemsize;
+        for (i, dim) in shape.iter().enumerate().rev() {
+            strides[i] = step as ffi::Py_ssize_t;
+            step *= *dim;
+        }
+        Buffer {
+            _storage: storage,
+            addr: ptr as usize,
+            bytes: count * itemsize,
+            itemsize,
+            format,
+            readonly,
+            shape: shape.iter().map(|d| *d as ffi::Py_ssize_t).collect(),
+            strides,
+        }
+    }
+
+    pub(crate) fn f32(mut data: AlignedBuf<f32>, shape: &[usize]) -> Buffer {
+        debug_assert_eq!(data.len(), shape.iter().product::<usize>());
+        let ptr = data.as_mut_ptr().cast();
+        Buffer::new(Storage::F32(data), ptr, 4, c"f", shape, false)
+    }
+
+    pub(crate) fn u8(mut data: AlignedBuf<u8>, shape: &[usize]) -> Buffer {
+        debug_assert_eq!(data.len(), shape.iter().product::<usize>());
+        let ptr = data.as_mut_ptr().cast();
+        Buffer::new(Storage::U8(data), ptr, 1, c"B", shape, false)
+    }
+
+    pub(crate) fn i64(mut data: Vec<i64>) -> Buffer {
+        let shape = [data.len()];
+        let ptr = data.as_mut_ptr().cast();
+        Buffer::new(Storage::I64(data), ptr, 8, c"q", &shape, false)
+    }
+
+    /// Read-only bytes (a checkpoint read whole): no copy, so no writing either.
+    pub(crate) fn bytes(data: bytes::Bytes) -> Buffer {
+        let shape = [data.len()];
+        let ptr = data.as_ptr().cast_mut().cast();
+        Buffer::new(Storage::Bytes(data), ptr, 1, c"B", &shape, true)
+    }
+}
+
+#[pymethods]
+impl Buffer {
+    /// The shape, as a tuple.
+    #[getter]
+    fn shape(&self) -> Vec<usize> {
+        self.shape.iter().map(|d| *d as usize).collect()
+    }
+
+    /// Bytes held.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.bytes
+    }
+
+    fn __len__(&self) -> usize {
+        self.shape.first().map_or(0, |d| *d as usize)
+    }
+
+    /// Exports the memory (PEP 3118).
+    ///
+    /// # Safety
+    /// Called by Python with a valid `view`.
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("no view to fill"));
+        }
+        let this = slf.get();
+        if this.readonly && (flags & ffi::PyBUF_WRITABLE) == ffi::PyBUF_WRITABLE {
+            return Err(PyBufferError::new_err("this buffer is read-only"));
+        }
+        // SAFETY: `view` is valid (checked non-null, owned by the caller); every pointer
+        // stored in it points into `this`, which the reference in `obj` keeps alive.
+        unsafe {
+            (*view).obj = slf.clone().into_any().into_ptr();
+            (*view).buf = this.addr as *mut c_void;
+            (*view).len = this.bytes as ffi::Py_ssize_t;
+            (*view).readonly = c_int::from(this.readonly);
+            (*view).itemsize = this.itemsize as ffi::Py_ssize_t;
+            (*view).format = if (flags & ffi::PyBUF_FORMAT) == ffi::PyBUF_FORMAT {
+                this.format.as_ptr().cast_mut()
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).ndim = this.shape.len() as c_int;
+            (*view).shape = if (flags & ffi::PyBUF_ND) == ffi::PyBUF_ND {
+                this.shape.as_ptr().cast_mut()
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).strides = if (flags & ffi::PyBUF_STRIDES) == ffi::PyBUF_STRIDES {
+                this.strides.as_ptr().cast_mut()
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).suboffsets = std::ptr::null_mut();
+            (*view).internal = std::ptr::null_mut();
+        }
+        Ok(())
+    }
+
+    /// Nothing to release: the memory lives as long as the buffer object.
+    ///
+    /// # Safety
+    /// Called by Python with the view it got from `__getbuffer__`.
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+}

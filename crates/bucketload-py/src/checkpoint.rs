@@ -1,0 +1,388 @@
+//! Checkpoints: streamed multipart writes for `torch.save`, parallel reads for `torch.load`,
+//! background saves of a snapshot.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::sync::{Arc, Mutex};
+
+use bucketload::checkpoint::{
+    BlockingReader, BlockingWriter, CheckpointConfig, Checkpoints, SaveHandle, Saved,
+};
+use bytes::Bytes;
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use tokio::runtime::Runtime;
+
+use crate::buffer::Buffer;
+use crate::errors::{self, Kind};
+use crate::runtime::{ForkSafe, runtime};
+use crate::store::store_config;
+
+fn saved_dict<'py>(py: Python<'py>, saved: &Saved) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("name", &saved.name)?;
+    d.set_item("uri", &saved.uri)?;
+    d.set_item("bytes", saved.bytes)?;
+    d.set_item("seconds", saved.seconds)?;
+    Ok(d)
+}
+
+fn closed(what: &str) -> PyErr {
+    PyValueError::new_err(format!("I/O operation on a closed checkpoint {what}"))
+}
+
+fn io_error(e: std::io::Error) -> PyErr {
+    // The engine's errors travel inside io::Error; their text names the object.
+    let kind = match e.kind() {
+        std::io::ErrorKind::NotFound => Kind::NotFound,
+        std::io::ErrorKind::InvalidInput => Kind::Config,
+        std::io::ErrorKind::InvalidData => Kind::Corrupt,
+        _ => Kind::Store,
+    };
+    errors::raise(kind, e.to_string())
+}
+
+/// The checkpoints under one prefix (`s3://bucket/run1`, `file:///ckpt`, a directory).
+#[pyclass(module = "bucketload._native")]
+pub struct NativeCheckpoints {
+    checkpoints: ForkSafe<Arc<Checkpoints>>,
+    uri: String,
+    rt: Arc<Runtime>,
+}
+
+#[pymethods]
+impl NativeCheckpoints {
+    #[new]
+    #[pyo3(signature = (uri, endpoint=None, region=None, part_size=None, parts_in_flight=None))]
+    fn new(
+        uri: &str,
+        endpoint: Option<String>,
+        region: Option<String>,
+        part_size: Option<u64>,
+        parts_in_flight: Option<usize>,
+    ) -> PyResult<NativeCheckpoints> {
+        let mut config = CheckpointConfig::default();
+        if let Some(bytes) = part_size {
+            config = config.with_part_size(bytes);
+        }
+        if let Some(n) = parts_in_flight {
+            config = config.with_parts_in_flight(n);
+        }
+        let rt = runtime()?;
+        let checkpoints = {
+            let _guard = rt.enter();
+            Checkpoints::open(uri, &store_config(endpoint, region), config)
+                .map_err(errors::engine)?
+        };
+        Ok(NativeCheckpoints {
+            uri: checkpoints.uri().to_owned(),
+            checkpoints: ForkSafe::new(Arc::new(checkpoints)),
+            rt,
+        })
+    }
+
+    /// The full URI of checkpoint `name`.
+    fn uri_of(&self, name: &str) -> String {
+        format!("{}/{}", self.uri.trim_end_matches('/'), name)
+    }
+
+    /// A streaming writer of checkpoint `name`: visible only after `close()`.
+    fn writer(&self, py: Python<'_>, name: &str) -> PyResult<NativeWriter> {
+        let checkpoints = self.checkpoints.get("checkpoint store")?;
+        let opened = py.detach(|| self.rt.block_on(checkpoints.writer(name)));
+        let writer = opened.map_err(errors::engine)?;
+        Ok(NativeWriter {
+            writer: Mutex::new(ForkSafe::new(Some(
+                writer.into_blocking(self.rt.handle().clone()),
+            ))),
+            written: 0,
+        })
+    }
+
+    /// A reader of checkpoint `name` with `read`, `seek` and read-ahead.
+    fn reader(&self, py: Python<'_>, name: &str) -> PyResult<NativeReader> {
+        let checkpoints = self.checkpoints.get("checkpoint store")?;
+        let opened = py.detach(|| self.rt.block_on(checkpoints.reader(name)));
+        let reader = opened.map_err(errors::engine)?;
+        let size = reader.size();
+        Ok(NativeReader {
+            reader: Mutex::new(ForkSafe::new(Some(
+                reader.into_blocking(self.rt.handle().clone()),
+            ))),
+            size,
+        })
+    }
+
+    /// The whole checkpoint `name`, read with parallel ranged GETs, as a read-only buffer.
+    fn load(&self, py: Python<'_>, name: &str) -> PyResult<Buffer> {
+        let checkpoints = self.checkpoints.get("checkpoint store")?;
+        let loaded = py.detach(|| self.rt.block_on(checkpoints.load(name)));
+        Ok(Buffer::bytes(loaded.map_err(errors::engine)?))
+    }
+
+    /// Saves `data` (copied first: the caller may change it as soon as this returns) as
+    /// checkpoint `name` in the background; returns a handle.
+    fn save_background(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        data: PyBuffer<u8>,
+    ) -> PyResult<NativeSaveHandle> {
+        let checkpoints = self.checkpoints.get("checkpoint store")?;
+        let snapshot = Bytes::from(data.to_vec(py)?);
+        let started = py.detach(|| {
+            self.rt
+                .block_on(checkpoints.save_background(name, snapshot))
+        });
+        Ok(NativeSaveHandle {
+            handle: Mutex::new(ForkSafe::new(Some(started.map_err(errors::engine)?))),
+            uri: self.uri_of(name),
+            rt: Arc::clone(&self.rt),
+        })
+    }
+
+    /// Saves `data` as checkpoint `name` and returns when it is visible.
+    fn save<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        data: PyBuffer<u8>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let checkpoints = self.checkpoints.get("checkpoint store")?;
+        let bytes = Bytes::from(data.to_vec(py)?);
+        let saved = py.detach(|| self.rt.block_on(checkpoints.save(name, bytes)));
+        saved_dict(py, &saved.map_err(errors::engine)?)
+    }
+
+    /// Waits for every background save; raises the first failure nobody waited for.
+    fn wait_background(&self, py: Python<'_>) -> PyResult<()> {
+        let checkpoints = self.checkpoints.get("checkpoint store")?;
+        let waited = py.detach(|| self.rt.block_on(checkpoints.wait_background()));
+        waited.map_err(errors::engine)
+    }
+
+    /// Checkpoints under the prefix as `(name, bytes)`.
+    fn list(&self, py: Python<'_>) -> PyResult<Vec<(String, u64)>> {
+        let checkpoints = self.checkpoints.get("checkpoint store")?;
+        let listed = py.detach(|| self.rt.block_on(checkpoints.list()));
+        Ok(listed
+            .map_err(errors::engine)?
+            .into_iter()
+            .map(|c| (c.name, c.bytes))
+            .collect())
+    }
+}
+
+/// A checkpoint being written (`io.RawIOBase`-like, used by `bucketload` Python writers).
+#[pyclass(module = "bucketload._native")]
+pub struct NativeWriter {
+    writer: Mutex<ForkSafe<Option<BlockingWriter>>>,
+    written: u64,
+}
+
+#[pymethods]
+impl NativeWriter {
+    /// Appends `data` (any bytes-like object); returns its length.
+    fn write(&mut self, py: Python<'_>, data: PyBuffer<u8>) -> PyResult<usize> {
+        let bytes = data.to_vec(py)?;
+        let n = bytes.len();
+        let mut slot = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let writer = slot
+            .get_mut("checkpoint writer")?
+            .as_mut()
+            .ok_or_else(|| closed("writer"))?;
+        py.detach(|| writer.write_all(&bytes)).map_err(io_error)?;
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    /// Bytes written so far.
+    fn tell(&self) -> u64 {
+        self.written
+    }
+
+    /// Completes the upload: the checkpoint becomes visible, whole. Returns what was saved.
+    fn close<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let taken = self
+            .writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut("checkpoint writer")?
+            .take();
+        let Some(writer) = taken else {
+            return Ok(None);
+        };
+        let saved = py.detach(|| writer.finish()).map_err(errors::engine)?;
+        Ok(Some(saved_dict(py, &saved)?))
+    }
+
+    /// Abandons the save: nothing becomes visible, an older checkpoint stays.
+    fn abort(&mut self, py: Python<'_>) -> PyResult<()> {
+        let taken = self
+            .writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut("checkpoint writer")?
+            .take();
+        match taken {
+            Some(writer) => py.detach(|| writer.abort()).map_err(errors::engine),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether `close()` or `abort()` was called.
+    #[getter]
+    fn closed(&self) -> PyResult<bool> {
+        let slot = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(slot.get("checkpoint writer")?.is_none())
+    }
+}
+
+/// A checkpoint being read, with read-ahead while reads go forward.
+#[pyclass(module = "bucketload._native")]
+pub struct NativeReader {
+    reader: Mutex<ForkSafe<Option<BlockingReader>>>,
+    size: u64,
+}
+
+#[pymethods]
+impl NativeReader {
+    /// Size of the checkpoint in bytes.
+    #[getter]
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Up to `n` bytes (all that is left when `n` < 0).
+    #[pyo3(signature = (n=-1))]
+    fn read<'py>(&self, py: Python<'py>, n: i64) -> PyResult<Bound<'py, PyBytes>> {
+        let mut slot = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        let reader = slot
+            .get_mut("checkpoint reader")?
+            .as_mut()
+            .ok_or_else(|| closed("reader"))?;
+        let pos = reader.stream_position().map_err(io_error)?;
+        let left = self.size.saturating_sub(pos);
+        let want = if n < 0 { left } else { left.min(n as u64) } as usize;
+        let mut buf = vec![0u8; want];
+        let got = py
+            .detach(|| read_full(reader, &mut buf))
+            .map_err(io_error)?;
+        buf.truncate(got);
+        Ok(PyBytes::new(py, &buf))
+    }
+
+    /// Reads into a writable buffer; returns the bytes read.
+    fn readinto(&self, py: Python<'_>, target: PyBuffer<u8>) -> PyResult<usize> {
+        if target.readonly() {
+            return Err(PyValueError::new_err("readinto needs a writable buffer"));
+        }
+        let mut slot = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        let reader = slot
+            .get_mut("checkpoint reader")?
+            .as_mut()
+            .ok_or_else(|| closed("reader"))?;
+        let mut buf = vec![0u8; target.item_count()];
+        let got = py
+            .detach(|| read_full(reader, &mut buf))
+            .map_err(io_error)?;
+        target.copy_from_slice(py, &{
+            let mut whole = buf;
+            whole.truncate(target.item_count());
+            whole
+        })?;
+        Ok(got)
+    }
+
+    /// Moves to `offset` from the start (0), the current position (1) or the end (2).
+    #[pyo3(signature = (offset, whence=0))]
+    fn seek(&self, offset: i64, whence: i32) -> PyResult<u64> {
+        let mut slot = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        let reader = slot
+            .get_mut("checkpoint reader")?
+            .as_mut()
+            .ok_or_else(|| closed("reader"))?;
+        let from =
+            match whence {
+                0 => SeekFrom::Start(u64::try_from(offset).map_err(|_| {
+                    PyValueError::new_err(format!("negative seek position {offset}"))
+                })?),
+                1 => SeekFrom::Current(offset),
+                2 => SeekFrom::End(offset),
+                _ => return Err(PyValueError::new_err(format!("invalid whence ({whence})"))),
+            };
+        reader.seek(from).map_err(io_error)
+    }
+
+    /// The current position.
+    fn tell(&self) -> PyResult<u64> {
+        let mut slot = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        let reader = slot
+            .get_mut("checkpoint reader")?
+            .as_mut()
+            .ok_or_else(|| closed("reader"))?;
+        reader.stream_position().map_err(io_error)
+    }
+
+    /// Stops reading ahead and releases the reader.
+    fn close(&self) -> PyResult<()> {
+        let mut slot = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        slot.get_mut("checkpoint reader")?.take();
+        Ok(())
+    }
+}
+
+/// Reads until `buf` is full or the end.
+fn read_full(reader: &mut BlockingReader, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match reader.read(&mut buf[filled..])? {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    Ok(filled)
+}
+
+/// A background save.
+#[pyclass(module = "bucketload._native")]
+pub struct NativeSaveHandle {
+    handle: Mutex<ForkSafe<Option<SaveHandle>>>,
+    uri: String,
+    rt: Arc<Runtime>,
+}
+
+#[pymethods]
+impl NativeSaveHandle {
+    /// The checkpoint's URI.
+    #[getter]
+    fn uri(&self) -> String {
+        self.uri.clone()
+    }
+
+    /// Whether the save ended (successfully or not).
+    fn done(&self) -> PyResult<bool> {
+        let slot = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(slot
+            .get("save handle")?
+            .as_ref()
+            .is_none_or(SaveHandle::is_finished))
+    }
+
+    /// Waits for the save; raises its error. A second call returns `None`.
+    fn wait<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let taken = self
+            .handle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut("save handle")?
+            .take();
+        let Some(handle) = taken else {
+            return Ok(None);
+        };
+        let rt = self.rt.handle().clone();
+        let saved = py.detach(|| handle.wait_blocking(&rt));
+        Ok(Some(saved_dict(py, &saved.map_err(errors::engine)?)?))
+    }
+}

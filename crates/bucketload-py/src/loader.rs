@@ -1,0 +1,511 @@
+//! `NativeLoader` and `NativeEpoch`: the engine's loader, and its samples decoded into
+//! batches, for `bucketload.Loader` and the connector-style datasets.
+//!
+//! Data flow of a decoding epoch: a Tokio task drives the loader's [`SampleStream`] and sends
+//! encoded images to a channel of two batches; one thread turns them into batches on the image
+//! pipeline's rayon pool and sends them to a channel of `prefetch` batches; Python takes them,
+//! without the GIL while it waits. Dropping the epoch stops all three.
+
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
+
+use bucketload::loader::{
+    CacheBuilder, Delivery, Format, Loader, LoaderConfig, Sample, SampleStream, StateTracker,
+};
+use bucketload::source::{Order, Partition, Remainder, SampleRef, SourceState};
+use bucketload_image::{
+    Augment, Batch, BatchData, Geometry, ImagePipeline, LastBatch, OnError, OutputFormat,
+};
+use futures::StreamExt;
+use pyo3::exceptions::PyStopIteration;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+use tokio::runtime::Runtime;
+use tokio::task::JoinHandle;
+
+use crate::buffer::Buffer;
+use crate::errors::{self, Kind};
+use crate::runtime::{ForkSafe, runtime};
+use crate::store::store_config;
+
+/// Batches decoded ahead of the consumer.
+const PREFETCH_BATCHES: usize = 2;
+/// Samples read ahead of the consumer when samples are handed out undecoded.
+const SAMPLES_AHEAD: usize = 64;
+
+/// The loader of one rank and worker, with its image pipeline when it decodes.
+#[pyclass(module = "bucketload._native")]
+pub struct NativeLoader {
+    parts: ForkSafe<Parts>,
+    batch_size: usize,
+    drop_last: bool,
+    rt: Arc<Runtime>,
+}
+
+/// What a loader holds that must not be dropped in a forked child.
+struct Parts {
+    loader: Loader,
+    pipeline: Option<Arc<ImagePipeline>>,
+}
+
+fn parse_format(format: &str) -> PyResult<Format> {
+    format.parse().map_err(|_| {
+        errors::raise(
+            Kind::Config,
+            format!("format {format:?} is not one of 'auto', 'files', 'shards', 'indexed'"),
+        )
+    })
+}
+
+#[pymethods]
+impl NativeLoader {
+    #[new]
+    #[pyo3(signature = (
+        uri, *, format="auto", batch_size=64, image_size=224, decode=true, dtype="float32",
+        shuffle=true, seed=0, shuffle_buffer=None, cache_dir=None, cache_size=20 << 30,
+        concurrency=None, decode_threads=None, rank=0, world_size=1, worker=0, num_workers=1,
+        drop_last=false, skip_corrupt=false, endpoint=None, region=None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        uri: &str,
+        format: &str,
+        batch_size: usize,
+        image_size: u32,
+        decode: bool,
+        dtype: &str,
+        shuffle: bool,
+        seed: u64,
+        shuffle_buffer: Option<u64>,
+        cache_dir: Option<std::path::PathBuf>,
+        cache_size: u64,
+        concurrency: Option<usize>,
+        decode_threads: Option<usize>,
+        rank: u32,
+        world_size: u32,
+        worker: u32,
+        num_workers: u32,
+        drop_last: bool,
+        skip_corrupt: bool,
+        endpoint: Option<String>,
+        region: Option<String>,
+    ) -> PyResult<NativeLoader> {
+        if batch_size == 0 {
+            return Err(errors::raise(
+                Kind::Config,
+                "batch_size must be at least 1".to_owned(),
+            ));
+        }
+        let mut order = match shuffle {
+            true => Order::shuffled(seed),
+            false => Order::sequential(),
+        };
+        if let Some(samples) = shuffle_buffer {
+            order = order.with_shuffle_buffer(samples);
+        }
+        let remainder = match drop_last {
+            true => Remainder::Drop,
+            false => Remainder::Pad,
+        };
+        let mut store = store_config(endpoint, region);
+        let mut builder = LoaderConfig::builder(uri)
+            .with_format(parse_format(format)?)
+            .with_order(order)
+            .with_partition(Partition::new(rank, world_size).with_remainder(remainder))
+            .with_worker(worker, num_workers)
+            // Batches are checkpointed by count: samples must arrive in the worker's order.
+            .with_delivery(Delivery::Strict);
+        if let Some(n) = concurrency {
+            store = store.with_concurrency(n);
+            builder = builder.with_concurrency(n);
+        }
+        builder = builder.with_store_config(store);
+        if let Some(dir) = cache_dir {
+            let cache = CacheBuilder::new(&dir, cache_size).build().map_err(|e| {
+                errors::raise(
+                    Kind::Config,
+                    format!("cannot open the cache at {}: {e}", dir.display()),
+                )
+            })?;
+            builder = builder.with_cache(Arc::new(cache));
+        }
+        let config = builder.build().map_err(errors::engine)?;
+        let pipeline = match decode {
+            false => None,
+            true => {
+                let output = match dtype {
+                    "float32" => OutputFormat::imagenet(),
+                    "uint8" => OutputFormat::HwcU8,
+                    other => {
+                        return Err(errors::raise(
+                            Kind::Config,
+                            format!(
+                                "dtype {other:?} is not 'float32' (NCHW, normalised) or 'uint8' \
+                             (NHWC)"
+                            ),
+                        ));
+                    }
+                };
+                let mut b = ImagePipeline::builder()
+                    .with_augment(Augment {
+                        geometry: Geometry::random_resized_crop(image_size),
+                        flip: 0.5,
+                        antialias: false,
+                    })
+                    .with_output(output)
+                    .with_batch_size(batch_size)
+                    .with_seed(seed)
+                    .with_last_batch(match drop_last {
+                        true => LastBatch::Drop,
+                        false => LastBatch::Keep,
+                    })
+                    .with_on_error(match skip_corrupt {
+                        true => OnError::Skip,
+                        false => OnError::Fail,
+                    });
+                if let Some(n) = decode_threads {
+                    b = b.with_threads(n);
+                }
+                Some(Arc::new(b.build().map_err(errors::image)?))
+            }
+        };
+        let rt = runtime()?;
+        let opened = py.detach(|| rt.block_on(Loader::open(config)));
+        Ok(NativeLoader {
+            parts: ForkSafe::new(Parts {
+                loader: opened.map_err(errors::engine)?,
+                pipeline,
+            }),
+            batch_size,
+            drop_last,
+            rt,
+        })
+    }
+
+    /// Samples this worker reads per epoch.
+    fn samples_per_epoch(&self) -> PyResult<u64> {
+        let parts = self.parts.get("loader")?;
+        parts.loader.samples_per_epoch().map_err(errors::engine)
+    }
+
+    /// Batches this worker yields per epoch (the last one short unless `drop_last`).
+    fn batches_per_epoch(&self) -> PyResult<u64> {
+        let n = self.samples_per_epoch()?;
+        let b = self.batch_size as u64;
+        Ok(match self.drop_last {
+            true => n / b,
+            false => n.div_ceil(b),
+        })
+    }
+
+    /// Samples in the dataset.
+    fn dataset_samples(&self) -> PyResult<u64> {
+        Ok(self.parts.get("loader")?.loader.source().plan().samples())
+    }
+
+    /// Starts epoch `epoch`, or continues the one a state (JSON from
+    /// [`NativeEpoch::state`]) was taken in.
+    #[pyo3(signature = (epoch, state=None))]
+    fn epoch(&self, epoch: u64, state: Option<&str>) -> PyResult<NativeEpoch> {
+        let parts = self.parts.get("loader")?;
+        let _guard = self.rt.enter();
+        let stream = match state {
+            None => parts.loader.epoch(epoch),
+            Some(json) => {
+                let state: SourceState = serde_json::from_str(json)
+                    .map_err(|e| errors::raise(Kind::Config, format!("not a loader state: {e}")))?;
+                parts.loader.resume(&state)
+            }
+        }
+        .map_err(errors::engine)?;
+        let epoch = stream.epoch();
+        let tracker = stream.tracker();
+        let flow = match &parts.pipeline {
+            Some(pipeline) => decoding(&self.rt, stream, Arc::clone(pipeline), epoch)?,
+            None => {
+                let (tx, rx) = tokio::sync::mpsc::channel(SAMPLES_AHEAD);
+                let feeder = self.rt.spawn(async move {
+                    let mut stream = stream;
+                    while let Some(item) = stream.next().await {
+                        let stop = item.is_err();
+                        if tx.send(item).await.is_err() || stop {
+                            break;
+                        }
+                    }
+                });
+                Flow::Samples { rx, feeder }
+            }
+        };
+        Ok(NativeEpoch {
+            flow: ForkSafe::new(flow),
+            tracker,
+            consumed: 0,
+            epoch,
+            pending: None,
+        })
+    }
+}
+
+/// Why an epoch stopped early.
+enum Failure {
+    Engine(bucketload::Error),
+    Image(bucketload_image::Error),
+    NoImage(String),
+}
+
+impl Failure {
+    fn into_py(self) -> PyErr {
+        match self {
+            Failure::Engine(e) => errors::engine(e),
+            Failure::Image(e) => errors::image(e),
+            Failure::NoImage(message) => errors::raise(Kind::Corrupt, message),
+        }
+    }
+}
+
+enum Out {
+    Batch(Batch),
+    Failed(Failure),
+}
+
+enum Flow {
+    Batches {
+        rx: Mutex<Receiver<Out>>,
+        feeder: JoinHandle<()>,
+    },
+    Samples {
+        rx: tokio::sync::mpsc::Receiver<bucketload::Result<Sample>>,
+        feeder: JoinHandle<()>,
+    },
+    Done,
+}
+
+fn decoding(
+    rt: &Runtime,
+    stream: SampleStream,
+    pipeline: Arc<ImagePipeline>,
+    epoch: u64,
+) -> PyResult<Flow> {
+    let (tx, mut samples_rx) =
+        tokio::sync::mpsc::channel::<bucketload_image::Sample>(2 * pipeline.batch_size());
+    let failed: Arc<Mutex<Option<Failure>>> = Arc::default();
+    let fail = Arc::clone(&failed);
+    let feeder = rt.spawn(async move {
+        let mut stream = stream;
+        while let Some(item) = stream.next().await {
+            let sample = match item {
+                Ok(sample) => sample,
+                Err(e) => {
+                    *fail.lock().unwrap_or_else(|e| e.into_inner()) = Some(Failure::Engine(e));
+                    break;
+                }
+            };
+            let Some(bytes) = sample.image() else {
+                let found: Vec<&str> = sample.members.iter().map(|(e, _)| e.as_str()).collect();
+                let message = format!(
+                    "sample {} has no .jpg, .jpeg or .png member (it has {found:?}); decoding \
+                     needs one image per sample (pass decode=False for raw samples)",
+                    sample.key
+                );
+                *fail.lock().unwrap_or_else(|e| e.into_inner()) = Some(Failure::NoImage(message));
+                break;
+            };
+            let image = bucketload_image::Sample {
+                key: sample.key.clone(),
+                index: sample.dataset_index(),
+                label: sample.label.map_or(-1, i64::from),
+                bytes: bytes.clone(),
+            };
+            if tx.send(image).await.is_err() {
+                break;
+            }
+        }
+    });
+    let (out_tx, rx): (SyncSender<Out>, Receiver<Out>) = sync_channel(PREFETCH_BATCHES);
+    std::thread::Builder::new()
+        .name("bucketload-batches".to_owned())
+        .spawn(move || {
+            let samples = std::iter::from_fn(|| samples_rx.blocking_recv());
+            for batch in pipeline.batches(epoch, samples) {
+                let out = match batch {
+                    Ok(batch) => Out::Batch(batch),
+                    Err(e) => {
+                        let _ = out_tx.send(Out::Failed(Failure::Image(e)));
+                        return;
+                    }
+                };
+                if out_tx.send(out).is_err() {
+                    return;
+                }
+            }
+            let failure = failed.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(failure) = failure {
+                let _ = out_tx.send(Out::Failed(failure));
+            }
+        })
+        .map_err(|e| {
+            feeder.abort();
+            errors::raise(Kind::Other, format!("cannot start the batch thread: {e}"))
+        })?;
+    Ok(Flow::Batches {
+        rx: Mutex::new(rx),
+        feeder,
+    })
+}
+
+/// One epoch of one worker: batches (or samples) in order, and the state to resume from.
+#[pyclass(module = "bucketload._native")]
+pub struct NativeEpoch {
+    flow: ForkSafe<Flow>,
+    tracker: StateTracker,
+    consumed: u64,
+    epoch: u64,
+    /// An error that follows samples already handed out.
+    pending: Option<bucketload::Error>,
+}
+
+impl Drop for Flow {
+    fn drop(&mut self) {
+        match self {
+            Flow::Batches { feeder, .. } | Flow::Samples { feeder, .. } => feeder.abort(),
+            Flow::Done => {}
+        }
+    }
+}
+
+fn batch_tuple<'py>(py: Python<'py>, batch: Batch) -> PyResult<Bound<'py, PyTuple>> {
+    let shape = batch.shape;
+    let count: usize = shape.iter().product();
+    let images = match batch.data {
+        BatchData::ChwF32(mut data) => {
+            data.truncate(count);
+            Buffer::f32(data, &shape)
+        }
+        BatchData::HwcU8(mut data) => {
+            data.truncate(count);
+            Buffer::u8(data, &shape)
+        }
+        _ => {
+            return Err(errors::raise(
+                Kind::Other,
+                "unknown batch layout".to_owned(),
+            ));
+        }
+    };
+    let labels = Buffer::i64(batch.labels);
+    let indices = Buffer::i64(batch.indices.iter().map(|i| *i as i64).collect());
+    let skipped: Vec<(String, String)> = batch
+        .skipped
+        .into_iter()
+        .map(|s| (s.key, s.reason))
+        .collect();
+    (images, labels, indices, skipped).into_pyobject(py)
+}
+
+#[pymethods]
+impl NativeEpoch {
+    /// The epoch.
+    #[getter]
+    fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The next batch as `(images, labels, indices, skipped)`: images and labels are
+    /// [`Buffer`]s (float32 NCHW or uint8 NHWC; int64), indices the samples' dataset indices,
+    /// skipped the `(key, reason)` of images left out. Raises `StopIteration` at the end.
+    fn next_batch<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let Flow::Batches { rx, .. } = self.flow.get("epoch")? else {
+            return Err(PyStopIteration::new_err(()));
+        };
+        let got = py.detach(|| rx.lock().unwrap_or_else(|e| e.into_inner()).recv());
+        match got {
+            Ok(Out::Batch(batch)) => {
+                self.consumed += (batch.len() + batch.skipped.len()) as u64;
+                batch_tuple(py, batch)
+            }
+            Ok(Out::Failed(failure)) => {
+                *self.flow.get_mut("epoch")? = Flow::Done;
+                Err(failure.into_py())
+            }
+            Err(_) => {
+                *self.flow.get_mut("epoch")? = Flow::Done;
+                Err(PyStopIteration::new_err(()))
+            }
+        }
+    }
+
+    /// Up to `n` undecoded samples as `(key, label, [(extension, bytes)], index, is_object)`
+    /// (`is_object`: one object per sample, `key` its key); an empty list at the end.
+    fn next_samples<'py>(&mut self, py: Python<'py>, n: usize) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        if let Some(e) = self.pending.take() {
+            return Err(errors::engine(e));
+        }
+        let Flow::Samples { rx, .. } = self.flow.get_mut("epoch")? else {
+            return Ok(out);
+        };
+        let mut taken = Vec::with_capacity(n);
+        let mut failure = None;
+        let mut ended = false;
+        py.detach(|| {
+            while taken.len() < n.max(1) {
+                let next = match taken.is_empty() {
+                    true => rx.blocking_recv(),
+                    // After the first sample, only what is already there.
+                    false => match rx.try_recv() {
+                        Ok(item) => Some(item),
+                        Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
+                        Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => None,
+                    },
+                };
+                match next {
+                    Some(Ok(sample)) => taken.push(sample),
+                    Some(Err(e)) => {
+                        failure = Some(e);
+                        break;
+                    }
+                    None => {
+                        ended = true;
+                        break;
+                    }
+                }
+            }
+        });
+        self.consumed += taken.len() as u64;
+        for sample in taken {
+            let members = PyList::empty(py);
+            for (ext, bytes) in &sample.members {
+                members.append((ext.as_str(), PyBytes::new(py, bytes)))?;
+            }
+            let index = sample.dataset_index();
+            let is_object = matches!(sample.source, SampleRef::File { .. });
+            out.append((sample.key, sample.label, members, index, is_object))?;
+        }
+        if let Some(e) = failure {
+            *self.flow.get_mut("epoch")? = Flow::Done;
+            if out.is_empty() {
+                return Err(errors::engine(e));
+            }
+            // The samples before the error first; the error on the next call.
+            self.pending = Some(e);
+        } else if ended {
+            *self.flow.get_mut("epoch")? = Flow::Done;
+        }
+        Ok(out)
+    }
+
+    /// The state after what was handed out so far (JSON): resumes with neither replay nor
+    /// skip.
+    fn state(&self) -> PyResult<String> {
+        let state = self.tracker.state(self.consumed).map_err(errors::engine)?;
+        serde_json::to_string(&state)
+            .map_err(|e| errors::raise(Kind::Other, format!("cannot encode the state: {e}")))
+    }
+
+    /// Samples handed out so far (decoded or skipped).
+    #[getter]
+    fn consumed(&self) -> u64 {
+        self.consumed
+    }
+}

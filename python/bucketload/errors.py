@@ -1,0 +1,38 @@
+"""Exceptions raised by bucketload.
+
+Every error names the object (or sample) it is about and, where it helps, what to do.
+
+- :class:`BucketloadError` — the base of all of them.
+- :class:`NotFoundError` — an object, prefix or bucket does not exist; also a
+  :class:`FileNotFoundError`, so ``except FileNotFoundError`` works as with files.
+- :class:`ConfigError` — an invalid setting or URI; also a :class:`ValueError`.
+- :class:`CorruptDataError` — bytes that cannot be used: a corrupt image, a truncated tar, a
+  checksum mismatch.
+- :class:`StoreError` — a request that failed after retries (permissions, network,
+  throttling, server errors).
+"""
+
+from __future__ import annotations
+
+
+class BucketloadError(Exception):
+    """Base class of bucketload's errors."""
+
+
+class NotFoundError(BucketloadError, FileNotFoundError):
+    """An object, prefix or bucket does not exist."""
+
+
+class ConfigError(BucketloadError, ValueError):
+    """An invalid setting, URI or state."""
+
+
+class CorruptDataError(BucketloadError):
+    """Bytes that cannot be used: corrupt image, truncated tar, checksum mismatch."""
+
+
+class StoreError(BucketloadError, OSError):
+    """A request to the object store failed after retries."""
+
+
+__all__ = ["BucketloadError", "NotFoundError", "ConfigError", "CorruptDataError", "StoreError"]

@@ -1,0 +1,182 @@
+"""``bucketload.Loader``: batches of decoded, augmented images from object storage."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator
+
+from . import _env, _native
+from ._util import parse_size
+from .errors import ConfigError
+
+try:
+    import torch
+    from torch.utils.data import IterableDataset as _Base
+except ImportError:  # the loader also works without torch: batches are buffers then
+    torch = None
+    _Base = object
+
+
+def _tensor(buffer: Any, dtype: Any) -> Any:
+    """A tensor over the buffer's memory (no copy), shaped like it."""
+    if torch is None:
+        return buffer
+    if buffer.nbytes == 0:
+        return torch.empty(tuple(buffer.shape), dtype=dtype)
+    return torch.frombuffer(buffer, dtype=dtype).view(tuple(buffer.shape))
+
+
+class Loader(_Base):  # type: ignore[misc,valid-type]
+    """Batches of images from a dataset in object storage, decoded and augmented natively.
+
+    ``uri`` is a dataset root: one object per sample (``s3://bucket/train`` with class
+    folders), or tar shards (with a bucketload manifest, or indexed, or plain tar).
+    Iterating yields ``(images, labels)``: ``images`` a ``float32`` tensor ``[N, 3, H, W]``
+    normalised with ImageNet's mean and std (``dtype="float32"``) or a ``uint8`` tensor
+    ``[N, H, W, 3]`` (``dtype="uint8"``), ``labels`` an ``int64`` tensor ``[N]`` (-1 when the
+    dataset has no labels). The tensors share the memory bucketload wrote (no copy). With
+    ``return_indices=True`` a third tensor holds each image's sample index in the dataset (the
+    object's position in key order; for shards ``shard << 32 | sample``).
+
+    Each image is decoded, cropped with torchvision's RandomResizedCrop sampling (scale
+    0.08–1, ratio 3/4–4/3), resized to ``image_size``, flipped with probability 0.5 and
+    normalised, on ``decode_threads`` threads (default: the cores available). The
+    augmentation of a sample depends only on ``(seed, epoch, sample)``.
+
+    Partitioning: ``rank``/``world_size`` default to torch.distributed, else ``RANK`` and
+    ``WORLD_SIZE``, else Ray Train's context. Every rank gets the same number of samples
+    (padded by repeating samples, or with ``drop_last=True`` trimmed; ``drop_last`` also
+    drops a short last batch). Inside a ``DataLoader`` worker (use ``batch_size=None`` there)
+    each worker reads its own disjoint part of the rank's samples.
+
+    The order is a fresh permutation per epoch from ``seed`` (``shuffle=False``: dataset
+    order). Each complete iteration moves to the next epoch; :meth:`set_epoch` chooses one.
+    :meth:`state_dict` / :meth:`load_state_dict` resume mid-epoch with no sample repeated or
+    skipped. Waiting for a batch releases the GIL. The loader can be pickled (for spawned
+    DataLoader workers) and is safe to use after a fork: connections and threads are opened
+    again in each process.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        format: str = "auto",
+        batch_size: int = 64,
+        image_size: int = 224,
+        shuffle: bool = True,
+        seed: int = 0,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_size: int | str = "20GiB",
+        concurrency: int | None = None,
+        decode_threads: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        drop_last: bool = False,
+        dtype: str = "float32",
+        skip_corrupt: bool = False,
+        shuffle_buffer: int | None = None,
+        endpoint: str | None = None,
+        region: str | None = None,
+        return_indices: bool = False,
+    ) -> None:
+        if (rank is None) != (world_size is None):
+            raise ConfigError("give both rank and world_size, or neither")
+        if dtype not in ("float32", "uint8"):
+            raise ConfigError(f"dtype {dtype!r} is not 'float32' or 'uint8'")
+        self._settings: dict[str, Any] = dict(
+            format=format, batch_size=batch_size, image_size=image_size, shuffle=shuffle,
+            seed=seed, cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+            cache_size=parse_size(cache_size), concurrency=concurrency,
+            decode_threads=decode_threads, drop_last=drop_last, dtype=dtype,
+            skip_corrupt=skip_corrupt, shuffle_buffer=shuffle_buffer, endpoint=endpoint,
+            region=region,
+        )
+        self.uri = uri
+        self._return_indices = return_indices
+        self._rank = rank
+        self._world_size = world_size
+        self._epoch = 0
+        self._resume: str | None = None
+        self._native: Any = None
+        self._native_for: tuple[int, int, int] | None = None
+        self._current: Any = None
+        self.skipped: list[tuple[str, str]] = []
+        """``(key, reason)`` of every image left out with ``skip_corrupt=True``."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_native"] = None
+        state["_native_for"] = None
+        state["_current"] = None
+        return state
+
+    def _placement(self) -> tuple[int, int, int, int]:
+        rank, world = (self._rank, self._world_size)
+        if rank is None or world is None:
+            rank, world = _env.distributed()
+        worker, workers = _env.worker()
+        return rank, world, worker, workers
+
+    def _open(self) -> Any:
+        rank, world, worker, workers = self._placement()
+        key = (os.getpid(), worker, workers)
+        if self._native is None or self._native_for != key:
+            self._native = _native.NativeLoader(
+                self.uri, rank=rank, world_size=world, worker=worker, num_workers=workers,
+                decode=True, **self._settings,
+            )
+            self._native_for = key
+        return self._native
+
+    def __len__(self) -> int:
+        """Batches per epoch for this rank (and DataLoader worker)."""
+        return self._open().batches_per_epoch()
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration reads."""
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Reads epoch ``epoch`` next (a new permutation and new augmentations)."""
+        self._epoch = epoch
+        self._resume = None
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        native = self._open()
+        epoch = native.epoch(self._epoch, self._resume)
+        self._resume = None
+        self._current = epoch
+        images_dtype = None
+        if torch is not None:
+            images_dtype = torch.float32 if self._settings["dtype"] == "float32" else torch.uint8
+        while True:
+            try:
+                images, labels, _indices, skipped = epoch.next_batch()
+            except StopIteration:
+                break
+            self.skipped.extend(skipped)
+            if len(labels) == 0:
+                continue
+            int64 = torch.int64 if torch is not None else None
+            if self._return_indices:
+                yield _tensor(images, images_dtype), _tensor(labels, int64), _tensor(_indices, int64)
+            else:
+                yield _tensor(images, images_dtype), _tensor(labels, int64)
+        self._epoch = epoch.epoch + 1
+        self._current = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader stands: restore it with :meth:`load_state_dict` (also in a new
+        process) to continue with the next batch."""
+        if self._current is not None:
+            return {"epoch": self._current.epoch, "state": self._current.state()}
+        return {"epoch": self._epoch, "state": self._resume}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continues from a :meth:`state_dict`: the next iteration starts after the last
+        batch that was handed out when it was taken."""
+        self._epoch = int(state["epoch"])
+        self._resume = state.get("state")
+        self._current = None

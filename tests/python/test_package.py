@@ -1,0 +1,270 @@
+"""The Python package (`import bucketload`) against the embedded server, checked with boto3:
+the Loader's batches (every sample once, labels right, equal disjoint ranks, resume
+mid-epoch), DataLoader workers under fork and spawn, the drop-in connector classes used as the
+connector's documentation shows, checkpoints, and errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import bucketload
+from bucketload import checkpoint
+from bucketload.s3torch import S3Checkpoint, S3IterableDataset, S3MapDataset
+
+from test_cli_dataset import moto, ok  # noqa: F401  (moto is a fixture)
+
+SAMPLES, CLASSES = 40, 4
+
+
+@pytest.fixture(scope="module")
+def env(server):
+    """The AWS environment of the server, for this process and its DataLoader workers."""
+    saved = dict(os.environ)
+    os.environ.update({k: v for k, v in server.env().items() if k.startswith("AWS_")})
+    yield server.env()
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture(scope="module")
+def dataset(bucketload_bin, env, s3):
+    """40 JPEGs in 4 class folders, and what boto3 sees: sorted keys, bytes, labels."""
+    bucket = "pkg-data"
+    s3.create_bucket(Bucket=bucket)
+    ok(bucketload_bin, env, "gen", f"s3://{bucket}/train", "--samples", str(SAMPLES), "--classes",
+       str(CLASSES), "--size", "6KB", "--seed", "3")
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="train/")["Contents"])
+    classes = sorted({k.split("/")[1] for k in keys})
+    labels = [classes.index(k.split("/")[1]) for k in keys]
+    return f"s3://{bucket}/train", bucket, keys, labels
+
+
+def collect(batches):
+    """indices and labels of every image of `(images, labels, indices)` batches."""
+    indices, labels = [], []
+    for images, batch_labels, batch_indices in batches:
+        assert images.dtype == torch.float32 and images.shape[1:] == (3, 32, 32)
+        assert len(batch_labels) == len(batch_indices) == images.shape[0]
+        indices += batch_indices.tolist()
+        labels += batch_labels.tolist()
+    return indices, labels
+
+
+def loader(uri, **kw):
+    kw.setdefault("batch_size", 8)
+    kw.setdefault("image_size", 32)
+    return bucketload.Loader(uri, return_indices=True, **kw)
+
+
+def test_loader_yields_every_sample_once_with_its_label(dataset):
+    uri, _, keys, labels = dataset
+    data = loader(uri, seed=1)
+    assert len(data) == SAMPLES // 8
+    first, first_labels = collect(data)
+    assert sorted(first) == list(range(SAMPLES))
+    assert first_labels == [labels[i] for i in first]
+    images, _, _ = next(iter(loader(uri, seed=1)))
+    # Normalised with ImageNet's statistics: roughly zero-centred, not 0..255.
+    assert -3 < images.mean().item() < 3 and images.abs().max().item() < 3
+    second, _ = collect(data)  # the next epoch: a new order, the same samples
+    assert sorted(second) == list(range(SAMPLES)) and second != first
+
+
+def test_uint8_batches_are_nhwc(dataset):
+    images, labels = next(iter(bucketload.Loader(dataset[0], batch_size=4, image_size=16, dtype="uint8")))
+    assert images.dtype == torch.uint8 and images.shape == (4, 16, 16, 3)
+    assert labels.dtype == torch.int64
+
+
+def test_ranks_are_equal_and_disjoint(dataset):
+    uri = dataset[0]
+    parts = [collect(loader(uri, rank=r, world_size=3, seed=5))[0] for r in range(3)]
+    assert [len(p) for p in parts] == [14, 14, 14]  # 40 padded to 42 so no rank waits
+    every = parts[0] + parts[1] + parts[2]
+    assert set(every) == set(range(SAMPLES)) and len(every) - len(set(every)) == 2
+    trimmed = [collect(loader(uri, rank=r, world_size=3, seed=5, drop_last=True))[0] for r in range(3)]
+    assert [len(p) for p in trimmed] == [8, 8, 8]  # 13 each, the short batch dropped
+    assert len(set(sum(trimmed, []))) == 24
+
+
+def test_resume_mid_epoch_neither_repeats_nor_skips(dataset):
+    uri = dataset[0]
+    data = loader(uri, seed=9)
+    it = iter(data)
+    seen = []
+    for _ in range(2):
+        seen += next(it)[2].tolist()
+    state = json.loads(json.dumps(data.state_dict()))  # survives a JSON round trip
+    del it
+    again = loader(uri, seed=9)
+    again.load_state_dict(state)
+    rest, _ = collect(again)
+    assert len(seen) == 16 and len(rest) == SAMPLES - 16
+    assert sorted(seen + rest) == list(range(SAMPLES))
+    whole, _ = collect(loader(uri, seed=9))
+    assert seen + rest == whole  # the same order as an uninterrupted epoch
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataloader_workers_read_disjoint_parts(dataset, context, workers):
+    uri = dataset[0]
+    data = loader(uri, seed=2)
+    len(data)  # the parent opens the loader (runtime, connections) before forking
+    kw = dict(multiprocessing_context=context) if workers else {}
+    indices, _ = collect(DataLoader(data, batch_size=None, num_workers=workers, **kw))
+    assert sorted(indices) == list(range(SAMPLES))
+
+
+def test_distributed_gloo_ranks_get_equal_disjoint_parts(dataset, tmp_path):
+    uri = dataset[0]
+    script = tmp_path / "rank.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, os, sys
+        import torch.distributed as dist
+        import bucketload
+        dist.init_process_group("gloo")
+        data = bucketload.Loader({uri!r}, batch_size=8, image_size=32, seed=4, return_indices=True)
+        seen = [int(i) for _, _, idx in data for i in idx]
+        with open(os.path.join({str(tmp_path)!r}, f"rank{{dist.get_rank()}}.json"), "w") as f:
+            json.dump(seen, f)
+        dist.destroy_process_group()
+    """))
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(29500 + os.getpid() % 1000))
+        procs.append(subprocess.Popen([sys.executable, str(script)], env=env))
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    parts = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert len(parts[0]) == len(parts[1]) == SAMPLES // 2
+    assert sorted(parts[0] + parts[1]) == list(range(SAMPLES))
+
+
+def test_a_corrupt_image_is_named_or_skipped_and_counted(bucketload_bin, env, s3):
+    bucket = "pkg-corrupt"
+    s3.create_bucket(Bucket=bucket)
+    ok(bucketload_bin, env, "gen", f"s3://{bucket}/d", "--samples", "6", "--classes", "1",
+       "--size", "4KB")
+    s3.put_object(Bucket=bucket, Key="d/class_000/zz-broken.jpg", Body=b"\xff\xd8\xff\xe0 not a jpeg")
+    with pytest.raises(bucketload.CorruptDataError, match="zz-broken.jpg"):
+        for _ in bucketload.Loader(f"s3://{bucket}/d", batch_size=4, image_size=16):
+            pass
+    data = bucketload.Loader(f"s3://{bucket}/d", batch_size=4, image_size=16, skip_corrupt=True)
+    images = sum(len(labels) for _, labels in data)
+    assert images == 6
+    assert [k for k, _ in data.skipped] == ["class_000/zz-broken.jpg"]
+
+
+def test_missing_dataset_is_file_not_found(env):
+    with pytest.raises(FileNotFoundError):
+        bucketload.Loader("s3://pkg-no-such-bucket/train", batch_size=4).__len__()
+    with pytest.raises(bucketload.ConfigError):
+        bucketload.Loader("s3://pkg-data/train", format="parquet").__len__()
+
+
+def test_s3_map_dataset_as_the_connector_documents(dataset, env, s3):
+    uri, bucket, keys, _ = dataset
+    endpoint = env["AWS_ENDPOINT_URL"]
+    ds = S3MapDataset.from_prefix(uri, region="us-east-1", endpoint=endpoint)
+    assert len(ds) == SAMPLES
+    item = ds[0]
+    assert (item.bucket, item.key) == (bucket, keys[0])
+    assert item.read() == s3.get_object(Bucket=bucket, Key=keys[0])["Body"].read()
+    sized = S3MapDataset.from_prefix(uri, region="us-east-1", endpoint=endpoint,
+                                     transform=lambda r: (r.key, len(r.read())))
+    got = list(DataLoader(sized, batch_size=None, num_workers=2, multiprocessing_context="fork"))
+    assert [k for k, _ in got] == keys
+    part = S3MapDataset.from_objects([f"s3://{bucket}/{keys[3]}"], region="us-east-1", endpoint=endpoint)
+    assert part[0].key == keys[3]
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_s3_iterable_dataset_shards_across_workers(dataset, env, s3, context):
+    uri, bucket, keys, _ = dataset
+    ds = S3IterableDataset.from_prefix(uri, region="us-east-1", endpoint=env["AWS_ENDPOINT_URL"],
+                                       enable_sharding=True, transform=_key_and_size)
+    got = list(DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context=context))
+    assert sorted(k for k, _ in got) == keys
+    size = s3.head_object(Bucket=bucket, Key=keys[5])["ContentLength"]
+    assert dict(got)[keys[5]] == size
+
+
+def _key_and_size(reader):
+    return reader.key, len(reader.read())
+
+
+def model_state():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).state_dict()
+
+
+def same_state(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_s3_checkpoint_as_the_connector_documents(env, s3):
+    s3.create_bucket(Bucket="pkg-ckpt")
+    ckpt = S3Checkpoint(region="us-east-1", endpoint=env["AWS_ENDPOINT_URL"])
+    state = model_state()
+    with ckpt.writer("s3://pkg-ckpt/run/epoch0.ckpt") as writer:
+        torch.save(state, writer)
+    body = s3.get_object(Bucket="pkg-ckpt", Key="run/epoch0.ckpt")["Body"].read()
+    assert same_state(torch.load(io.BytesIO(body)), state)
+    with ckpt.reader("s3://pkg-ckpt/run/epoch0.ckpt") as reader:
+        assert same_state(torch.load(reader), state)
+    # An exception inside the block abandons the save: nothing new becomes visible.
+    with pytest.raises(RuntimeError, match="stop"):
+        with ckpt.writer("s3://pkg-ckpt/run/epoch0.ckpt") as writer:
+            writer.write(b"half a checkpoint")
+            raise RuntimeError("stop")
+    assert s3.get_object(Bucket="pkg-ckpt", Key="run/epoch0.ckpt")["Body"].read() == body
+    assert s3.list_multipart_uploads(Bucket="pkg-ckpt").get("Uploads", []) == []
+
+
+def test_checkpoint_save_load_and_background(env, s3, tmp_path):
+    s3.create_bucket(Bucket="pkg-save")
+    state = model_state()
+    saved = checkpoint.save(state, "s3://pkg-save/run/step-1.pt")
+    assert saved["bytes"] > 0
+    assert same_state(checkpoint.load("s3://pkg-save/run/step-1.pt"), state)
+    handle = checkpoint.save({"step": 2, "model": state}, "s3://pkg-save/run/step-2.pt", background=True)
+    info = handle.wait()
+    assert handle.done() and info["uri"].endswith("run/step-2.pt")
+    loaded = torch.load(io.BytesIO(s3.get_object(Bucket="pkg-save", Key="run/step-2.pt")["Body"].read()))
+    assert loaded["step"] == 2 and same_state(loaded["model"], state)
+    local = tmp_path / "ckpt" / "local.pt"
+    local.parent.mkdir()
+    checkpoint.save(state, str(local))
+    assert same_state(torch.load(local), state)
+    with pytest.raises(FileNotFoundError):
+        checkpoint.load("s3://pkg-save/run/missing.pt")
+
+
+def test_s3_checkpoint_on_moto(moto):
+    endpoint, env = moto
+    from conftest import make_client
+    client = make_client(endpoint, key="moto", secret="moto")
+    client.create_bucket(Bucket="pkg-moto")
+    saved = dict(os.environ)
+    os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
+    try:
+        ckpt = S3Checkpoint(region="us-east-1", endpoint=endpoint)
+        state = model_state()
+        with ckpt.writer("s3://pkg-moto/ckpt.pt") as writer:
+            torch.save(state, writer)
+        body = client.get_object(Bucket="pkg-moto", Key="ckpt.pt")["Body"].read()
+        assert same_state(torch.load(io.BytesIO(body)), state)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
