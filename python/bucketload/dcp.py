@@ -1,0 +1,154 @@
+"""PyTorch Distributed Checkpoint (``torch.distributed.checkpoint``) in object storage.
+
+::
+
+    import torch.distributed.checkpoint as dcp
+    from bucketload.dcp import S3StorageReader, S3StorageWriter
+
+    dcp.save(state_dict, storage_writer=S3StorageWriter("s3://bucket/run1/step-100"))
+    dcp.load(state_dict, storage_reader=S3StorageReader("s3://bucket/run1/step-100"))
+
+Every file of the checkpoint (one per rank, and ``.metadata``) is written as one bucketload
+checkpoint object: a parallel multipart upload with per-part checksums that becomes visible
+only when complete, so no rename is ever needed (object stores have none; file-system
+writers write ``.metadata.tmp`` and rename it). ``.metadata`` is written last, by the
+coordinator, after every rank's data is stored: a checkpoint without ``.metadata`` is
+unfinished. Reads seek within each file with ranged GETs and read ahead. ``endpoint`` and
+``region`` default to the AWS environment; paths and ``file://`` URIs work too.
+"""
+
+from __future__ import annotations
+
+import pickle
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from torch.distributed.checkpoint.filesystem import (
+    FileSystemBase,
+    FileSystemReader,
+    FileSystemWriter,
+)
+from torch.distributed.checkpoint.metadata import Metadata
+
+from . import _native
+from .checkpoint import Reader, Writer
+from ._util import split_uri
+
+_METADATA = ".metadata"
+#: The DCP format version this writer declares (torch's own ``CURRENT_DCP_VERSION``).
+DCP_VERSION = "1.0.0"
+
+
+class _ObjectFileSystem(FileSystemBase):
+    """DCP's file-system interface over bucketload's checkpoint objects."""
+
+    def __init__(self, endpoint: str | None, region: str | None) -> None:
+        self.endpoint = endpoint
+        self.region = region
+
+    @contextmanager
+    def create_stream(self, path: Any, mode: str) -> Iterator[Any]:
+        uri = str(path)
+        if mode == "wb":
+            writer = Writer(uri, endpoint=self.endpoint, region=self.region)
+            try:
+                yield writer
+            except BaseException:
+                writer.abort()
+                raise
+            writer.close()
+        elif mode == "rb":
+            reader = Reader(uri, endpoint=self.endpoint, region=self.region)
+            try:
+                yield reader
+            finally:
+                reader.close()
+        else:
+            raise ValueError(f"mode {mode!r} is not 'rb' or 'wb'")
+
+    def concat_path(self, path: Any, suffix: str) -> str:
+        return f"{str(path).rstrip('/')}/{suffix}"
+
+    def init_path(self, path: Any) -> str:
+        return str(path).rstrip("/")
+
+    def mkdir(self, path: Any) -> None:
+        """Object stores have no directories; local ones are made by the writer."""
+
+    def rename(self, path: Any, new_path: Any) -> None:
+        raise NotImplementedError(
+            f"bucketload's DCP storage never renames ({path} -> {new_path}): objects become "
+            "visible whole when written")
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
+        return "://" in str(checkpoint_id)
+
+    def exists(self, path: Any) -> bool:
+        prefix, name = split_uri(str(path))
+        store = _native.NativeStore(prefix, endpoint=self.endpoint, region=self.region)
+        try:
+            store.size(name)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def rm_file(self, path: Any) -> None:
+        raise NotImplementedError(f"bucketload's DCP storage does not delete ({path})")
+
+
+class S3StorageWriter(FileSystemWriter):
+    """A DCP ``StorageWriter`` to ``s3://bucket/prefix`` (one object per rank plus
+    ``.metadata``), with any S3-compatible endpoint. Takes FileSystemWriter's options
+    (``single_file_per_rank``, ``thread_count``…); ``sync_files`` is moot (an object is
+    durable once visible)."""
+
+    def __init__(self, path: str, *, endpoint: str | None = None, region: str | None = None,
+                 **kwargs: Any) -> None:
+        kwargs["sync_files"] = False
+        super().__init__(path, **kwargs)
+        self.fs = _ObjectFileSystem(endpoint, region)
+        self.path = self.fs.init_path(path)
+
+    def reset(self, checkpoint_id: Any = None) -> None:
+        super().reset(checkpoint_id)
+        if checkpoint_id:
+            self.path = self.fs.init_path(checkpoint_id)
+
+    def finish(self, metadata: Metadata, results: list[list[Any]]) -> None:
+        """Writes ``.metadata`` straight to its final name: it appears whole or not at all."""
+        metadata.version = DCP_VERSION
+        storage = {}
+        for writes in results:
+            storage.update({w.index: w.storage_data for w in writes})
+        metadata.storage_data = storage
+        metadata.storage_meta = self.storage_meta()
+        with self.fs.create_stream(self._get_metadata_path(), "wb") as stream:
+            pickle.dump(metadata, stream)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
+        return _ObjectFileSystem.validate_checkpoint_id(checkpoint_id)
+
+
+class S3StorageReader(FileSystemReader):
+    """A DCP ``StorageReader`` of a checkpoint written by :class:`S3StorageWriter` (or any
+    DCP file-system checkpoint copied to object storage)."""
+
+    def __init__(self, path: str, *, endpoint: str | None = None, region: str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(path, **kwargs)
+        self.fs = _ObjectFileSystem(endpoint, region)
+        self.path = self.fs.init_path(path)
+
+    def reset(self, checkpoint_id: Any = None) -> None:
+        super().reset(checkpoint_id)
+        if checkpoint_id:
+            self.path = self.fs.init_path(checkpoint_id)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
+        return _ObjectFileSystem.validate_checkpoint_id(checkpoint_id)
+
+
+__all__ = ["S3StorageReader", "S3StorageWriter"]
