@@ -97,7 +97,27 @@ class _ObjectFileSystem(FileSystemBase):
         raise NotImplementedError(f"bucketload's DCP storage does not delete ({path})")
 
 
-class S3StorageWriter(FileSystemWriter):
+class _OnObjects:
+    """What the writer and the reader share: bucketload's file system and string paths."""
+
+    fs: _ObjectFileSystem
+    path: Any
+
+    def _use_objects(self, path: str, endpoint: str | None, region: str | None) -> None:
+        self.fs = _ObjectFileSystem(endpoint, region)
+        self.path = self.fs.init_path(path)
+
+    def reset(self, checkpoint_id: Any = None) -> None:
+        super().reset(checkpoint_id)  # type: ignore[misc]
+        if checkpoint_id:
+            self.path = self.fs.init_path(checkpoint_id)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
+        return _ObjectFileSystem.validate_checkpoint_id(checkpoint_id)
+
+
+class S3StorageWriter(_OnObjects, FileSystemWriter):
     """A DCP ``StorageWriter`` to ``s3://bucket/prefix`` (one object per rank plus
     ``.metadata``), with any S3-compatible endpoint. Takes FileSystemWriter's options
     (``single_file_per_rank``, ``thread_count``…); ``sync_files`` is moot (an object is
@@ -107,13 +127,7 @@ class S3StorageWriter(FileSystemWriter):
                  **kwargs: Any) -> None:
         kwargs["sync_files"] = False
         super().__init__(path, **kwargs)
-        self.fs = _ObjectFileSystem(endpoint, region)
-        self.path = self.fs.init_path(path)
-
-    def reset(self, checkpoint_id: Any = None) -> None:
-        super().reset(checkpoint_id)
-        if checkpoint_id:
-            self.path = self.fs.init_path(checkpoint_id)
+        self._use_objects(path, endpoint, region)
 
     def finish(self, metadata: Metadata, results: list[list[Any]]) -> None:
         """Writes ``.metadata`` straight to its final name: it appears whole or not at all."""
@@ -126,29 +140,15 @@ class S3StorageWriter(FileSystemWriter):
         with self.fs.create_stream(self._get_metadata_path(), "wb") as stream:
             pickle.dump(metadata, stream)
 
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
-        return _ObjectFileSystem.validate_checkpoint_id(checkpoint_id)
 
-
-class S3StorageReader(FileSystemReader):
+class S3StorageReader(_OnObjects, FileSystemReader):
     """A DCP ``StorageReader`` of a checkpoint written by :class:`S3StorageWriter` (or any
     DCP file-system checkpoint copied to object storage)."""
 
     def __init__(self, path: str, *, endpoint: str | None = None, region: str | None = None,
                  **kwargs: Any) -> None:
         super().__init__(path, **kwargs)
-        self.fs = _ObjectFileSystem(endpoint, region)
-        self.path = self.fs.init_path(path)
-
-    def reset(self, checkpoint_id: Any = None) -> None:
-        super().reset(checkpoint_id)
-        if checkpoint_id:
-            self.path = self.fs.init_path(checkpoint_id)
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
-        return _ObjectFileSystem.validate_checkpoint_id(checkpoint_id)
+        self._use_objects(path, endpoint, region)
 
 
 __all__ = ["S3StorageReader", "S3StorageWriter"]

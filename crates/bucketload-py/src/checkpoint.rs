@@ -2,7 +2,7 @@
 //! background saves of a snapshot.
 
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bucketload::checkpoint::{
     BlockingReader, BlockingWriter, CheckpointConfig, Checkpoints, SaveHandle, Saved,
@@ -16,8 +16,11 @@ use tokio::runtime::Runtime;
 
 use crate::buffer::Buffer;
 use crate::errors::{self, Kind};
-use crate::runtime::{ForkSafe, runtime};
+use crate::runtime::{ForkSafe, Slot, runtime};
 use crate::store::store_config;
+
+const WRITER: &str = "checkpoint writer";
+const READER: &str = "checkpoint reader";
 
 fn saved_dict<'py>(py: Python<'py>, saved: &Saved) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -93,9 +96,7 @@ impl NativeCheckpoints {
         let opened = py.detach(|| self.rt.block_on(checkpoints.writer(name)));
         let writer = opened.map_err(errors::engine)?;
         Ok(NativeWriter {
-            writer: Mutex::new(ForkSafe::new(Some(
-                writer.into_blocking(self.rt.handle().clone()),
-            ))),
+            writer: Slot::new(writer.into_blocking(self.rt.handle().clone())),
             written: 0,
         })
     }
@@ -107,9 +108,7 @@ impl NativeCheckpoints {
         let reader = opened.map_err(errors::engine)?;
         let size = reader.size();
         Ok(NativeReader {
-            reader: Mutex::new(ForkSafe::new(Some(
-                reader.into_blocking(self.rt.handle().clone()),
-            ))),
+            reader: Slot::new(reader.into_blocking(self.rt.handle().clone())),
             size,
         })
     }
@@ -136,7 +135,7 @@ impl NativeCheckpoints {
                 .block_on(checkpoints.save_background(name, snapshot))
         });
         Ok(NativeSaveHandle {
-            handle: Mutex::new(ForkSafe::new(Some(started.map_err(errors::engine)?))),
+            handle: Slot::new(started.map_err(errors::engine)?),
             uri: self.uri_of(name),
             rt: Arc::clone(&self.rt),
         })
@@ -177,7 +176,7 @@ impl NativeCheckpoints {
 /// A checkpoint being written (`io.RawIOBase`-like, used by `bucketload` Python writers).
 #[pyclass(module = "bucketload._native")]
 pub struct NativeWriter {
-    writer: Mutex<ForkSafe<Option<BlockingWriter>>>,
+    writer: Slot<BlockingWriter>,
     written: u64,
 }
 
@@ -187,12 +186,10 @@ impl NativeWriter {
     fn write(&mut self, py: Python<'_>, data: PyBuffer<u8>) -> PyResult<usize> {
         let bytes = data.to_vec(py)?;
         let n = bytes.len();
-        let mut slot = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let writer = slot
-            .get_mut("checkpoint writer")?
-            .as_mut()
-            .ok_or_else(|| closed("writer"))?;
-        py.detach(|| writer.write_all(&bytes)).map_err(io_error)?;
+        self.writer.with(WRITER, |writer| {
+            let writer = writer.ok_or_else(|| closed("writer"))?;
+            py.detach(|| writer.write_all(&bytes)).map_err(io_error)
+        })?;
         self.written += n as u64;
         Ok(n)
     }
@@ -204,12 +201,7 @@ impl NativeWriter {
 
     /// Completes the upload: the checkpoint becomes visible, whole. Returns what was saved.
     fn close<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let taken = self
-            .writer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut("checkpoint writer")?
-            .take();
+        let taken = self.writer.take(WRITER)?;
         let Some(writer) = taken else {
             return Ok(None);
         };
@@ -219,12 +211,7 @@ impl NativeWriter {
 
     /// Abandons the save: nothing becomes visible, an older checkpoint stays.
     fn abort(&mut self, py: Python<'_>) -> PyResult<()> {
-        let taken = self
-            .writer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut("checkpoint writer")?
-            .take();
+        let taken = self.writer.take(WRITER)?;
         match taken {
             Some(writer) => py.detach(|| writer.abort()).map_err(errors::engine),
             None => Ok(()),
@@ -234,15 +221,14 @@ impl NativeWriter {
     /// Whether `close()` or `abort()` was called.
     #[getter]
     fn closed(&self) -> PyResult<bool> {
-        let slot = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(slot.get("checkpoint writer")?.is_none())
+        self.writer.with(WRITER, |writer| Ok(writer.is_none()))
     }
 }
 
 /// A checkpoint being read, with read-ahead while reads go forward.
 #[pyclass(module = "bucketload._native")]
 pub struct NativeReader {
-    reader: Mutex<ForkSafe<Option<BlockingReader>>>,
+    reader: Slot<BlockingReader>,
     size: u64,
 }
 
@@ -257,19 +243,17 @@ impl NativeReader {
     /// Up to `n` bytes (all that is left when `n` < 0).
     #[pyo3(signature = (n=-1))]
     fn read<'py>(&self, py: Python<'py>, n: i64) -> PyResult<Bound<'py, PyBytes>> {
-        let mut slot = self.reader.lock().unwrap_or_else(|e| e.into_inner());
-        let reader = slot
-            .get_mut("checkpoint reader")?
-            .as_mut()
-            .ok_or_else(|| closed("reader"))?;
-        let pos = reader.stream_position().map_err(io_error)?;
-        let left = self.size.saturating_sub(pos);
-        let want = if n < 0 { left } else { left.min(n as u64) } as usize;
-        let mut buf = vec![0u8; want];
-        let got = py
-            .detach(|| read_full(reader, &mut buf))
-            .map_err(io_error)?;
-        buf.truncate(got);
+        let buf = self.open(|reader| {
+            let pos = reader.stream_position().map_err(io_error)?;
+            let left = self.size.saturating_sub(pos);
+            let want = if n < 0 { left } else { left.min(n as u64) } as usize;
+            let mut buf = vec![0u8; want];
+            let got = py
+                .detach(|| read_full(reader, &mut buf))
+                .map_err(io_error)?;
+            buf.truncate(got);
+            Ok(buf)
+        })?;
         Ok(PyBytes::new(py, &buf))
     }
 
@@ -278,31 +262,17 @@ impl NativeReader {
         if target.readonly() {
             return Err(PyValueError::new_err("readinto needs a writable buffer"));
         }
-        let mut slot = self.reader.lock().unwrap_or_else(|e| e.into_inner());
-        let reader = slot
-            .get_mut("checkpoint reader")?
-            .as_mut()
-            .ok_or_else(|| closed("reader"))?;
         let mut buf = vec![0u8; target.item_count()];
-        let got = py
-            .detach(|| read_full(reader, &mut buf))
-            .map_err(io_error)?;
-        target.copy_from_slice(py, &{
-            let mut whole = buf;
-            whole.truncate(target.item_count());
-            whole
-        })?;
+        let got =
+            self.open(|reader| py.detach(|| read_full(reader, &mut buf)).map_err(io_error))?;
+        // Bytes past `got` keep zeros; callers use the first `got`.
+        target.copy_from_slice(py, &buf)?;
         Ok(got)
     }
 
     /// Moves to `offset` from the start (0), the current position (1) or the end (2).
     #[pyo3(signature = (offset, whence=0))]
     fn seek(&self, offset: i64, whence: i32) -> PyResult<u64> {
-        let mut slot = self.reader.lock().unwrap_or_else(|e| e.into_inner());
-        let reader = slot
-            .get_mut("checkpoint reader")?
-            .as_mut()
-            .ok_or_else(|| closed("reader"))?;
         let from =
             match whence {
                 0 => SeekFrom::Start(u64::try_from(offset).map_err(|_| {
@@ -312,24 +282,26 @@ impl NativeReader {
                 2 => SeekFrom::End(offset),
                 _ => return Err(PyValueError::new_err(format!("invalid whence ({whence})"))),
             };
-        reader.seek(from).map_err(io_error)
+        self.open(|reader| reader.seek(from).map_err(io_error))
     }
 
     /// The current position.
     fn tell(&self) -> PyResult<u64> {
-        let mut slot = self.reader.lock().unwrap_or_else(|e| e.into_inner());
-        let reader = slot
-            .get_mut("checkpoint reader")?
-            .as_mut()
-            .ok_or_else(|| closed("reader"))?;
-        reader.stream_position().map_err(io_error)
+        self.open(|reader| reader.stream_position().map_err(io_error))
     }
 
     /// Stops reading ahead and releases the reader.
     fn close(&self) -> PyResult<()> {
-        let mut slot = self.reader.lock().unwrap_or_else(|e| e.into_inner());
-        slot.get_mut("checkpoint reader")?.take();
+        self.reader.take(READER)?;
         Ok(())
+    }
+}
+
+impl NativeReader {
+    /// Runs `f` on the reader; fails once it is closed.
+    fn open<R>(&self, f: impl FnOnce(&mut BlockingReader) -> PyResult<R>) -> PyResult<R> {
+        self.reader
+            .with(READER, |reader| f(reader.ok_or_else(|| closed("reader"))?))
     }
 }
 
@@ -348,7 +320,7 @@ fn read_full(reader: &mut BlockingReader, buf: &mut [u8]) -> std::io::Result<usi
 /// A background save.
 #[pyclass(module = "bucketload._native")]
 pub struct NativeSaveHandle {
-    handle: Mutex<ForkSafe<Option<SaveHandle>>>,
+    handle: Slot<SaveHandle>,
     uri: String,
     rt: Arc<Runtime>,
 }
@@ -363,21 +335,14 @@ impl NativeSaveHandle {
 
     /// Whether the save ended (successfully or not).
     fn done(&self) -> PyResult<bool> {
-        let slot = self.handle.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(slot
-            .get("save handle")?
-            .as_ref()
-            .is_none_or(SaveHandle::is_finished))
+        self.handle.with("save handle", |handle| {
+            Ok(handle.is_none_or(|h| h.is_finished()))
+        })
     }
 
     /// Waits for the save; raises its error. A second call returns `None`.
     fn wait<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let taken = self
-            .handle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut("save handle")?
-            .take();
+        let taken = self.handle.take("save handle")?;
         let Some(handle) = taken else {
             return Ok(None);
         };

@@ -97,3 +97,30 @@ impl<T> Drop for ForkSafe<T> {
         }
     }
 }
+
+/// A value behind a lock, owned by its process, that can be taken out once (on close).
+pub(crate) struct Slot<T>(std::sync::Mutex<ForkSafe<Option<T>>>);
+
+impl<T> Slot<T> {
+    pub(crate) fn new(value: T) -> Slot<T> {
+        Slot(std::sync::Mutex::new(ForkSafe::new(Some(value))))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ForkSafe<Option<T>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes the value out (`None` if it was taken before).
+    pub(crate) fn take(&self, what: &str) -> PyResult<Option<T>> {
+        Ok(self.lock().get_mut(what)?.take())
+    }
+
+    /// Runs `f` on the value (`None` once taken).
+    pub(crate) fn with<R>(
+        &self,
+        what: &str,
+        f: impl FnOnce(Option<&mut T>) -> PyResult<R>,
+    ) -> PyResult<R> {
+        f(self.lock().get_mut(what)?.as_mut())
+    }
+}
