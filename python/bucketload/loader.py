@@ -33,7 +33,8 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
     folders), or tar shards (with a bucketload manifest, or indexed, or plain tar).
     Iterating yields ``(images, labels)``: ``images`` a ``float32`` tensor ``[N, 3, H, W]``
     normalised with ImageNet's mean and std (``dtype="float32"``) or a ``uint8`` tensor
-    ``[N, H, W, 3]`` (``dtype="uint8"``), ``labels`` an ``int64`` tensor ``[N]`` (-1 when the
+    ``[N, 3, H, W]`` in ``torch.channels_last`` memory format (``dtype="uint8"``: the pixels
+    as decoded, stored HWC), ``labels`` an ``int64`` tensor ``[N]`` (-1 when the
     dataset has no labels). The tensors share the memory bucketload wrote (no copy). With
     ``return_indices=True`` a third tensor holds each image's sample index in the dataset (the
     object's position in key order; for shards ``shard << 32 | sample``).
@@ -160,10 +161,13 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
             if len(labels) == 0:
                 continue
             int64 = torch.int64 if torch is not None else None
+            images = _tensor(images, images_dtype)
+            if torch is not None and images_dtype == torch.uint8:
+                images = images.permute(0, 3, 1, 2)  # NCHW view of NHWC memory: channels_last
             if self._return_indices:
-                yield _tensor(images, images_dtype), _tensor(labels, int64), _tensor(_indices, int64)
+                yield images, _tensor(labels, int64), _tensor(_indices, int64)
             else:
-                yield _tensor(images, images_dtype), _tensor(labels, int64)
+                yield images, _tensor(labels, int64)
         self._epoch = epoch.epoch + 1
         self._current = None
 

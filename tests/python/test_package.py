@@ -79,9 +79,10 @@ def test_loader_yields_every_sample_once_with_its_label(dataset):
     assert sorted(second) == list(range(SAMPLES)) and second != first
 
 
-def test_uint8_batches_are_nhwc(dataset):
+def test_uint8_batches_are_nchw_channels_last(dataset):
     images, labels = next(iter(bucketload.Loader(dataset[0], batch_size=4, image_size=16, dtype="uint8")))
-    assert images.dtype == torch.uint8 and images.shape == (4, 16, 16, 3)
+    assert images.dtype == torch.uint8 and images.shape == (4, 3, 16, 16)
+    assert images.is_contiguous(memory_format=torch.channels_last)
     assert labels.dtype == torch.int64
 
 
