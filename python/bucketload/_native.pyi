@@ -65,6 +65,27 @@ class NativeEpoch:
     def state(self) -> str:
         """JSON state after what was handed out; resumes with neither replay nor skip."""
 
+class NativeDecoder:
+    """Decodes encoded images (JPEG, PNG) into one augmented batch on native threads: the
+    loader's decode, for bytes that arrive another way (``bucketload.ray.decode_batch``)."""
+
+    def __init__(self, *, image_size: int = 224, seed: int = 0, dtype: str = "float32",
+                 decode_threads: int | None = None, skip_corrupt: bool = False) -> None: ...
+    def decode(self, epoch: int, images: list[bytes], indices: list[int], labels: list[int],
+               keys: list[str] | None = None) -> tuple[Buffer, Buffer, Buffer, list[tuple[str, str]]]:
+        """One batch ``(images, labels, indices, skipped)`` as ``NativeEpoch.next_batch`` returns
+        it. ``indices`` (dataset-wide sample numbers), ``epoch`` and the seed fix each image's
+        augmentation; ``keys`` name samples in errors."""
+
+def shard(src: str, dst: str, *, shard_size: int | None = None,
+          samples_per_shard: int | None = None, seed: int | None = None,
+          label_from: str = "auto", part: tuple[int, int] | None = None, md5: bool = False,
+          endpoint: str | None = None, region: str | None = None) -> str:
+    """``bucketload shard src dst`` (slice ``part = (i, n)`` only, when given); the report as JSON."""
+
+def merge(dst: str, *, endpoint: str | None = None, region: str | None = None) -> str:
+    """``bucketload merge dst``: the slices' manifests stitched into the dataset's; the report as JSON."""
+
 class NativeCheckpoints:
     """The checkpoints under one prefix."""
 

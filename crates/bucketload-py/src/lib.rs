@@ -12,9 +12,11 @@
 
 mod buffer;
 mod checkpoint;
+mod decoder;
 mod errors;
 mod loader;
 mod runtime;
+mod sharding;
 mod store;
 
 use pyo3::prelude::*;
@@ -30,5 +32,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<checkpoint::NativeWriter>()?;
     m.add_class::<checkpoint::NativeReader>()?;
     m.add_class::<checkpoint::NativeSaveHandle>()?;
+    m.add_class::<decoder::NativeDecoder>()?;
+    m.add_function(wrap_pyfunction!(sharding::shard, m)?)?;
+    m.add_function(wrap_pyfunction!(sharding::merge, m)?)?;
     Ok(())
 }

@@ -374,7 +374,7 @@ impl Drop for Flow {
     }
 }
 
-fn batch_tuple<'py>(py: Python<'py>, batch: Batch) -> PyResult<Bound<'py, PyTuple>> {
+pub(crate) fn batch_tuple<'py>(py: Python<'py>, batch: Batch) -> PyResult<Bound<'py, PyTuple>> {
     let shape = batch.shape;
     let count: usize = shape.iter().product();
     let images = match batch.data {

@@ -1,0 +1,104 @@
+//! `NativeDecoder`: bucketload's decode and augmentation as a batch function, for pipelines
+//! that read elsewhere (Ray Data's `map_batches`).
+
+use std::sync::Arc;
+
+use bucketload_image::{Augment, Geometry, ImagePipeline, OnError, OutputFormat};
+use bytes::Bytes;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+
+use crate::errors::{self, Kind};
+use crate::loader::batch_tuple;
+use crate::runtime::ForkSafe;
+
+/// Decodes encoded images (JPEG, PNG) into one augmented batch on native threads.
+#[pyclass(module = "bucketload._native")]
+pub struct NativeDecoder {
+    pipeline: ForkSafe<Arc<ImagePipeline>>,
+}
+
+#[pymethods]
+impl NativeDecoder {
+    #[new]
+    #[pyo3(signature = (*, image_size=224, seed=0, dtype="float32", decode_threads=None, skip_corrupt=false))]
+    fn new(
+        image_size: u32,
+        seed: u64,
+        dtype: &str,
+        decode_threads: Option<usize>,
+        skip_corrupt: bool,
+    ) -> PyResult<NativeDecoder> {
+        let output = match dtype {
+            "float32" => OutputFormat::imagenet(),
+            "uint8" => OutputFormat::HwcU8,
+            other => {
+                return Err(errors::raise(
+                    Kind::Config,
+                    format!("dtype {other:?} is not 'float32' or 'uint8'"),
+                ));
+            }
+        };
+        let mut builder = ImagePipeline::builder()
+            .with_augment(Augment {
+                geometry: Geometry::random_resized_crop(image_size),
+                flip: 0.5,
+                antialias: false,
+            })
+            .with_output(output)
+            .with_seed(seed)
+            .with_on_error(match skip_corrupt {
+                true => OnError::Skip,
+                false => OnError::Fail,
+            });
+        if let Some(n) = decode_threads {
+            builder = builder.with_threads(n);
+        }
+        let pipeline = builder.build().map_err(errors::image)?;
+        Ok(NativeDecoder {
+            pipeline: ForkSafe::new(Arc::new(pipeline)),
+        })
+    }
+
+    /// One batch of `images` (encoded bytes) of `epoch`: `(images, labels, indices, skipped)`
+    /// as `NativeEpoch.next_batch` returns it. `indices` (dataset-wide sample numbers) and
+    /// the seed fix each image's augmentation; `keys` name samples in errors.
+    #[pyo3(signature = (epoch, images, indices, labels, keys=None))]
+    fn decode<'py>(
+        &self,
+        py: Python<'py>,
+        epoch: u64,
+        images: Vec<Bound<'py, PyBytes>>,
+        indices: Vec<u64>,
+        labels: Vec<i64>,
+        keys: Option<Vec<String>>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let pipeline = Arc::clone(self.pipeline.get("decoder")?);
+        let n = images.len();
+        if indices.len() != n || labels.len() != n || keys.as_ref().is_some_and(|k| k.len() != n) {
+            return Err(errors::raise(
+                Kind::Config,
+                format!(
+                    "{n} images but {} indices, {} labels and {} keys: give one of each per image",
+                    indices.len(),
+                    labels.len(),
+                    keys.as_ref().map_or(n, Vec::len)
+                ),
+            ));
+        }
+        let samples: Vec<bucketload_image::Sample> = images
+            .iter()
+            .enumerate()
+            .map(|(i, bytes)| bucketload_image::Sample {
+                key: keys
+                    .as_ref()
+                    .map_or_else(|| format!("sample {}", indices[i]), |k| k[i].clone()),
+                index: indices[i],
+                label: labels[i],
+                bytes: Bytes::copy_from_slice(bytes.as_bytes()),
+            })
+            .collect();
+        let batch = py.detach(|| pipeline.process(epoch, &samples));
+        batch_tuple(py, batch.map_err(errors::image)?)
+    }
+}

@@ -1,0 +1,97 @@
+//! `shard` and `merge` for the Python package: one slice of a sharding run, and the merge of
+//! the slices' manifests (how `bucketload.ray.shard` fans the work out over Ray tasks).
+
+use bucketload::dataset::NoProgress;
+use bucketload::shards::{Cut, LabelFrom, ShardOptions, merge_parts, shard_dataset};
+use bucketload_format::PartSpec;
+use bucketload_store::Store;
+use pyo3::prelude::*;
+
+use crate::errors::{self, Kind};
+use crate::runtime::runtime;
+use crate::store::store_config;
+
+fn json<T: serde::Serialize>(value: &T) -> PyResult<String> {
+    serde_json::to_string(value)
+        .map_err(|e| errors::raise(Kind::Other, format!("cannot encode the report: {e}")))
+}
+
+fn open(uri: &str, endpoint: Option<String>, region: Option<String>) -> PyResult<Store> {
+    Store::open(uri, &store_config(endpoint, region)).map_err(errors::store)
+}
+
+/// Shards the one-object-per-sample dataset `src` into `dst` (slice `part` = `(i, n)` only,
+/// when given); returns the report as JSON. See `bucketload shard`.
+#[pyfunction]
+#[pyo3(signature = (
+    src, dst, *, shard_size=None, samples_per_shard=None, seed=None, label_from="auto",
+    part=None, md5=false, endpoint=None, region=None,
+))]
+#[allow(clippy::too_many_arguments)]
+pub fn shard(
+    py: Python<'_>,
+    src: &str,
+    dst: &str,
+    shard_size: Option<u64>,
+    samples_per_shard: Option<u64>,
+    seed: Option<u64>,
+    label_from: &str,
+    part: Option<(u32, u32)>,
+    md5: bool,
+    endpoint: Option<String>,
+    region: Option<String>,
+) -> PyResult<String> {
+    let cut = match (shard_size, samples_per_shard) {
+        (Some(_), Some(_)) => {
+            return Err(errors::raise(
+                Kind::Config,
+                "give shard_size or samples_per_shard, not both".to_owned(),
+            ));
+        }
+        (_, Some(n)) => Cut::Samples(n),
+        (Some(bytes), None) => Cut::Bytes(bytes),
+        (None, None) => Cut::Bytes(bucketload::shards::DEFAULT_SHARD_SIZE),
+    };
+    let label_from = match label_from {
+        "auto" => LabelFrom::Auto,
+        "folder" => LabelFrom::Folder,
+        "none" => LabelFrom::None,
+        other => {
+            return Err(errors::raise(
+                Kind::Config,
+                format!("label_from {other:?} is not 'auto', 'folder' or 'none'"),
+            ));
+        }
+    };
+    let options = ShardOptions::builder()
+        .with_cut(cut)
+        .with_seed(seed)
+        .with_label_from(label_from)
+        .with_part(part.map(|(index, count)| PartSpec { index, count }))
+        .with_md5(md5)
+        .build()
+        .map_err(errors::engine)?;
+    let rt = runtime()?;
+    let _guard = rt.enter();
+    let src = open(src, endpoint.clone(), region.clone())?;
+    let dst = open(dst, endpoint, region)?;
+    let report = py.detach(|| rt.block_on(shard_dataset(&src, &dst, &options, &NoProgress)));
+    json(&report.map_err(errors::engine)?)
+}
+
+/// Stitches the manifests of every slice under `dst` into the dataset's manifest; returns
+/// the report as JSON. See `bucketload merge`.
+#[pyfunction]
+#[pyo3(signature = (dst, *, endpoint=None, region=None))]
+pub fn merge(
+    py: Python<'_>,
+    dst: &str,
+    endpoint: Option<String>,
+    region: Option<String>,
+) -> PyResult<String> {
+    let rt = runtime()?;
+    let _guard = rt.enter();
+    let dst = open(dst, endpoint, region)?;
+    let report = py.detach(|| rt.block_on(merge_parts(&dst)));
+    json(&report.map_err(errors::engine)?)
+}

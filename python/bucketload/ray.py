@@ -1,0 +1,183 @@
+"""bucketload on Ray: Ray Data reads through bucketload's engine, native decode as a
+``map_batches`` function, and sharding fanned out over Ray tasks. Inside a Ray Train worker,
+``bucketload.Loader`` takes its rank and world size from ``ray.train.get_context()`` (or from
+torch.distributed, which TorchTrainer initialises): nothing to pass.
+
+::
+
+    import ray, bucketload.ray as blr
+
+    ds = blr.read_dataset("s3://bucket/train-shards", format="shards")
+    ds = ds.map_batches(blr.decode_batch, fn_kwargs={"image_size": 224}, batch_format="numpy")
+    # in a TorchTrainer: ray.train.get_dataset_shard("train").iter_torch_batches(batch_size=64)
+
+    blr.shard("s3://bucket/train", "s3://bucket/train-shards", parts=8)
+
+Credentials and endpoints come from the AWS environment of each Ray worker: on a cluster,
+pass them with ``runtime_env={"env_vars": {...}}`` (docs/RAY.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+import ray
+from ray.data.block import BlockMetadata
+from ray.data.datasource import Datasource, ReadTask
+
+from . import _native
+
+_IMAGE_EXTENSIONS = ("jpg", "jpeg", "png")
+_ROWS_PER_BLOCK = 256
+# Each read task opens the dataset (one GET of its manifest, or a listing without one), so a
+# task gets at least this many samples unless the caller asks for a number of blocks.
+MIN_SAMPLES_PER_TASK = 1000
+
+
+def _image_of(members: list[tuple[str, bytes]]) -> bytes | None:
+    if len(members) == 1:
+        return members[0][1]
+    by_ext = {ext.lower(): data for ext, data in members}
+    return next((by_ext[e] for e in _IMAGE_EXTENSIONS if e in by_ext), None)
+
+
+def _read_part(uri: str, settings: dict[str, Any], epoch: int, part: int, parts: int) -> Iterator[pa.Table]:
+    """The rows of slice ``part`` of ``parts`` of the dataset, in blocks."""
+    loader = _native.NativeLoader(uri, decode=False, worker=part, num_workers=parts, **settings)
+    samples = loader.epoch(epoch)
+    while True:
+        batch = samples.next_samples(_ROWS_PER_BLOCK)
+        if not batch:
+            return
+        keys, labels, indices, images = [], [], [], []
+        for key, label, members, index, _is_object in batch:
+            image = _image_of(members)
+            if image is None:
+                found = [ext for ext, _ in members]
+                raise ValueError(f"sample {key} of {uri} has no image member (it has {found})")
+            keys.append(key)
+            labels.append(-1 if label is None else label)
+            indices.append(index)
+            images.append(image)
+        yield pa.table({
+            "key": pa.array(keys, pa.string()),
+            "label": pa.array(labels, pa.int64()),
+            "index": pa.array(indices, pa.int64()),
+            "image": pa.array(images, pa.binary()),
+        })
+
+
+class BucketloadDatasource(Datasource):
+    """A Ray Data datasource over a bucketload dataset (one object per sample, or tar shards
+    streamed or indexed). Rows: ``key``, ``label`` (-1 without labels), ``index`` (the
+    sample's number in the dataset) and ``image`` (the encoded image bytes). Each read task
+    reads a disjoint slice with bucketload's engine (hundreds of requests in flight);
+    together they cover every sample exactly once per epoch.
+
+    Every task opens the dataset: with a manifest (``bucketload manifest`` or ``bucketload
+    shard`` wrote one) that is one GET, without one a listing. Tasks therefore get at least
+    ``MIN_SAMPLES_PER_TASK`` samples each, unless ``tasks`` fixes their number."""
+
+    def __init__(self, uri: str, *, format: str = "auto", shuffle: bool = False, seed: int = 0,
+                 epoch: int = 0, concurrency: int | None = None, endpoint: str | None = None,
+                 region: str | None = None, tasks: int | None = None) -> None:
+        super().__init__()
+        if tasks is not None and tasks < 1:
+            raise ValueError("tasks must be at least 1")
+        self._uri = uri
+        self._epoch = epoch
+        self._tasks = tasks
+        self._settings = dict(format=format, shuffle=shuffle, seed=seed, concurrency=concurrency,
+                              endpoint=endpoint, region=region)
+        self._samples = _native.NativeLoader(uri, decode=False, **self._settings).dataset_samples()
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        return None
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
+                       data_context: Any = None) -> list[ReadTask]:
+        if self._tasks is not None:
+            parts = self._tasks
+        else:
+            parts = min(parallelism, -(-self._samples // MIN_SAMPLES_PER_TASK))
+        parts = max(1, min(parts, self._samples))
+        base, extra = divmod(self._samples, parts)
+        tasks = []
+        for part in range(parts):
+            rows = base + (1 if part < extra else 0)
+            read = functools.partial(_read_part, self._uri, self._settings, self._epoch, part, parts)
+            metadata = BlockMetadata(num_rows=rows, size_bytes=None, exec_stats=None, input_files=None)
+            tasks.append(ReadTask(read, metadata, per_task_row_limit=per_task_row_limit))
+        return tasks
+
+
+def read_dataset(uri: str, *, format: str = "auto", shuffle: bool = False, seed: int = 0,
+                 epoch: int = 0, concurrency: int | None = None, endpoint: str | None = None,
+                 region: str | None = None, override_num_blocks: int | None = None) -> "ray.data.Dataset":
+    """A ``ray.data.Dataset`` of the samples of ``uri`` read by bucketload's engine; see
+    :class:`BucketloadDatasource`. ``shuffle=True`` visits the permutation of ``(seed, epoch)``
+    (each read task a slice of it). ``override_num_blocks`` sets the number of read tasks;
+    by default Ray's parallelism, at most one task per ``MIN_SAMPLES_PER_TASK`` samples."""
+    source = BucketloadDatasource(uri, format=format, shuffle=shuffle, seed=seed, epoch=epoch,
+                                  concurrency=concurrency, endpoint=endpoint, region=region,
+                                  tasks=override_num_blocks)
+    return ray.data.read_datasource(source, override_num_blocks=override_num_blocks)
+
+
+@functools.lru_cache(maxsize=8)
+def _decoder(pid: int, image_size: int, seed: int, dtype: str, decode_threads: int | None,
+             skip_corrupt: bool) -> Any:
+    return _native.NativeDecoder(image_size=image_size, seed=seed, dtype=dtype,
+                                 decode_threads=decode_threads, skip_corrupt=skip_corrupt)
+
+
+def decode_batch(batch: dict[str, np.ndarray], *, image_size: int = 224, seed: int = 0,
+                 epoch: int = 0, dtype: str = "float32", decode_threads: int | None = None,
+                 skip_corrupt: bool = False) -> dict[str, np.ndarray]:
+    """bucketload's native decode and augmentation as a ``map_batches`` function
+    (``batch_format="numpy"``): RandomResizedCrop to ``image_size``, flip, and for
+    ``float32`` ImageNet normalisation into ``[N, 3, H, W]`` (``uint8``: ``[N, H, W, 3]``).
+    Returns ``image``, ``label`` and ``index``; images that fail to decode raise
+    ``CorruptDataError`` naming the key, or with ``skip_corrupt=True`` are left out."""
+    decoder = _decoder(os.getpid(), image_size, seed, dtype, decode_threads, skip_corrupt)
+    keys = [str(k) for k in batch["key"]] if "key" in batch else None
+    images, labels, indices, _skipped = decoder.decode(
+        epoch, [bytes(b) for b in batch["image"]], [int(i) for i in batch["index"]],
+        [int(label) for label in batch["label"]], keys)
+    pixels = np.frombuffer(images, dtype=np.float32 if dtype == "float32" else np.uint8)
+    return {
+        "image": pixels.reshape(images.shape),
+        "label": np.frombuffer(labels, dtype=np.int64),
+        "index": np.frombuffer(indices, dtype=np.int64),
+    }
+
+
+@ray.remote
+def _shard_part(src: str, dst: str, part: int, parts: int, options: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(_native.shard(src, dst, part=(part, parts), **options))
+
+
+def shard(src: str, dst: str, *, parts: int, shard_size: int | None = None,
+          samples_per_shard: int | None = None, seed: int | None = None, label_from: str = "auto",
+          md5: bool = False, endpoint: str | None = None, region: str | None = None,
+          num_cpus: float = 1) -> dict[str, Any]:
+    """``bucketload shard SRC DST --part i/N`` for every ``i`` as Ray tasks, then the merge:
+    the same shards and manifest as one ``bucketload shard`` run. A failed part leaves no
+    partial shard and no manifest; call again to finish (finished shards are kept).
+    Returns ``{"parts": [report, ...], "merge": report}``."""
+    if parts < 1:
+        raise ValueError("parts must be at least 1")
+    options = dict(shard_size=shard_size, samples_per_shard=samples_per_shard, seed=seed,
+                   label_from=label_from, md5=md5, endpoint=endpoint, region=region)
+    task = _shard_part.options(num_cpus=num_cpus)
+    reports = ray.get([task.remote(src, dst, i, parts, options) for i in range(parts)])
+    merged = json.loads(_native.merge(dst, endpoint=endpoint, region=region))
+    return {"parts": reports, "merge": merged}
+
+
+__all__ = ["BucketloadDatasource", "decode_batch", "read_dataset", "shard"]
