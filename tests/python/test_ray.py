@@ -9,6 +9,7 @@ import collections
 import json
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -106,3 +107,25 @@ def test_train_workers_read_equal_disjoint_parts(files, tmp_path):
     parts = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert len(parts[0]) == len(parts[1]) == SAMPLES // 2
     assert sorted(parts[0] + parts[1]) == list(range(SAMPLES))
+
+
+def test_the_benchmark_example_runs_as_a_train_job(cluster, files, s3, tmp_path):
+    s3.create_bucket(Bucket="ray-example")
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "ray_train_benchmark.py")
+    address = ray.get_runtime_context().gcs_address
+    out = subprocess.run(
+        [sys.executable, example, "--address", address, "--uri", files, "--workers", "2",
+         "--cpus-per-worker", "0.5", "--epochs", "2", "--batch-size", "4", "--image-size", "16",
+         "--compute-ms", "1", "--ckpt-steps", "2", "--ckpt-uri", "s3://ray-example/ckpt",
+         "--ckpt-size-mb", "1", "--log-dir", str(tmp_path), "--name", "ray-example"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, **cluster})
+    assert out.returncode == 0, out.stderr[-4000:]
+    log = json.loads((tmp_path / "ray-example.json").read_text())
+    assert log["samples_processed_total"] == 2 * SAMPLES
+    # Each worker reads half of every epoch: 2 epochs of SAMPLES / 2.
+    assert [w["samples"] for w in log["per_worker"]] == [2 * (SAMPLES // 2)] * 2
+    assert log["samples_per_second"] > 0 and 0 < log["accelerator_utilization"] <= 1
+    assert {"t_epoch_1", "t_epoch_2", "t_ckpt_1", "t_ckpt_ave"} <= log.keys()
+    # Rank 0 saves every 2 of its 10 steps.
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="ray-example")["Contents"]]
+    assert keys == [f"ckpt/step-{s:06d}.pt" for s in (2, 4, 6, 8, 10)]
