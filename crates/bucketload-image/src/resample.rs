@@ -239,16 +239,18 @@ pub struct Scratch {
     pair: PairTaps,
 }
 
-/// The two-tap horizontal pass laid out for vectorising: per output value (planar, already
-/// mirrored) the source byte offset of its left tap and both weights. A row is first
-/// gathered into `left`/`right` (plain byte copies), then blended in one contiguous loop.
+/// The two-tap horizontal pass laid out for vectorising: per output pixel (already mirrored)
+/// the source byte offset of its left tap and both weights. A row is first gathered with one
+/// 8-byte load per output pixel, split into `left` = the left tap's R, G, B (and a byte of
+/// the right tap) and `right` = the right tap's R, G, B, then each channel is blended in
+/// one contiguous loop that shifts its byte out of those words.
 #[derive(Debug, Default)]
 struct PairTaps {
     offsets: Vec<u32>,
     w0: Vec<i32>,
     w1: Vec<i32>,
-    left: Vec<u8>,
-    right: Vec<u8>,
+    left: Vec<u32>,
+    right: Vec<u32>,
 }
 
 impl PairTaps {
@@ -257,39 +259,49 @@ impl PairTaps {
         self.offsets.clear();
         self.w0.clear();
         self.w1.clear();
-        for c in 0..3 {
-            for x in 0..ow {
-                let k = if flip { ow - 1 - x } else { x };
-                if c == 0 {
-                    self.offsets.push(xs.start[k] * 3);
-                }
-                self.w0.push(i32::from(xs.weights[2 * k]));
-                self.w1.push(i32::from(xs.weights[2 * k + 1]));
-            }
+        for x in 0..ow {
+            let k = if flip { ow - 1 - x } else { x };
+            self.offsets.push(xs.start[k] * 3);
+            self.w0.push(i32::from(xs.weights[2 * k]));
+            self.w1.push(i32::from(xs.weights[2 * k + 1]));
         }
-        self.left.resize(3 * ow, 0);
-        self.right.resize(3 * ow, 0);
+        self.left.resize(ow, 0);
+        self.right.resize(ow, 0);
     }
 
     #[inline(always)]
     fn run(&mut self, src: &[u8], precision: u32, out: &mut [u8]) {
         let ow = self.offsets.len();
-        let (lr, rest) = self.left.split_at_mut(ow);
-        let (lg, lb) = rest.split_at_mut(ow);
-        let (rr, rest) = self.right.split_at_mut(ow);
-        let (rg, rb) = rest.split_at_mut(ow);
-        for (x, &at) in self.offsets.iter().enumerate() {
-            let p = &src[at as usize..at as usize + 6];
-            (lr[x], lg[x], lb[x]) = (p[0], p[1], p[2]);
-            (rr[x], rg[x], rb[x]) = (p[3], p[4], p[5]);
+        for ((&at, l), r) in self.offsets.iter().zip(&mut self.left).zip(&mut self.right) {
+            let at = at as usize;
+            (*l, *r) = match src.get(at..at + 7) {
+                Some(p) => (word(&p[..4]), word(&p[3..7])),
+                // The last pixel pair of the row: no byte after it.
+                None => {
+                    let p = &src[at..at + 6];
+                    (word(&[p[0], p[1], p[2], 0]), word(&[p[3], p[4], p[5], 0]))
+                }
+            };
         }
         let round = 1i32 << precision >> 1;
-        let weights = self.w0.iter().zip(&self.w1);
-        let pixels = self.left.iter().zip(&self.right);
-        for (o, ((&w0, &w1), (&a, &b))) in out.iter_mut().zip(weights.zip(pixels)) {
-            *o = clamp_shift(round + w0 * i32::from(a) + w1 * i32::from(b), precision);
+        for (c, plane) in out.chunks_exact_mut(ow).enumerate() {
+            let shift = 8 * c as u32;
+            let weights = self.w0.iter().zip(&self.w1);
+            let pixels = self.left.iter().zip(&self.right);
+            for (o, ((&w0, &w1), (&l, &r))) in plane.iter_mut().zip(weights.zip(pixels)) {
+                let (a, b) = ((l >> shift & 0xFF) as i32, (r >> shift & 0xFF) as i32);
+                *o = clamp_shift(round + w0 * a + w1 * b, precision);
+            }
         }
     }
+}
+
+/// Four bytes as a little-endian word (one unaligned load).
+#[inline(always)]
+fn word(bytes: &[u8]) -> u32 {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(bytes);
+    u32::from_le_bytes(w)
 }
 
 /// Resamples the RGB `pixels` (`width` columns, interleaved) along `plan` into `sink`.
