@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v cc >/dev/null || need_apt+=(build-essential)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+# libjpeg-turbo: bucketload-image's JPEG decoder (decodes only the crop box, DCT scaling)
+dpkg -s libjpeg62-turbo-dev >/dev/null 2>&1 || need_apt+=(libjpeg62-turbo-dev)
 [ -x /usr/bin/time ] || need_apt+=(time)   # CPU and peak memory in the benchmark scripts
 command -v chromium >/dev/null || need_apt+=(chromium)   # renders `bucketload report`'s page in its test
 with_python=false

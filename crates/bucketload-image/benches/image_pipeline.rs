@@ -5,10 +5,12 @@
 //! 500x375 4:2:0 pictures from `benches/make_corpus.py` (needs the workspace virtualenv's
 //! Pillow) — and measures, per core:
 //!
-//! - decode only: zune-jpeg (the crate's decoder) and jpeg-decoder;
+//! - decode only, whole images: libjpeg-turbo (the crate's decoder), zune-jpeg and
+//!   jpeg-decoder;
 //! - the pipeline on one thread (RandomResizedCrop(224), flip, ImageNet normalise, float CHW
-//!   batches of 64, buffers recycled as a training loop would), with its decode/augment split;
-//! - the pipeline on every core, for the scaling;
+//!   batches of 64, buffers recycled as a training loop would), with its decode/augment split,
+//!   for each `JpegDecode` mode (whole image, crop region, crop region + DCT scaling);
+//! - the pipeline on every core (both region modes), for the scaling;
 //! - the peer, `benches/peer_torchvision.py`, in the same run when `BUCKETLOAD_TORCH_PYTHON`
 //!   names a Python with torch and torchvision.
 //!
@@ -20,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use bucketload::dataset::synth::{ImageShape, NoiseTable, encode_sample};
-use bucketload_image::{ImagePipeline, Sample};
+use bucketload_image::{ImagePipeline, JpegDecode, Sample};
 use bytes::Bytes;
 
 const IMAGES: usize = 64;
@@ -98,9 +100,17 @@ fn per_image(samples: &[Sample], mut f: impl FnMut(&Sample)) -> f64 {
     started.elapsed().as_secs_f64() * 1e3 / samples.len() as f64
 }
 
-fn zune(s: &Sample) {
+fn turbo(s: &Sample) {
     let image = bucketload_image::decode(&s.key, &s.bytes, u64::MAX).unwrap();
     std::hint::black_box(image);
+}
+
+fn zune(s: &Sample) {
+    let options = zune_core::options::DecoderOptions::new_fast()
+        .jpeg_set_out_colorspace(zune_core::colorspace::ColorSpace::RGB);
+    let cursor = zune_core::bytestream::ZCursor::new(&s.bytes[..]);
+    let mut d = zune_jpeg::JpegDecoder::new_with_options(cursor, options);
+    std::hint::black_box(d.decode().unwrap());
 }
 
 fn jpeg_decoder(s: &Sample) {
@@ -150,23 +160,45 @@ fn best(a: f64, b: f64) -> f64 {
     if a < b { a } else { b }
 }
 
+/// The pipeline's JPEG modes, each measured on one thread.
+const MODES: [(JpegDecode, &str); 3] = [
+    (JpegDecode::Whole, "whole image"),
+    (JpegDecode::Region, "crop region (default)"),
+    (JpegDecode::RegionScaled, "crop region + DCT scaling"),
+];
+
+fn pipeline(threads: Option<usize>, jpeg: JpegDecode) -> ImagePipeline {
+    let builder = ImagePipeline::builder().with_jpeg_decode(jpeg);
+    match threads {
+        Some(n) => builder.with_threads(n),
+        None => builder,
+    }
+    .build()
+    .unwrap()
+}
+
 fn bench(corpus: &Corpus, rounds: usize, torch: Option<&Path>) {
-    let one = ImagePipeline::builder().with_threads(1).build().unwrap();
-    let all = ImagePipeline::builder().build().unwrap();
+    let ones: Vec<ImagePipeline> = MODES.iter().map(|(m, _)| pipeline(Some(1), *m)).collect();
+    let alls: Vec<ImagePipeline> = MODES[1..].iter().map(|(m, _)| pipeline(None, *m)).collect();
     let s = &corpus.samples;
     let kb = s.iter().map(|s| s.bytes.len()).sum::<usize>() as f64 / s.len() as f64 / 1e3;
-    let (mut z, mut j) = (f64::MAX, f64::MAX);
-    let mut single = (f64::MAX, 0.0, 0.0);
-    let mut multi = f64::MAX;
+    let (mut t, mut z, mut j) = (f64::MAX, f64::MAX, f64::MAX);
+    let mut single = vec![(f64::MAX, 0.0, 0.0); ones.len()];
+    let mut multi = vec![f64::MAX; alls.len()];
     let mut theirs: Option<[f64; 4]> = None;
     for _ in 0..rounds {
+        t = best(t, per_image(s, turbo));
         z = best(z, per_image(s, zune));
         j = best(j, per_image(s, jpeg_decoder));
-        let pass = pipeline_pass(&one, s);
-        if pass.0 < single.0 {
-            single = pass;
+        for (p, kept) in ones.iter().zip(&mut single) {
+            let pass = pipeline_pass(p, s);
+            if pass.0 < kept.0 {
+                *kept = pass;
+            }
         }
-        multi = best(multi, pipeline_pass(&all, s).0);
+        for (p, kept) in alls.iter().zip(&mut multi) {
+            *kept = best(*kept, pipeline_pass(p, s).0);
+        }
         if let Some(p) = torch.and_then(|python| peer(python, corpus))
             && theirs.is_none_or(|t| p[0] > t[0])
         {
@@ -178,26 +210,33 @@ fn bench(corpus: &Corpus, rounds: usize, torch: Option<&Path>) {
         corpus.name,
         s.len()
     );
-    println!("decode only, 1 core: zune-jpeg {z:.3} ms/img, jpeg-decoder {j:.3} ms/img");
-    let ours = 1e3 / single.0;
     println!(
-        "bucketload-image, 1 thread: {ours:.0} img/s ({:.3} ms/img: decode {:.3}, augment {:.3} = {:.1}% of decode)",
-        single.0,
-        single.1,
-        single.2,
-        100.0 * single.2 / single.1
+        "decode only, 1 core: libjpeg-turbo {t:.3} ms/img, zune-jpeg {z:.3} ms/img, jpeg-decoder {j:.3} ms/img"
     );
-    println!(
-        "bucketload-image, {} threads: {:.0} img/s ({:.2}x one thread)",
-        all.threads(),
-        1e3 / multi,
-        single.0 / multi
-    );
+    for ((_, name), (ms, decode, augment)) in MODES.iter().zip(&single) {
+        println!(
+            "bucketload-image, 1 thread, {name}: {:.0} img/s ({ms:.3} ms/img: decode {decode:.3}, augment {augment:.3} = {:.1}% of decode)",
+            1e3 / ms,
+            100.0 * augment / decode
+        );
+    }
+    for ((i, (_, name)), ms) in MODES[1..].iter().enumerate().zip(&multi) {
+        println!(
+            "bucketload-image, {} threads, {name}: {:.0} img/s ({:.2}x one thread)",
+            alls[i].threads(),
+            1e3 / ms,
+            single[i + 1].0 / ms
+        );
+    }
     match theirs {
-        Some([ips, d, t, c]) => println!(
-            "PIL + torchvision v2, 1 core: {ips:.0} img/s (decode {d:.3}, transforms {t:.3}, collate {c:.3} ms/img)\nratio: {:.2}x per core",
-            ours / ips
-        ),
+        Some([ips, d, t, c]) => {
+            println!(
+                "PIL + torchvision v2, 1 core: {ips:.0} img/s (decode {d:.3}, transforms {t:.3}, collate {c:.3} ms/img)"
+            );
+            for ((_, name), (ms, _, _)) in MODES.iter().zip(&single) {
+                println!("ratio per core, {name}: {:.2}x", 1e3 / ms / ips);
+            }
+        }
         None => println!("PIL + torchvision v2: not run (set BUCKETLOAD_TORCH_PYTHON)"),
     }
 }

@@ -1,10 +1,14 @@
 //! Decoding JPEG and PNG bytes into 8-bit RGB pixels.
 //!
-//! JPEG goes through `zune-jpeg` (pure Rust, AVX2/NEON IDCT and colour conversion; chosen by
-//! measurement against libjpeg-turbo, see docs/BENCHMARKS.md): baseline and progressive,
-//! restart intervals, any chroma subsampling; grayscale, CMYK and YCCK come out as RGB. PNG goes
-//! through the `png` crate: palette, grayscale and alpha are expanded and 16-bit samples are
-//! reduced to 8 bits; alpha is dropped (as Pillow's `convert("RGB")` does).
+//! JPEG goes through libjpeg-turbo (the system library, through the small C file
+//! `csrc/jpeg_region.c` and the `turbo` module): baseline and progressive, restart intervals,
+//! any chroma subsampling, grayscale; the pixels are those Pillow decodes. The same decoder
+//! decodes only a region of the image, at a DCT scale of M/8 if asked, for the pipeline
+//! ([`JpegDecode`](crate::JpegDecode)). CMYK and YCCK, which libjpeg-turbo does not convert to
+//! RGB, go through `zune-jpeg` (pure Rust). PNG goes through the `png` crate: palette,
+//! grayscale and alpha are expanded and 16-bit samples are reduced to 8 bits; alpha is
+//! dropped (as Pillow's `convert("RGB")` does). docs/BENCHMARKS.md has the measurements
+//! behind the choice of decoder.
 //!
 //! The header is read first and the declared pixel count checked against a limit before any
 //! pixel buffer is allocated, so a decompression bomb costs a few hundred bytes of parsing.
@@ -14,6 +18,7 @@ use zune_core::colorspace::ColorSpace;
 use zune_core::options::DecoderOptions;
 
 use crate::error::{Error, Result};
+use crate::turbo::{self, Region};
 
 /// Default limit on `width * height` of one image: 89.5 Mpx, Pillow's `MAX_IMAGE_PIXELS`, so a
 /// dataset Pillow opens without a warning also decodes here.
@@ -106,6 +111,79 @@ fn check_limit(key: &str, width: u32, height: u32, limit: u64) -> Result<()> {
 }
 
 fn decode_jpeg(key: &str, bytes: &[u8], max_pixels: u64, image: &mut RgbImage) -> Result<()> {
+    let Some((width, height)) = jpeg_size(key, bytes, max_pixels)? else {
+        return decode_jpeg_zune(key, bytes, max_pixels, image);
+    };
+    let whole = Region {
+        x: 0,
+        y: 0,
+        width,
+        height,
+    };
+    match decode_jpeg_region(key, bytes, (width, height), whole, 8, &mut image.pixels)? {
+        Some(_) => {
+            image.pixels.truncate(width as usize * height as usize * 3);
+            image.width = width;
+            image.height = height;
+            Ok(())
+        }
+        None => decode_jpeg_zune(key, bytes, max_pixels, image),
+    }
+}
+
+/// The size of the JPEG `bytes`, checked against `max_pixels`; `None` for CMYK and YCCK,
+/// which [`decode_jpeg_region`] does not decode.
+pub(crate) fn jpeg_size(key: &str, bytes: &[u8], max_pixels: u64) -> Result<Option<(u32, u32)>> {
+    let header = turbo::header(bytes).map_err(|e| Error::corrupt(key, e))?;
+    check_limit(key, header.width, header.height, max_pixels)?;
+    Ok((!header.cmyk).then_some((header.width, header.height)))
+}
+
+/// Decodes `want`, in the coordinates of the JPEG (of `size`, from [`jpeg_size`]) scaled by
+/// `scale_num / 8` (1..=8), with libjpeg-turbo into the start of `buf`; returns the region decoded (`want` widened to whole
+/// iMCU columns, rows of `width * 3` bytes), or `None` for CMYK and YCCK.
+///
+/// Rows below the region are not decoded, so a stream cut short there would go unnoticed; a
+/// stream that does not end with an end-of-image marker is therefore decoded to its last row,
+/// where the decoder reports the truncation.
+pub(crate) fn decode_jpeg_region(
+    key: &str,
+    bytes: &[u8],
+    size: (u32, u32),
+    mut want: Region,
+    scale_num: u32,
+    buf: &mut Vec<u8>,
+) -> Result<Option<Region>> {
+    let (scaled_width, scaled_height) = (scaled(size.0, scale_num), scaled(size.1, scale_num));
+    if !ends_with_eoi(bytes) {
+        want.height = scaled_height - want.y;
+    }
+    match turbo::decode(bytes, want, scale_num, scaled_width, buf) {
+        Ok(turbo::Decoded::Region { region, .. }) => Ok(Some(region)),
+        Ok(turbo::Decoded::Unsupported) => Ok(None),
+        Err(e) => Err(Error::corrupt(key, e)),
+    }
+}
+
+/// libjpeg's size of `v` pixels scaled by `scale_num / 8`, rounded up.
+pub(crate) fn scaled(v: u32, scale_num: u32) -> u32 {
+    // v < 2^16 (JPEG dimensions are 16-bit) and scale_num <= 8, so this fits.
+    (v * scale_num).div_ceil(8)
+}
+
+/// Whether the last bytes hold an end-of-image marker (a few bytes of padding after it are
+/// common). In entropy-coded data `FF` is always followed by `00` or a restart marker, so
+/// `FF D9` there can only be the marker.
+fn ends_with_eoi(bytes: &[u8]) -> bool {
+    // Encoders and cameras pad after the marker by a few bytes at most.
+    const TAIL: usize = 64;
+    bytes[bytes.len().saturating_sub(TAIL)..]
+        .windows(2)
+        .any(|w| w == [0xFF, 0xD9])
+}
+
+/// CMYK and YCCK JPEGs, which libjpeg-turbo does not convert to RGB, go through zune-jpeg.
+fn decode_jpeg_zune(key: &str, bytes: &[u8], max_pixels: u64, image: &mut RgbImage) -> Result<()> {
     let options = DecoderOptions::new_fast()
         .jpeg_set_out_colorspace(ColorSpace::RGB)
         // JPEG dimensions are 16-bit; our own limit applies instead of zune's default.

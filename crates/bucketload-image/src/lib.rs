@@ -6,7 +6,7 @@
 //! workshop's reference pipeline (PIL decode, torchvision v2 `RandomResizedCrop(224,
 //! antialias=False)`, `ToDtype(float32, scale=True)`, `Normalize(ImageNet)`) is the default.
 //!
-//! Parts: [`mod@decode`] (JPEG through zune-jpeg, PNG through png), [`transform`] (torchvision's
+//! Parts: [`mod@decode`] (JPEG through libjpeg-turbo, whole or only the crop box, PNG through png), [`transform`] (torchvision's
 //! parameter sampling), [`mod@resample`] (the fused crop/resize/flip/normalise/layout kernel),
 //! [`batch`] (aligned buffers), [`SampleRng`] (randomness from `(seed, epoch, index)`, so a run
 //! is reproducible whatever the thread scheduling). docs/IMAGE.md has the details.
@@ -40,13 +40,14 @@ mod rng;
 #[cfg(target_arch = "x86_64")]
 mod simd;
 pub mod transform;
+mod turbo;
 
 pub use batch::{AlignedBuf, BATCH_ALIGN, Batch, BatchData, Skipped};
 pub use decode::{DEFAULT_MAX_PIXELS, ImageFormat, RgbImage, decode, decode_into};
 pub use error::{Error, Result};
 pub use pipeline::{
-    Batches, ImagePipeline, ImagePipelineBuilder, LastBatch, OnError, OutputFormat, PipelineStats,
-    Sample,
+    Batches, ImagePipeline, ImagePipelineBuilder, JpegDecode, LastBatch, OnError, OutputFormat,
+    PipelineStats, Sample,
 };
 pub use rng::SampleRng;
 pub use transform::{Augment, Geometry, IMAGENET_MEAN, IMAGENET_STD};

@@ -84,59 +84,93 @@ impl Normalize {
 }
 
 /// Fixed-point taps of one axis: for output index `i`, source indices
-/// `start[i] .. start[i] + taps` weighted by `weights[i * taps ..][..taps]`.
-#[derive(Debug)]
+/// `start[i] .. start[i] + taps` weighted by `weights[i * taps ..][..taps]`. Kept in
+/// [`Scratch`] and rebuilt in place for each image.
+#[derive(Debug, Default)]
 struct Axis {
     start: Vec<u32>,
     weights: Vec<i16>,
     taps: usize,
     precision: u32,
+    /// Per output: first source index (relative to the box's integer origin) and the number of
+    /// real weights in `real`.
+    span: Vec<(i64, usize)>,
+    /// Real weights, `window` per output.
+    real: Vec<f64>,
+}
+
+/// One axis of a source box: `len` source pixels from `origin` (both may be fractional, when
+/// the source is a DCT-scaled decode), of which the source holds indices `0 .. limit`.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    origin: f64,
+    len: f64,
+    limit: u32,
 }
 
 impl Axis {
-    /// Taps of outputs `first .. first + count` of resizing `in_size` to `out_size`; source
-    /// indices are offset by `origin`. Zero weights at either end are trimmed, so plain
-    /// bilinear has two taps.
-    fn new(in_size: u32, out_size: u32, first: u32, count: u32, origin: u32, aa: bool) -> Axis {
-        let scale = f64::from(in_size) / f64::from(out_size);
+    /// Taps of outputs `first .. first + count` of resizing `span` to `out_size`. Zero weights
+    /// at either end are trimmed, so plain bilinear has two taps.
+    ///
+    /// Taps are clamped to the box (PyTorch crops, then resizes) and to the source. With an
+    /// integer origin the arithmetic is PyTorch's, operation for operation, relative to the box.
+    fn build(&mut self, span: Span, out_size: u32, first: u32, count: u32, aa: bool) {
+        let scale = span.len / f64::from(out_size);
         let widen = aa && scale >= 1.0;
         let support = if widen { scale } else { 1.0 };
         let invscale = if widen { 1.0 / scale } else { 1.0 };
-        let per_output: Vec<(u32, Vec<f64>)> = (first..first + count)
-            .map(|i| output_taps(in_size, scale, support, invscale, i))
-            .collect();
-        let taps = per_output
-            .iter()
-            .map(|(_, w)| w.len())
-            .max()
-            .unwrap_or(1)
-            .max(1);
-        let mut start = Vec::with_capacity(count as usize);
-        let mut real = vec![0f64; count as usize * taps];
-        for (k, (xmin, w)) in per_output.iter().enumerate() {
-            // Keep `taps` indices inside the source: shift left and pad with leading zeros.
-            let s = (*xmin).min(in_size.saturating_sub(taps as u32));
-            let pad = (xmin - s) as usize;
-            real[k * taps + pad..k * taps + pad + w.len()].copy_from_slice(w);
-            start.push(origin + s);
+        let base = span.origin.floor();
+        let frac = span.origin - base;
+        // A box origin is at most 65,535 (JPEG dimensions are 16-bit) and at least -1.
+        let base = base as i64;
+        let lo = (-base).max(0);
+        let hi = ((frac + span.len).ceil() as i64).min(i64::from(span.limit) - base);
+        // Triangle support plus the truncations on either side.
+        let window = (2.0 * support).ceil() as usize + 2;
+        self.span.clear();
+        self.real.clear();
+        self.real.resize(count as usize * window, 0.0);
+        let mut taps = 1;
+        for (k, i) in (first..first + count).enumerate() {
+            let w = &mut self.real[k * window..(k + 1) * window];
+            let (xmin, n) = output_taps(
+                lo,
+                hi,
+                frac + scale * (f64::from(i) + 0.5),
+                support,
+                invscale,
+                w,
+            );
+            taps = taps.max(n);
+            self.span.push((xmin, n));
         }
-        let max = real.iter().fold(0f64, |m, w| m.max(*w));
+        self.taps = taps;
+        self.start.clear();
+        let mut max = 0f64;
+        for (k, &(xmin, n)) in self.span.iter().enumerate() {
+            // Keep `taps` indices inside the box: shift left and pad with leading zeros.
+            let s = xmin.min(hi - taps as i64).max(lo);
+            let pad = (xmin - s) as usize;
+            let w = &mut self.real[k * window..(k + 1) * window];
+            w.copy_within(0..n, pad);
+            w[..pad].fill(0.0);
+            w[pad + n..].fill(0.0);
+            max = w[..taps].iter().fold(max, |m, v| m.max(*v));
+            // `s >= lo >= -base`, so the index is not negative, and below `limit`.
+            self.start.push((base + s) as u32);
+        }
         let precision = precision_for(max);
         let one = f64::from(1u32 << precision);
-        let weights = real
-            .iter()
-            .map(|w| {
-                let v = w * one;
-                // |w| <= max and max * 2^precision < 2^15 by `precision_for`, so this fits.
-                (if v < 0.0 { v - 0.5 } else { v + 0.5 }) as i16
-            })
-            .collect();
-        Axis {
-            start,
-            weights,
-            taps,
-            precision,
+        self.weights.clear();
+        for k in 0..self.span.len() {
+            self.weights
+                .extend(self.real[k * window..k * window + taps].iter().map(|w| {
+                    let v = w * one;
+                    // |w| <= max and max * 2^precision < 2^15 by `precision_for`, so this fits.
+                    (if v < 0.0 { v - 0.5 } else { v + 0.5 }) as i16
+                }));
         }
+        self.precision = precision;
     }
 
     fn taps_of(&self, k: usize) -> &[i16] {
@@ -144,33 +178,39 @@ impl Axis {
     }
 }
 
-/// The first source index and normalised triangle-filter weights of output `i`, without
-/// zero weights at either end.
-fn output_taps(in_size: u32, scale: f64, support: f64, invscale: f64, i: u32) -> (u32, Vec<f64>) {
-    let center = scale * (f64::from(i) + 0.5);
+/// Writes the normalised triangle-filter weights of the output centred on `center` into `w`,
+/// without zero weights at either end; returns the first source index and their count.
+/// Indices are relative to the box's integer origin and clamped to `lo .. hi`.
+fn output_taps(
+    lo: i64,
+    hi: i64,
+    center: f64,
+    support: f64,
+    invscale: f64,
+    w: &mut [f64],
+) -> (i64, usize) {
     // Truncation towards zero, as PyTorch's int64 cast.
-    let xmin = ((center - support + 0.5) as i64).clamp(0, i64::from(in_size) - 1);
-    let xmax = ((center + support + 0.5) as i64)
-        .min(i64::from(in_size))
-        .max(xmin + 1);
-    let mut w: Vec<f64> = (xmin..xmax)
-        .map(|j| (1.0 - ((j as f64 - center + 0.5) * invscale).abs()).max(0.0))
-        .collect();
-    let total: f64 = w.iter().sum();
-    if total != 0.0 {
-        w.iter_mut().for_each(|v| *v /= total);
+    let xmin = ((center - support + 0.5) as i64).clamp(lo, hi - 1);
+    let xmax = ((center + support + 0.5) as i64).min(hi).max(xmin + 1);
+    let n = ((xmax - xmin) as usize).min(w.len());
+    let mut total = 0.0;
+    for (k, v) in w[..n].iter_mut().enumerate() {
+        let j = (xmin + k as i64) as f64;
+        *v = (1.0 - ((j - center + 0.5) * invscale).abs()).max(0.0);
+        total += *v;
     }
-    let lead = w.iter().take_while(|v| **v == 0.0).count().min(w.len() - 1);
-    let trail = w[lead..]
+    if total != 0.0 {
+        w[..n].iter_mut().for_each(|v| *v /= total);
+    }
+    let lead = w[..n].iter().take_while(|v| **v == 0.0).count().min(n - 1);
+    let trail = w[lead..n]
         .iter()
         .rev()
         .take_while(|v| **v == 0.0)
         .count()
-        .min(w.len() - lead - 1);
-    w.truncate(w.len() - trail);
-    w.drain(..lead);
-    // 0 <= xmin < in_size, so it fits u32.
-    (xmin as u32 + lead as u32, w)
+        .min(n - lead - 1);
+    w.copy_within(lead..n - trail, 0);
+    (xmin + lead as i64, n - lead - trail)
 }
 
 /// PyTorch's choice: the largest precision (< 15 bits) at which `max * 2^(p+1)` still fits
@@ -190,6 +230,8 @@ fn precision_for(max: f64) -> u32 {
 /// Scratch buffers of [`resample`], reused across images by one thread.
 #[derive(Debug, Default)]
 pub struct Scratch {
+    xs: Axis,
+    ys: Axis,
     rows: Vec<u8>,
     ready: Vec<bool>,
     acc: Vec<i32>,
@@ -197,16 +239,18 @@ pub struct Scratch {
     pair: PairTaps,
 }
 
-/// The two-tap horizontal pass laid out for vectorising: per output value (planar, already
-/// mirrored) the source byte offset of its left tap and both weights. A row is first
-/// gathered into `left`/`right` (plain byte copies), then blended in one contiguous loop.
+/// The two-tap horizontal pass laid out for vectorising: per output pixel (already mirrored)
+/// the source byte offset of its left tap and both weights. A row is first gathered with one
+/// 8-byte load per output pixel, split into `left` = the left tap's R, G, B (and a byte of
+/// the right tap) and `right` = the right tap's R, G, B, then each channel is blended in
+/// one contiguous loop that shifts its byte out of those words.
 #[derive(Debug, Default)]
 struct PairTaps {
     offsets: Vec<u32>,
     w0: Vec<i32>,
     w1: Vec<i32>,
-    left: Vec<u8>,
-    right: Vec<u8>,
+    left: Vec<u32>,
+    right: Vec<u32>,
 }
 
 impl PairTaps {
@@ -215,39 +259,49 @@ impl PairTaps {
         self.offsets.clear();
         self.w0.clear();
         self.w1.clear();
-        for c in 0..3 {
-            for x in 0..ow {
-                let k = if flip { ow - 1 - x } else { x };
-                if c == 0 {
-                    self.offsets.push(xs.start[k] * 3);
-                }
-                self.w0.push(i32::from(xs.weights[2 * k]));
-                self.w1.push(i32::from(xs.weights[2 * k + 1]));
-            }
+        for x in 0..ow {
+            let k = if flip { ow - 1 - x } else { x };
+            self.offsets.push(xs.start[k] * 3);
+            self.w0.push(i32::from(xs.weights[2 * k]));
+            self.w1.push(i32::from(xs.weights[2 * k + 1]));
         }
-        self.left.resize(3 * ow, 0);
-        self.right.resize(3 * ow, 0);
+        self.left.resize(ow, 0);
+        self.right.resize(ow, 0);
     }
 
     #[inline(always)]
     fn run(&mut self, src: &[u8], precision: u32, out: &mut [u8]) {
         let ow = self.offsets.len();
-        let (lr, rest) = self.left.split_at_mut(ow);
-        let (lg, lb) = rest.split_at_mut(ow);
-        let (rr, rest) = self.right.split_at_mut(ow);
-        let (rg, rb) = rest.split_at_mut(ow);
-        for (x, &at) in self.offsets.iter().enumerate() {
-            let p = &src[at as usize..at as usize + 6];
-            (lr[x], lg[x], lb[x]) = (p[0], p[1], p[2]);
-            (rr[x], rg[x], rb[x]) = (p[3], p[4], p[5]);
+        for ((&at, l), r) in self.offsets.iter().zip(&mut self.left).zip(&mut self.right) {
+            let at = at as usize;
+            (*l, *r) = match src.get(at..at + 7) {
+                Some(p) => (word(&p[..4]), word(&p[3..7])),
+                // The last pixel pair of the row: no byte after it.
+                None => {
+                    let p = &src[at..at + 6];
+                    (word(&[p[0], p[1], p[2], 0]), word(&[p[3], p[4], p[5], 0]))
+                }
+            };
         }
         let round = 1i32 << precision >> 1;
-        let weights = self.w0.iter().zip(&self.w1);
-        let pixels = self.left.iter().zip(&self.right);
-        for (o, ((&w0, &w1), (&a, &b))) in out.iter_mut().zip(weights.zip(pixels)) {
-            *o = clamp_shift(round + w0 * i32::from(a) + w1 * i32::from(b), precision);
+        for (c, plane) in out.chunks_exact_mut(ow).enumerate() {
+            let shift = 8 * c as u32;
+            let weights = self.w0.iter().zip(&self.w1);
+            let pixels = self.left.iter().zip(&self.right);
+            for (o, ((&w0, &w1), (&l, &r))) in plane.iter_mut().zip(weights.zip(pixels)) {
+                let (a, b) = ((l >> shift & 0xFF) as i32, (r >> shift & 0xFF) as i32);
+                *o = clamp_shift(round + w0 * a + w1 * b, precision);
+            }
         }
     }
+}
+
+/// Four bytes as a little-endian word (one unaligned load).
+#[inline(always)]
+fn word(bytes: &[u8]) -> u32 {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(bytes);
+    u32::from_le_bytes(w)
 }
 
 /// Resamples the RGB `pixels` (`width` columns, interleaved) along `plan` into `sink`.
@@ -264,18 +318,52 @@ pub fn resample(
     sink: Sink<'_, '_>,
     s: &mut Scratch,
 ) {
+    let c = plan.crop;
+    let source = Source {
+        pixels,
+        width,
+        height: (pixels.len() / (width as usize * 3).max(1)) as u32,
+        x: f64::from(c.x),
+        y: f64::from(c.y),
+        box_width: f64::from(c.width),
+        box_height: f64::from(c.height),
+    };
+    resample_from(&source, plan, sink, s);
+}
+
+/// Interleaved RGB rows and the box of a plan in their coordinates. The box is the plan's
+/// crop box, moved and scaled when the pixels are a region of the image decoded at a DCT
+/// scale, so its corners may be fractional.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Source<'a> {
+    /// `width * height * 3` bytes (or more).
+    pub pixels: &'a [u8],
+    pub width: u32,
+    pub height: u32,
+    pub x: f64,
+    pub y: f64,
+    pub box_width: f64,
+    pub box_height: f64,
+}
+
+/// [`resample`] from a [`Source`], with the box of the plan replaced by the source's.
+pub(crate) fn resample_from(
+    source: &Source<'_>,
+    plan: &ResamplePlan,
+    sink: Sink<'_, '_>,
+    s: &mut Scratch,
+) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
-        return crate::simd::resample_avx2(pixels, width, plan, sink, s);
+        return crate::simd::resample_avx2(source, plan, sink, s);
     }
-    resample_portable(pixels, width, plan, sink, s);
+    resample_portable(source, plan, sink, s);
 }
 
 /// The body of [`resample`]; inlined into a copy compiled for AVX2 where the CPU has it.
 #[inline(always)]
 pub(crate) fn resample_portable(
-    pixels: &[u8],
-    width: u32,
+    source: &Source<'_>,
     plan: &ResamplePlan,
     sink: Sink<'_, '_>,
     s: &mut Scratch,
@@ -283,21 +371,32 @@ pub(crate) fn resample_portable(
     let (oh, ow) = plan.output;
     let (rh, rw) = plan.resized;
     let (top, left) = plan.window;
-    let c = plan.crop;
-    let xs = Axis::new(c.width, rw, left, ow, c.x, plan.antialias);
-    let ys = Axis::new(c.height, rh, top, oh, c.y, plan.antialias);
-    let first_row = ys.start.first().copied().unwrap_or(c.y) as usize;
+    let xspan = Span {
+        origin: source.x,
+        len: source.box_width,
+        limit: source.width,
+    };
+    let yspan = Span {
+        origin: source.y,
+        len: source.box_height,
+        limit: source.height,
+    };
+    s.xs.build(xspan, rw, left, ow, plan.antialias);
+    s.ys.build(yspan, rh, top, oh, plan.antialias);
+    let (xs, ys) = (&s.xs, &s.ys);
+    let first_row = ys.start.first().copied().unwrap_or(0) as usize;
     let last_row = ys.start.last().map_or(first_row, |s| *s as usize + ys.taps);
     let row_len = ow as usize * 3;
     s.rows.resize((last_row - first_row) * row_len, 0);
     s.ready.clear();
     s.ready.resize(last_row - first_row, false);
     s.line.resize(row_len, 0);
-    let stride = width as usize * 3;
+    let stride = source.width as usize * 3;
     let paired = xs.taps == 2;
     if paired {
-        s.pair.prepare(&xs, plan.flip);
+        s.pair.prepare(xs, plan.flip);
     }
+    let pixels = source.pixels;
     let mut sink = sink;
     for (y, &start) in ys.start.iter().enumerate() {
         let start = start as usize;
@@ -308,7 +407,7 @@ pub(crate) fn resample_portable(
                 if paired {
                     s.pair.run(src, xs.precision, out);
                 } else {
-                    horizontal(src, &xs, plan.flip, out);
+                    horizontal(src, xs, plan.flip, out);
                 }
                 s.ready[r - first_row] = true;
             }

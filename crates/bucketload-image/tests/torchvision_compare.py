@@ -6,8 +6,8 @@ CASE_DIR/cases.txt has one case per line:
 where kind is `rrc` (resized_crop of the box to out_h x out_w) or `eval` (resize of the
 shorter side to `shorter`, then centre crop to out_h x out_w). `rgb_file` holds the decoded
 source pixels (HWC bytes) that both sides start from, and `<name>.f32` bucketload's CHW output.
-Prints per case: name, the largest difference in 8-bit grey levels, and the share of values
-that differ at all. Exits 3 when torch or torchvision is not installed.
+Prints per case: name, the largest difference in 8-bit grey levels, the share of values
+that differ at all, and the mean difference in grey levels. Exits 3 when torch or torchvision is not installed.
 """
 
 import sys
@@ -52,7 +52,8 @@ def main() -> None:
         got = got.view(3, oh, ow)
         levels = ((got - want).abs() * std * 255).round()
         share = (levels > 0).float().mean().item()
-        print(f"{name} {int(levels.max().item())} {share:.6f}")
+        mean = levels.mean().item()
+        print(f"{name} {int(levels.max().item())} {share:.6f} {mean:.4f}")
 
 
 if __name__ == "__main__":
