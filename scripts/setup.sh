@@ -12,6 +12,7 @@ command -v cc >/dev/null || need_apt+=(build-essential)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 [ -x /usr/bin/time ] || need_apt+=(time)   # CPU and peak memory in the benchmark scripts
 command -v chromium >/dev/null || need_apt+=(chromium)   # renders `bucketload report`'s page in its test
+command -v fusermount3 >/dev/null || need_apt+=(fuse3)   # `bucketload mount` (fuser mounts through fusermount3)
 with_python=false
 [ "${1:-}" = --python ] && with_python=true
 if $with_python; then
