@@ -209,6 +209,7 @@ fn coreutils_and_std_read_list_and_write_through_the_mount() {
     // Rename of a closed file (checkpoint tools finalise this way).
     std::fs::rename(m.path("out/ckpt.bin"), m.path("out/final.bin")).unwrap();
     assert!(fx.block_on(os.head(&Key::from("out/ckpt.bin"))).is_err());
+    assert_eq!(std::fs::read(m.path("out/final.bin")).unwrap(), body);
     assert_eq!(
         fx.block_on(os.head(&Key::from("out/final.bin")))
             .unwrap()

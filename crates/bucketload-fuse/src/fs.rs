@@ -763,17 +763,8 @@ impl Fs {
             .delete(&from)
             .await
             .map_err(|e| self.map(&src_key, e))?;
-        let mut tree = self.tree();
-        tree.unlink(src.ino);
-        let entry = Entry {
-            name: new_name.to_owned(),
-            kind: Kind::File,
-            size: src.size,
-            etag: None,
-            mtime: SystemTime::now(),
-        };
         // The copy's ETag is not known: the next open asks the store.
-        tree.upsert(new_parent, entry, Checked::Never);
+        self.tree().rename(src.ino, new_parent, new_name);
         Ok(())
     }
 

@@ -252,6 +252,40 @@ impl Tree {
         ino
     }
 
+    /// Moves the file `ino` to `name` in `parent`, keeping its inode (the kernel's dentry moves
+    /// with it); a node already there is replaced. Its ETag is forgotten: the store is asked.
+    pub(crate) fn rename(&mut self, ino: u64, parent: u64, name: &str) {
+        if let Some(old) = self.child(parent, name)
+            && old != ino
+        {
+            self.unlink(old);
+        }
+        let Some(node) = self.nodes.get(&ino) else {
+            return;
+        };
+        let (old_parent, old_name) = (node.parent, node.name.clone());
+        if let Some(p) = self.nodes.get_mut(&old_parent)
+            && p.children.get(&old_name) == Some(&ino)
+        {
+            p.children.remove(&old_name);
+        }
+        let key = match self.nodes.get(&parent) {
+            Some(p) => join(&p.key, name),
+            None => name.to_owned(),
+        };
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            node.parent = parent;
+            node.name = name.to_owned();
+            node.key = key;
+            node.etag = None;
+            node.checked = Checked::Never;
+            node.mtime = SystemTime::now();
+        }
+        if let Some(p) = self.nodes.get_mut(&parent) {
+            p.children.insert(name.to_owned(), ino);
+        }
+    }
+
     /// Adds a node made through the mount (a file being written, a directory from `mkdir`).
     pub(crate) fn insert_local(&mut self, parent: u64, name: &str, kind: Kind) -> u64 {
         let mut entry = Entry::dir(name);
@@ -392,6 +426,26 @@ mod tests {
             t.known(ROOT, "new", Duration::ZERO),
             Known::Yes(_)
         ));
+    }
+
+    #[test]
+    fn rename_keeps_the_inode_and_replaces_the_target() {
+        let mut t = Tree::new();
+        let now = Checked::At(Instant::now());
+        t.apply_listing(ROOT, vec![file("a", 1), file("b", 2), Entry::dir("d")], now);
+        let (a, b, d) = (
+            t.child(ROOT, "a").unwrap(),
+            t.child(ROOT, "b").unwrap(),
+            t.child(ROOT, "d").unwrap(),
+        );
+        t.rename(a, d, "x");
+        assert_eq!(t.child(d, "x"), Some(a));
+        assert_eq!(t.get(a).unwrap().key, "d/x");
+        assert_eq!(t.child(ROOT, "a"), None);
+        t.rename(a, ROOT, "b");
+        assert_eq!(t.child(ROOT, "b"), Some(a));
+        assert!(t.get(b).is_none());
+        assert_eq!(t.get(a).unwrap().checked, Checked::Never);
     }
 
     #[test]
