@@ -14,6 +14,7 @@ command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 dpkg -s libjpeg62-turbo-dev >/dev/null 2>&1 || need_apt+=(libjpeg62-turbo-dev)
 [ -x /usr/bin/time ] || need_apt+=(time)   # CPU and peak memory in the benchmark scripts
 command -v chromium >/dev/null || need_apt+=(chromium)   # renders `bucketload report`'s page in its test
+command -v fusermount3 >/dev/null || need_apt+=(fuse3)   # `bucketload mount` (fuser mounts through fusermount3)
 with_python=false
 [ "${1:-}" = --python ] && with_python=true
 if $with_python; then

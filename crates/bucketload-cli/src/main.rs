@@ -7,7 +7,7 @@
 //! one-object-per-sample dataset into indexed tar shards and `merge` joins the slices of a split
 //! run; `read` drains the loader, `bench` emulates training over it and writes a benchmark log,
 //! `report` draws charts of benchmark logs as PNG files and one HTML page, and `demo` runs the
-//! whole story against an embedded server. Store flags are
+//! whole story against an embedded server, and `mount` serves a bucket as a file system (FUSE). Store flags are
 //! global and share their names with the store crate's configuration; exit codes are documented
 //! in `docs/CLI.md` and in [`exit`].
 
@@ -19,6 +19,7 @@ mod decode;
 mod demo;
 mod exit;
 mod metrics;
+mod mount;
 mod progress;
 mod read;
 mod report;
@@ -82,6 +83,9 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Charts of benchmark logs: PNG files and one self-contained HTML page with a summary table.
     Report(report::ReportArgs),
+    /// Mount a bucket as a file system (FUSE): cached listings, prefetched reads, the loader's
+    /// disk cache, uploads completed atomically on close, rename.
+    Mount(mount::MountArgs),
 }
 
 fn main() -> ExitCode {
@@ -90,6 +94,11 @@ fn main() -> ExitCode {
         Err(e) => return exit::usage(e),
     };
     init_logging(cli.verbose);
+    // The mount serves the kernel from its own threads and runtime.
+    let cli = match cli.command {
+        Command::Mount(args) => return mount::main(&cli.store, args),
+        command => Cli { command, ..cli },
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -140,12 +149,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Ckpt(args) => ckpt::ckpt(&store, args).await,
         Command::CkptBench(args) => ckpt_bench::ckpt_bench(&store, args).await,
         Command::Demo(args) => demo::demo(&store, args).await,
+        Command::Mount(_) => unreachable_mount(),
     };
     if store.metrics {
         // Reported on failure too: the counts say how far the command got.
         let _ = metrics::report(&mut std::io::stderr().lock());
     }
     result
+}
+
+/// `main` runs `mount` before the runtime starts.
+fn unreachable_mount() -> anyhow::Result<()> {
+    anyhow::bail!("mount runs outside the async runtime")
 }
 
 /// Logs go to stderr; quiet by default so command output stays clean.

@@ -1,0 +1,302 @@
+//! `bucketload mount URI DIR`: the bucket as a file system (FUSE), with the loader's cache.
+//!
+//! Without `--foreground` the command starts itself again with `--foreground` in a new process
+//! group, waits until the mount appears in `/proc/self/mounts`, and returns: the mount then
+//! lives until `umount DIR` (or `fusermount3 -u DIR`). In the foreground, SIGINT and SIGTERM
+//! unmount cleanly and the command exits 0. Semantics: docs/SEMANTICS.md.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bucketload::loader::CacheBuilder;
+use bucketload_cache::Policy;
+use bucketload_fuse::{DEFAULT_MAX_THREADS, Fs, INDEFINITE, MountConfig};
+use bucketload_store::Store;
+use bucketload_store::object_store::ObjectStore;
+use clap::Args;
+use futures::StreamExt;
+
+use crate::store_args::{StoreArgs, parse_size};
+
+/// Default cache size when `--cache` is given without `--cache-size` (as for `read`).
+const DEFAULT_CACHE_SIZE: u64 = 20 << 30;
+/// How long the command waits for the background mount to appear.
+const MOUNT_WAIT: Duration = Duration::from_secs(30);
+
+/// `bucketload mount` arguments; the global `--part-size` sets the upload part size and the
+/// largest prefetch GET, `--concurrency` the requests in flight.
+#[derive(Debug, Args)]
+pub struct MountArgs {
+    /// Store URI to mount, e.g. s3://bucket/prefix
+    pub uri: String,
+    /// Directory to mount it on (must exist)
+    pub dir: PathBuf,
+    /// Refuse every change with EROFS
+    #[arg(long)]
+    pub read_only: bool,
+    /// Let unlink (rm) delete objects; without it unlink fails with EPERM
+    #[arg(long)]
+    pub allow_delete: bool,
+    /// Let open(O_TRUNC) and rename replace existing objects; without it they fail with EPERM
+    #[arg(long)]
+    pub allow_overwrite: bool,
+    /// Local disk cache of object bytes, the same as the loader's (shared by processes)
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+    /// Cache capacity, e.g. 20GiB [default: 20GiB]
+    #[arg(long, value_parser = parse_size, value_name = "SIZE", requires = "cache")]
+    pub cache_size: Option<u64>,
+    /// How long listings and attributes are trusted: e.g. 1s, 10m, or `indefinite` [default: 1s]
+    #[arg(long, value_parser = parse_ttl, value_name = "TTL")]
+    pub metadata_ttl: Option<Duration>,
+    /// FUSE requests served at once
+    #[arg(long, default_value_t = DEFAULT_MAX_THREADS, value_name = "N")]
+    pub max_threads: usize,
+    /// Memory for read-ahead and upload buffers across all open files, e.g. 2GiB [default: 1GiB]
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub memory_limit: Option<u64>,
+    /// List with LIST even when the prefix has a dataset manifest
+    #[arg(long)]
+    pub no_manifest: bool,
+    /// Stay in the foreground until unmounted (logs on stderr)
+    #[arg(long)]
+    pub foreground: bool,
+    /// In the background, append logs to this file (default: discarded once mounted)
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
+}
+
+fn parse_ttl(s: &str) -> Result<Duration, String> {
+    match s {
+        "indefinite" => Ok(INDEFINITE),
+        "minimal" | "0" => Ok(Duration::ZERO),
+        _ => humantime::parse_duration(s).map_err(|e| format!("{e}; e.g. 1s, 10m or indefinite")),
+    }
+}
+
+/// Runs `mount`: in the foreground, or by starting itself in the background.
+pub fn main(store: &StoreArgs, args: MountArgs) -> ExitCode {
+    let result = match args.foreground {
+        true => foreground(store, &args),
+        false => background(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => crate::exit::report(&e),
+    }
+}
+
+fn check_dir(dir: &Path) -> anyhow::Result<PathBuf> {
+    let meta = std::fs::metadata(dir).with_context(|| {
+        format!(
+            "cannot mount on {}: create the directory first",
+            dir.display()
+        )
+    })?;
+    if !meta.is_dir() {
+        bail!("cannot mount on {}: not a directory", dir.display());
+    }
+    std::fs::canonicalize(dir).with_context(|| format!("cannot resolve {}", dir.display()))
+}
+
+/// Whether `dir` is a bucketload mount point now.
+pub fn is_mounted(dir: &Path) -> bool {
+    let escaped = dir
+        .to_string_lossy()
+        .replace('\\', "\\134")
+        .replace(' ', "\\040")
+        .replace('\t', "\\011")
+        .replace('\n', "\\012");
+    std::fs::read_to_string("/proc/self/mounts").is_ok_and(|mounts| {
+        mounts.lines().any(|line| {
+            let mut fields = line.split(' ');
+            let (_, point, kind) = (fields.next(), fields.next(), fields.next());
+            point == Some(escaped.as_str()) && kind.is_some_and(|k| k.ends_with("bucketload"))
+        })
+    })
+}
+
+fn background(args: &MountArgs) -> anyhow::Result<()> {
+    let dir = check_dir(&args.dir)?;
+    let exe = std::env::current_exe().context("cannot find the bucketload executable")?;
+    // Early failures are read back from this file; once mounted it is removed (the process
+    // goes on writing to it unseen) unless it is the user's --log-file. Not a pipe: writing to
+    // a pipe nobody reads any more would fail.
+    let (log_path, keep_log) = match &args.log_file {
+        Some(path) => (path.clone(), true),
+        None => (
+            std::env::temp_dir().join(format!("bucketload-mount-{}.log", std::process::id())),
+            false,
+        ),
+    };
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("cannot open the log file {}", log_path.display()))?;
+    let start = log.metadata().map(|m| m.len()).unwrap_or(0);
+    let result = spawn_and_wait(&dir, exe, log, &log_path, start);
+    if !keep_log {
+        let _ = std::fs::remove_file(&log_path);
+    }
+    result
+}
+
+fn spawn_and_wait(
+    dir: &Path,
+    exe: PathBuf,
+    log: std::fs::File,
+    log_path: &Path,
+    start: u64,
+) -> anyhow::Result<()> {
+    let mut child = Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .arg("--foreground")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        // Its own process group: Ctrl-C in this terminal does not reach the mount.
+        .process_group(0)
+        .spawn()
+        .context("cannot start the mount process")?;
+    let deadline = Instant::now() + MOUNT_WAIT;
+    while Instant::now() < deadline {
+        if is_mounted(dir) {
+            return Ok(());
+        }
+        if let Some(status) = child.try_wait()? {
+            let mut log = String::new();
+            if let Ok(mut file) = std::fs::File::open(log_path) {
+                use std::io::{Seek, SeekFrom};
+                let _ = file.seek(SeekFrom::Start(start));
+                let _ = file.read_to_string(&mut log);
+            }
+            // The process's own error report, without the warnings logged before it.
+            let log = match log.find("error: ") {
+                Some(at) => log[at + "error: ".len()..].trim().to_owned(),
+                None => log.trim().to_owned(),
+            };
+            match log.is_empty() {
+                true => bail!("the mount process exited with {status} before mounting"),
+                false => bail!("{log}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!(
+        "{} was not mounted within {} s; run with --foreground to see why",
+        dir.display(),
+        MOUNT_WAIT.as_secs()
+    )
+}
+
+fn mount_config(store: &Store, args: &MountArgs) -> anyhow::Result<MountConfig> {
+    let (uid, gid) = bucketload_fuse::fuse::current_owner();
+    let mut config = MountConfig::default()
+        .with_read_only(args.read_only)
+        .with_allow_delete(args.allow_delete)
+        .with_allow_overwrite(args.allow_overwrite)
+        .with_max_threads(args.max_threads)
+        .with_part_size(store.config().part_size())
+        .with_manifest(!args.no_manifest)
+        .with_owner(uid, gid);
+    if let Some(ttl) = args.metadata_ttl {
+        config = config.with_metadata_ttl(ttl);
+    }
+    if let Some(limit) = args.memory_limit {
+        config = config.with_memory_limit(limit);
+    }
+    if let Some(dir) = &args.cache {
+        let size = args.cache_size.unwrap_or(DEFAULT_CACHE_SIZE);
+        // No epochs here: least recently used is the policy that fits a file system.
+        let cache = CacheBuilder::new(dir, size)
+            .with_policy(Policy::Lru)
+            .build()
+            .with_context(|| format!("cannot open the cache at {}", dir.display()))?;
+        config = config.with_cache(Arc::new(cache));
+    }
+    Ok(config)
+}
+
+/// One LIST request, so that a wrong bucket, endpoint or credentials fail now rather than on
+/// the first `ls`.
+async fn check_reachable(store: &Store) -> anyhow::Result<()> {
+    let object_store = store.object_store();
+    let mut listing = object_store.list(None);
+    match listing.next().await {
+        Some(Err(e)) => {
+            let root = bucketload_store::object_store::path::Path::from("");
+            Err(store.map_error(e, &root).into())
+        }
+        _ => Ok(()),
+    }
+}
+
+fn foreground(store_args: &StoreArgs, args: &MountArgs) -> anyhow::Result<()> {
+    let dir = check_dir(&args.dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let store = Store::open(&args.uri, &store_args.config())?;
+    let config = mount_config(&store, args)?;
+    let fs = runtime.block_on(async {
+        check_reachable(&store).await?;
+        anyhow::Ok(Fs::new(store, config).await?)
+    })?;
+    let uri = fs.store().to_string();
+    let mut mounted = bucketload_fuse::fuse::mount(fs, &dir, runtime.handle().clone())
+        .with_context(|| {
+            format!(
+                "cannot mount {uri} on {}: is /dev/fuse there and fusermount3 installed \
+                 (Debian package fuse3)?",
+                dir.display()
+            )
+        })?;
+    let mut unmounter = mounted.unmounter();
+    let point = dir.clone();
+    let signals = runtime.spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("mount: signal received, unmounting");
+        if let Err(e) = unmounter.unmount() {
+            tracing::warn!(error = %e, "mount: unmount failed");
+        }
+        // With auto_unmount the session hands the unmount to fusermount3's watcher, which acts
+        // only once every copy of its socket is closed; unmount here so that the session ends.
+        if is_mounted(&point) {
+            let done = tokio::process::Command::new("fusermount3")
+                .arg("-u")
+                .arg("-z")
+                .arg(&point)
+                .status()
+                .await;
+            if let Err(e) = done {
+                tracing::warn!(error = %e, "mount: fusermount3 -u failed");
+            }
+        }
+    });
+    tracing::info!(%uri, dir = %dir.display(), "mounted");
+    let served = mounted.run();
+    signals.abort();
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    served.with_context(|| format!("serving {} failed", dir.display()))
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

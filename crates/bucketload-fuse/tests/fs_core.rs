@@ -1,0 +1,512 @@
+//! The file-system core against the embedded S3 server on loopback, without a kernel: listings
+//! and their cache, lookups, reads (small, sequential, random), uploads on close, rename,
+//! unlink, the manifest, the memory limit and every refusal's errno.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use bucketload_fuse::{Error, Fs, Kind, MountConfig, OpenMode, ROOT, errno};
+use bucketload_store::object_store::ObjectStoreExt;
+use bucketload_store::object_store::path::Path;
+use bucketload_store::{Store, StoreConfig};
+use bucketload_test_support::EmbeddedServer;
+use bytes::Bytes;
+
+const MIB: usize = 1 << 20;
+
+fn pattern(len: usize, salt: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt) ^ (i >> 11) as u8)
+        .collect()
+}
+
+struct Bucket {
+    _server: EmbeddedServer,
+    config: StoreConfig,
+    uri: String,
+}
+
+impl Bucket {
+    async fn new() -> Bucket {
+        let server = EmbeddedServer::start().await;
+        let bucket = server.bucket().await;
+        Bucket {
+            config: server.store_config(),
+            uri: format!("s3://{bucket}/data"),
+            _server: server,
+        }
+    }
+
+    fn store(&self) -> Store {
+        Store::open(&self.uri, &self.config).unwrap()
+    }
+
+    async fn put(&self, key: &str, body: Vec<u8>) {
+        self.store()
+            .object_store()
+            .put(&Path::from(key), body.into())
+            .await
+            .unwrap();
+    }
+
+    async fn get(&self, key: &str) -> Option<Bytes> {
+        match self.store().object_store().get(&Path::from(key)).await {
+            Ok(r) => Some(r.bytes().await.unwrap()),
+            Err(bucketload_store::object_store::Error::NotFound { .. }) => None,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    async fn fs(&self, config: MountConfig) -> Fs {
+        Fs::new(self.store(), config).await.unwrap()
+    }
+}
+
+fn errno_of<T: std::fmt::Debug>(r: Result<T, Error>) -> i32 {
+    match r {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(e) => e.errno(),
+    }
+}
+
+async fn lookup_path(fs: &Fs, path: &str) -> Result<bucketload_fuse::Stat, Error> {
+    let mut ino = ROOT;
+    let mut stat = fs.getattr(ROOT).await?;
+    for name in path.split('/') {
+        stat = fs.lookup(ino, name).await?;
+        ino = stat.ino;
+    }
+    Ok(stat)
+}
+
+async fn read_all(fs: &Fs, path: &str, chunk: u32) -> Vec<u8> {
+    let stat = lookup_path(fs, path).await.unwrap();
+    let fh = fs.open(stat.ino, OpenMode::default(), 1).await.unwrap();
+    let mut out = Vec::new();
+    loop {
+        let bytes = fs.read(fh, out.len() as u64, chunk).await.unwrap();
+        if bytes.is_empty() {
+            break;
+        }
+        out.extend_from_slice(&bytes);
+    }
+    fs.release(fh).await.unwrap();
+    out
+}
+
+async fn write_file(
+    fs: &Fs,
+    parent: u64,
+    name: &str,
+    body: &[u8],
+    mode: OpenMode,
+) -> Result<(), Error> {
+    let (_, fh) = fs.create(parent, name, mode, 7).await?;
+    for (i, chunk) in body.chunks(MIB).enumerate() {
+        fs.write(fh, (i * MIB) as u64, Bytes::copy_from_slice(chunk))
+            .await?;
+    }
+    fs.flush(fh, 7).await?;
+    fs.release(fh).await
+}
+
+async fn names(fs: &Fs, ino: u64) -> Vec<(String, Kind)> {
+    let fh = fs.opendir(ino).await.unwrap();
+    let entries = fs.readdir(fh).unwrap();
+    fs.releasedir(fh);
+    entries.iter().map(|e| (e.name.clone(), e.kind)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_are_cached_for_the_metadata_ttl() {
+    let b = Bucket::new().await;
+    b.put("a.txt", b"alpha".to_vec()).await;
+    b.put("d/b.txt", b"beta".to_vec()).await;
+    b.put("d/e/c.txt", b"gamma".to_vec()).await;
+    let fs = b
+        .fs(MountConfig::default().with_metadata_ttl(Duration::from_secs(3600)))
+        .await;
+    let lists = || fs.store().metrics().snapshot().requests.list;
+    assert_eq!(
+        names(&fs, ROOT).await,
+        vec![("a.txt".into(), Kind::File), ("d".into(), Kind::Dir)]
+    );
+    let after_first = lists();
+    assert_eq!(after_first, 1, "one LIST with delimiter");
+    let d = fs.lookup(ROOT, "d").await.unwrap();
+    assert_eq!(d.kind, Kind::Dir);
+    assert_eq!(errno_of(fs.lookup(ROOT, "missing").await), errno::ENOENT);
+    names(&fs, ROOT).await;
+    assert_eq!(lists(), after_first, "the listing is fresh: no request");
+    assert_eq!(fs.store().metrics().snapshot().requests.head, 0);
+    let a = lookup_path(&fs, "a.txt").await.unwrap();
+    assert_eq!((a.kind, a.size), (Kind::File, 5));
+    assert_eq!(errno_of(fs.lookup(a.ino, "x").await), errno::ENOTDIR);
+    assert_eq!(names(&fs, d.ino).await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_without_a_listing_ask_the_store_and_see_new_objects_after_the_ttl() {
+    let b = Bucket::new().await;
+    b.put("x/y/z.bin", vec![1, 2, 3]).await;
+    let fs = b
+        .fs(MountConfig::default().with_metadata_ttl(Duration::ZERO))
+        .await;
+    let z = lookup_path(&fs, "x/y/z.bin").await.unwrap();
+    assert_eq!((z.kind, z.size), (Kind::File, 3));
+    assert_eq!(lookup_path(&fs, "x/y").await.unwrap().kind, Kind::Dir);
+    assert_eq!(errno_of(lookup_path(&fs, "x/nope").await), errno::ENOENT);
+    b.put("x/new.bin", vec![9; 10]).await;
+    assert_eq!(lookup_path(&fs, "x/new.bin").await.unwrap().size, 10);
+    // Changed behind the mount: with a zero TTL the next getattr sees it.
+    b.put("x/new.bin", vec![9; 20]).await;
+    let ino = lookup_path(&fs, "x/new.bin").await.unwrap().ino;
+    assert_eq!(fs.getattr(ino).await.unwrap().size, 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_large_and_random_reads_return_the_object_bytes() {
+    let b = Bucket::new().await;
+    let small = pattern(300_000, 1);
+    let large = pattern(21 * MIB + 12345, 2);
+    b.put("small.bin", small.clone()).await;
+    b.put("large.bin", large.clone()).await;
+    let fs = b.fs(MountConfig::default()).await;
+    assert_eq!(read_all(&fs, "small.bin", 128 * 1024).await, small);
+    let gets_before = fs.store().metrics().snapshot().requests;
+    assert_eq!(read_all(&fs, "large.bin", 128 * 1024).await, large);
+    let gets = fs.store().metrics().snapshot().requests;
+    let large_gets = gets.get + gets.ranged_get - gets_before.get - gets_before.ranged_get;
+    // 1, 2, 4, 8, 8, ... MiB: far fewer requests than the 170 kernel-sized reads.
+    assert!(large_gets <= 8, "{large_gets} GETs for 21 MiB");
+
+    // Random reads, and reads slightly out of order (the kernel's parallel readahead).
+    let stat = lookup_path(&fs, "large.bin").await.unwrap();
+    let fh = fs.open(stat.ino, OpenMode::default(), 1).await.unwrap();
+    for (offset, len) in [
+        (20 * MIB, 4096),
+        (3, 10),
+        (5 * MIB, 131072),
+        (5 * MIB + 262144, 131072),
+        (5 * MIB + 131072, 131072),
+        (large.len() - 100, 4096),
+    ] {
+        let got = fs.read(fh, offset as u64, len).await.unwrap();
+        let end = large.len().min(offset + len as usize);
+        assert_eq!(got, large[offset..end], "read at {offset}");
+    }
+    assert!(
+        fs.read(fh, large.len() as u64 + 10, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    fs.release(fh).await.unwrap();
+    assert_eq!(fs.memory_available(), bucketload_fuse::DEFAULT_MEMORY_LIMIT);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_cache_serves_a_second_read_and_is_validated_by_etag() {
+    let b = Bucket::new().await;
+    b.put("c.bin", pattern(70_000, 3)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = bucketload::loader::CacheBuilder::new(dir.path(), 64 << 20)
+        .with_policy(bucketload_cache::Policy::Lru)
+        .build()
+        .unwrap();
+    let cache = std::sync::Arc::new(cache);
+    let config = MountConfig::default()
+        .with_metadata_ttl(Duration::ZERO)
+        .with_cache(cache.clone());
+    let fs = b.fs(config).await;
+    // Fs::new looked for a manifest with one GET.
+    let base = fs.store().metrics().snapshot().requests.get;
+    let gets = |fs: &Fs| fs.store().metrics().snapshot().requests.get - base;
+    assert_eq!(read_all(&fs, "c.bin", 65536).await, pattern(70_000, 3));
+    assert_eq!(gets(&fs), 1);
+    assert_eq!(read_all(&fs, "c.bin", 65536).await, pattern(70_000, 3));
+    assert_eq!(gets(&fs), 1, "the second read came from the disk cache");
+    // Same size, other bytes: a new ETag, so the cached entry is not trusted.
+    b.put("c.bin", pattern(70_000, 4)).await;
+    assert_eq!(read_all(&fs, "c.bin", 65536).await, pattern(70_000, 4));
+    assert_eq!(gets(&fs), 2);
+    assert!(cache.stats().unwrap().stale >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_file_becomes_visible_only_when_closed() {
+    let b = Bucket::new().await;
+    let fs = b.fs(MountConfig::default().with_part_size(5 << 20)).await;
+    let body = pattern(12 * MIB + 7, 5);
+    let (stat, fh) = fs
+        .create(ROOT, "ckpt.pt", OpenMode::default(), 42)
+        .await
+        .unwrap();
+    assert!(stat.writing);
+    for (i, chunk) in body.chunks(MIB).enumerate() {
+        fs.write(fh, (i * MIB) as u64, Bytes::copy_from_slice(chunk))
+            .await
+            .unwrap();
+    }
+    assert_eq!(fs.getattr(stat.ino).await.unwrap().size, body.len() as u64);
+    assert!(b.get("ckpt.pt").await.is_none(), "no object before close");
+    assert_eq!(
+        errno_of(fs.open(stat.ino, OpenMode::default(), 1).await),
+        errno::EBUSY
+    );
+    // A flush from another process (a forked child closing its copy) does not complete it.
+    fs.flush(fh, 43).await.unwrap();
+    assert!(b.get("ckpt.pt").await.is_none());
+    fs.flush(fh, 42).await.unwrap();
+    assert_eq!(b.get("ckpt.pt").await.unwrap(), body);
+    assert_eq!(
+        errno_of(
+            fs.write(fh, body.len() as u64, Bytes::from_static(b"x"))
+                .await
+        ),
+        errno::EBADF
+    );
+    fs.release(fh).await.unwrap();
+    let m = fs.store().metrics().snapshot().requests;
+    assert_eq!((m.multipart_create, m.multipart_complete), (1, 1));
+    assert!(!fs.getattr(stat.ino).await.unwrap().writing);
+    assert_eq!(read_all(&fs, "ckpt.pt", 1 << 20).await, body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsupported_writes_fail_at_once_with_their_errno() {
+    let b = Bucket::new().await;
+    b.put("old.bin", vec![1; 100]).await;
+    let fs = b.fs(MountConfig::default()).await;
+    let old = fs.lookup(ROOT, "old.bin").await.unwrap();
+    let write = OpenMode {
+        write: true,
+        ..OpenMode::default()
+    };
+    let trunc = OpenMode {
+        write: true,
+        truncate: true,
+        append: false,
+    };
+    let append = OpenMode {
+        write: true,
+        truncate: false,
+        append: true,
+    };
+    assert_eq!(errno_of(fs.open(old.ino, write, 1).await), errno::ENOTSUP);
+    assert_eq!(errno_of(fs.open(old.ino, append, 1).await), errno::ENOTSUP);
+    assert_eq!(errno_of(fs.open(old.ino, trunc, 1).await), errno::EPERM);
+    assert_eq!(errno_of(fs.unlink(ROOT, "old.bin").await), errno::EPERM);
+    assert_eq!(errno_of(fs.truncate(old.ino, 5).await), errno::ENOTSUP);
+    let (_, fh) = fs
+        .create(ROOT, "seq.bin", OpenMode::default(), 1)
+        .await
+        .unwrap();
+    fs.write(fh, 0, Bytes::from_static(b"abc")).await.unwrap();
+    assert_eq!(
+        errno_of(fs.write(fh, 10, Bytes::from_static(b"z")).await),
+        errno::EINVAL
+    );
+    fs.release(fh).await.unwrap();
+    assert_eq!(b.get("seq.bin").await.unwrap(), "abc");
+    let d = fs.mkdir(ROOT, "dir").await.unwrap();
+    assert_eq!(errno_of(fs.mkdir(ROOT, "dir").await), errno::EEXIST);
+    assert_eq!(
+        errno_of(fs.rename(ROOT, "dir", ROOT, "dir2", false).await),
+        errno::EXDEV
+    );
+    write_file(&fs, d.ino, "f", b"in dir", OpenMode::default())
+        .await
+        .unwrap();
+    assert_eq!(errno_of(fs.rmdir(ROOT, "dir").await), errno::ENOTEMPTY);
+    assert_eq!(b.get("dir/f").await.unwrap(), "in dir");
+
+    let ro = b.fs(MountConfig::default().with_read_only(true)).await;
+    assert_eq!(
+        errno_of(ro.create(ROOT, "n", OpenMode::default(), 1).await),
+        errno::EROFS
+    );
+    assert_eq!(errno_of(ro.mkdir(ROOT, "n").await), errno::EROFS);
+    let ro_old = ro.lookup(ROOT, "old.bin").await.unwrap();
+    assert_eq!(errno_of(ro.open(ro_old.ino, trunc, 1).await), errno::EROFS);
+    assert_eq!(errno_of(ro.unlink(ROOT, "old.bin").await), errno::EROFS);
+    assert_eq!(
+        errno_of(ro.rename(ROOT, "old.bin", ROOT, "new.bin", false).await),
+        errno::EROFS
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overwrite_and_delete_when_the_flags_allow() {
+    let b = Bucket::new().await;
+    b.put("w.bin", vec![1; 100]).await;
+    let fs = b
+        .fs(MountConfig::default()
+            .with_allow_overwrite(true)
+            .with_allow_delete(true))
+        .await;
+    let w = fs.lookup(ROOT, "w.bin").await.unwrap();
+    let trunc = OpenMode {
+        write: true,
+        truncate: true,
+        append: false,
+    };
+    let fh = fs.open(w.ino, trunc, 3).await.unwrap();
+    fs.write(fh, 0, Bytes::from_static(b"new")).await.unwrap();
+    assert_eq!(
+        b.get("w.bin").await.unwrap().len(),
+        100,
+        "the old object until close"
+    );
+    fs.flush(fh, 3).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert_eq!(b.get("w.bin").await.unwrap(), "new");
+    fs.unlink(ROOT, "w.bin").await.unwrap();
+    assert!(b.get("w.bin").await.is_none());
+    assert_eq!(errno_of(fs.lookup(ROOT, "w.bin").await), errno::ENOENT);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rename_of_a_closed_file_is_copy_then_delete() {
+    let b = Bucket::new().await;
+    let fs = b.fs(MountConfig::default()).await;
+    let body = pattern(3 * MIB, 9);
+    write_file(&fs, ROOT, "model.pt.tmp", &body, OpenMode::default())
+        .await
+        .unwrap();
+    let d = fs.mkdir(ROOT, "final").await.unwrap();
+    fs.rename(ROOT, "model.pt.tmp", d.ino, "model.pt", false)
+        .await
+        .unwrap();
+    assert!(b.get("model.pt.tmp").await.is_none());
+    assert_eq!(b.get("final/model.pt").await.unwrap(), body);
+    assert_eq!(
+        errno_of(fs.lookup(ROOT, "model.pt.tmp").await),
+        errno::ENOENT
+    );
+    assert_eq!(read_all(&fs, "final/model.pt", 1 << 20).await, body);
+    // Onto an existing file: refused without --allow-overwrite, and with RENAME_NOREPLACE.
+    write_file(&fs, ROOT, "other", b"x", OpenMode::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        errno_of(fs.rename(ROOT, "other", d.ino, "model.pt", false).await),
+        errno::EPERM
+    );
+    assert_eq!(
+        errno_of(fs.rename(ROOT, "other", d.ino, "model.pt", true).await),
+        errno::EEXIST
+    );
+    assert_eq!(
+        errno_of(fs.rename(ROOT, "absent", d.ino, "x", false).await),
+        errno::ENOENT
+    );
+    // A file still being written is not renamed.
+    let (_, fh) = fs
+        .create(ROOT, "open.tmp", OpenMode::default(), 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        errno_of(fs.rename(ROOT, "open.tmp", ROOT, "open", false).await),
+        errno::EBUSY
+    );
+    fs.release(fh).await.unwrap();
+    let fs = b
+        .fs(MountConfig::default().with_allow_overwrite(true))
+        .await;
+    fs.rename(ROOT, "other", ROOT, "open.tmp", false)
+        .await
+        .unwrap();
+    assert_eq!(b.get("open.tmp").await.unwrap(), "x");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_serves_listings_without_list_requests() {
+    let b = Bucket::new().await;
+    let files = [
+        ("cat/0001.jpg", 10u64),
+        ("cat/0002.jpg", 20),
+        ("dog/0003.jpg", 30),
+    ];
+    for (key, size) in files {
+        b.put(key, vec![7; size as usize]).await;
+    }
+    let manifest = serde_json_manifest(&files);
+    b.put("_bucketload/manifest.json", manifest.into_bytes())
+        .await;
+    let fs = b
+        .fs(MountConfig::default().with_metadata_ttl(Duration::ZERO))
+        .await;
+    assert!(fs.uses_manifest());
+    let root = names(&fs, ROOT).await;
+    assert_eq!(
+        root.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["_bucketload", "cat", "dog"]
+    );
+    let cat = fs.lookup(ROOT, "cat").await.unwrap();
+    assert_eq!(names(&fs, cat.ino).await.len(), 2);
+    assert_eq!(
+        errno_of(fs.lookup(cat.ino, "0009.jpg").await),
+        errno::ENOENT
+    );
+    assert_eq!(read_all(&fs, "dog/0003.jpg", 4096).await, vec![7; 30]);
+    let m = fs.store().metrics().snapshot().requests;
+    assert_eq!(
+        (m.list, m.head),
+        (0, 0),
+        "names and sizes came from the manifest"
+    );
+}
+
+fn serde_json_manifest(files: &[(&str, u64)]) -> String {
+    let entries: Vec<String> = files
+        .iter()
+        .map(|(k, s)| format!(r#"{{"key": "{k}", "size": {s}}}"#))
+        .collect();
+    let total: u64 = files.iter().map(|(_, s)| s).sum();
+    format!(
+        r#"{{"format_version": 1, "kind": "files", "parameters": {{"source": "test",
+        "label_policy": "folder", "tool_version": "test", "created": "2026-11-23T00:00:00Z"}},
+        "samples": {}, "bytes": {total}, "classes": [], "files": [{}]}}"#,
+        files.len(),
+        entries.join(",")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_is_bounded_across_handles() {
+    let b = Bucket::new().await;
+    let large = pattern(24 * MIB, 6);
+    b.put("big.bin", large.clone()).await;
+    let limit = 12u64 << 20;
+    let config = MountConfig::default()
+        .with_part_size(5 << 20)
+        .with_memory_limit(limit)
+        .with_memory_wait(Duration::ZERO);
+    let fs = b.fs(config).await;
+    // A writer takes two parts (10 MiB) of the 12 MiB.
+    let (_, w) = fs.create(ROOT, "w1", OpenMode::default(), 1).await.unwrap();
+    assert!(fs.memory_available() <= limit - (10 << 20));
+    // A second writer cannot get two parts: ENOMEM at once (no wait configured).
+    assert_eq!(
+        errno_of(fs.create(ROOT, "w2", OpenMode::default(), 1).await),
+        errno::ENOMEM
+    );
+    assert_eq!(
+        errno_of(fs.lookup(ROOT, "w2").await),
+        errno::ENOENT,
+        "no trace of w2"
+    );
+    // Readers of a large file still work, without a prefetch window, within the limit.
+    let stat = fs.lookup(ROOT, "big.bin").await.unwrap();
+    let r = fs.open(stat.ino, OpenMode::default(), 1).await.unwrap();
+    let mut got = Vec::new();
+    while got.len() < large.len() {
+        let chunk = fs.read(r, got.len() as u64, 1 << 20).await.unwrap();
+        got.extend_from_slice(&chunk);
+    }
+    assert_eq!(got, large);
+    fs.release(r).await.unwrap();
+    fs.release(w).await.unwrap();
+    assert_eq!(fs.memory_available(), limit);
+}
