@@ -190,6 +190,16 @@ fn decode_turns_every_sample_into_batches_and_names_a_corrupt_image() {
     let report = read_json(&fx, &dropped);
     assert_eq!(epoch(&report, 0)["decode"]["images"], 32);
     assert_eq!(epoch(&report, 0)["decode"]["batches"], 2);
+    for mode in ["whole", "region-scaled"] {
+        let mut other = args.clone();
+        other.extend_from_slice(&["--jpeg-decode", mode]);
+        let report = read_json(&fx, &other);
+        assert_eq!(
+            epoch(&report, 0)["decode"]["images"],
+            40,
+            "{mode}: {report:#}"
+        );
+    }
 
     // Shards: the .jpg member is decoded, the .cls member is the label.
     fx.run(&[

@@ -1,9 +1,9 @@
 //! Decode + augment throughput of bucketload-image, side by side with PIL + torchvision v2.
 //!
-//! `cargo bench -p bucketload-image --bench image_pipeline` builds two in-memory corpora of
-//! 64 JPEGs each — the 100 KB noise JPEGs of `bucketload gen` (261x261, 4:4:4) and photo-like
-//! 500x375 4:2:0 pictures from `benches/make_corpus.py` (needs the workspace virtualenv's
-//! Pillow) — and measures, per core:
+//! `cargo bench -p bucketload-image --bench image_pipeline` builds in-memory corpora — 64 of
+//! the 100 KB noise JPEGs of `bucketload gen` (261x261, 4:4:4), 64 photo-like 500x375 4:2:0
+//! pictures and 16 of 1600x1200 from `benches/make_corpus.py` (needs the workspace
+//! virtualenv's Pillow) — and measures, per core:
 //!
 //! - decode only, whole images: libjpeg-turbo (the crate's decoder), zune-jpeg and
 //!   jpeg-decoder;
@@ -73,13 +73,21 @@ fn venv_python() -> PathBuf {
     venv.join("bin/python")
 }
 
-fn photo_corpus(dir: &Path) -> Option<Corpus> {
+/// `count` photo-like JPEGs of `width` x `height` from `benches/make_corpus.py`.
+fn photo_corpus(
+    dir: &Path,
+    name: &'static str,
+    count: usize,
+    (width, height): (u32, u32),
+) -> Option<Corpus> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/make_corpus.py");
-    let out = dir.join("photos");
+    let out = dir.join(format!("photos_{width}x{height}"));
     let status = std::process::Command::new(venv_python())
         .arg(script)
         .arg(&out)
-        .arg(IMAGES.to_string())
+        .arg(count.to_string())
+        .arg(width.to_string())
+        .arg(height.to_string())
         .status()
         .ok()?;
     if !status.success() {
@@ -90,7 +98,7 @@ fn photo_corpus(dir: &Path) -> Option<Corpus> {
         .map(|e| e.unwrap().path())
         .collect();
     files.sort();
-    Some(load("photo 500x375 4:2:0 q90 (make_corpus.py)", files))
+    Some(load(name, files))
 }
 
 /// Milliseconds per image of `f` over the corpus.
@@ -246,7 +254,20 @@ fn main() {
     let torch = std::env::var_os("BUCKETLOAD_TORCH_PYTHON").map(PathBuf::from);
     let dir = tempfile::tempdir().unwrap();
     let mut corpora = vec![noise_corpus(dir.path())];
-    corpora.extend(photo_corpus(dir.path()));
+    corpora.extend(photo_corpus(
+        dir.path(),
+        "photo 500x375 4:2:0 q90 (make_corpus.py)",
+        IMAGES,
+        (500, 375),
+    ));
+    // Large pictures, where RandomResizedCrop's boxes are often twice the output or more, so
+    // DCT scaling applies; fewer of them, as each is ~16x the work.
+    corpora.extend(photo_corpus(
+        dir.path(),
+        "large photo 1600x1200 4:2:0 q90 (make_corpus.py)",
+        16,
+        (1600, 1200),
+    ));
     for corpus in &corpora {
         bench(corpus, rounds, torch.as_deref());
     }

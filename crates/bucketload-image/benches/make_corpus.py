@@ -4,7 +4,7 @@ ImageNet's typical picture is 500x375, 4:2:0, quality ~90, ~100-150 KB. Smooth g
 shapes and mild sensor-like noise give a file of that size and an entropy-coded stream with
 realistic statistics (unlike pure noise, whose coefficients are nearly all non-zero).
 
-Usage: python make_corpus.py OUT_DIR [COUNT]
+Usage: python make_corpus.py OUT_DIR [COUNT [WIDTH HEIGHT]]
 """
 
 import sys
@@ -36,10 +36,11 @@ def photo(rng: np.random.Generator, width: int = 500, height: int = 375) -> Imag
 def main() -> None:
     out = Path(sys.argv[1])
     count = int(sys.argv[2]) if len(sys.argv) > 2 else 64
+    width, height = (int(sys.argv[3]), int(sys.argv[4])) if len(sys.argv) > 4 else (500, 375)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     for i in range(count):
-        photo(rng).save(out / f"photo_{i:04}.jpg", quality=90)
+        photo(rng, width, height).save(out / f"photo_{i:04}.jpg", quality=90)
 
 
 if __name__ == "__main__":

@@ -140,8 +140,9 @@ pub(crate) fn jpeg_size(key: &str, bytes: &[u8], max_pixels: u64) -> Result<Opti
 }
 
 /// Decodes `want`, in the coordinates of the JPEG (of `size`, from [`jpeg_size`]) scaled by
-/// `scale_num / 8` (1..=8), with libjpeg-turbo into the start of `buf`; returns the region decoded (`want` widened to whole
-/// iMCU columns, rows of `width * 3` bytes), or `None` for CMYK and YCCK.
+/// `scale_num / 8` (1..=8), with libjpeg-turbo into the start of `buf`; returns the region
+/// decoded (`want` widened to whole iMCU columns, rows of `width * 3` bytes), or `None` for
+/// CMYK and YCCK.
 ///
 /// Rows below the region are not decoded, so a stream cut short there would go unnoticed; a
 /// stream that does not end with an end-of-image marker is therefore decoded to its last row,
@@ -267,6 +268,24 @@ mod tests {
             assert_eq!(err.key(), Some("train/0001.jpg"));
             assert!(err.to_string().contains("train/0001.jpg"), "{err}");
         }
+    }
+
+    #[test]
+    fn scaled_sizes_round_up_as_libjpeg() {
+        assert_eq!(scaled(500, 8), 500);
+        assert_eq!(scaled(375, 4), 188);
+        assert_eq!(scaled(375, 1), 47);
+        assert_eq!(scaled(1, 1), 1);
+    }
+
+    #[test]
+    fn end_of_image_marker_is_found_near_the_end_only() {
+        assert!(ends_with_eoi(&[0xFF, 0xD8, 1, 2, 0xFF, 0xD9]));
+        assert!(ends_with_eoi(&[0xFF, 0xD9, 0, 0, 0]));
+        assert!(!ends_with_eoi(&[0xFF, 0xD8, 1, 2, 3]));
+        let mut far = vec![0xFF, 0xD9];
+        far.extend([0u8; 100]);
+        assert!(!ends_with_eoi(&far));
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The decode stage: a rayon pool that turns encoded samples into batches.
 //!
 //! The loader hands [`ImagePipeline::process`] a slice of [`Sample`]s (encoded bytes, key,
-//! label, dataset index); every sample is decoded, planned from its own
-//! [`SampleRng`](crate::SampleRng) (seeded by `(seed, epoch, index)`) and resampled straight
-//! into its slot of the batch buffer, in parallel on the pipeline's own pool. Nothing is
+//! label, dataset index); every sample is planned from its own
+//! [`SampleRng`](crate::SampleRng) (seeded by `(seed, epoch, index)`), decoded (for a JPEG,
+//! the header first, then only the region the plan reads: [`JpegDecode`]) and resampled
+//! straight into its slot of the batch buffer, in parallel on the pipeline's own pool. Nothing is
 //! queued here: the caller bounds how many batches are in flight. Each pool thread keeps its
 //! decode and resample buffers between images.
 

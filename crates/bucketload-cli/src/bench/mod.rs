@@ -166,6 +166,7 @@ fn decode_args(a: &BenchArgs) -> DecodeArgs {
         dtype: a.dtype,
         drop_last: a.drop_last,
         skip_corrupt: a.skip_corrupt,
+        jpeg_decode: crate::decode::JpegMode::Region,
     }
 }
 
