@@ -44,6 +44,7 @@ class NativeLoader:
                  concurrency: int | None = None, decode_threads: int | None = None,
                  rank: int = 0, world_size: int = 1, worker: int = 0, num_workers: int = 1,
                  drop_last: bool = False, skip_corrupt: bool = False,
+                 jpeg_decode: str = "region",
                  endpoint: str | None = None, region: str | None = None) -> None: ...
     def samples_per_epoch(self) -> int: ...
     def batches_per_epoch(self) -> int: ...
@@ -70,7 +71,8 @@ class NativeDecoder:
     loader's decode, for bytes that arrive another way (``bucketload.ray.decode_batch``)."""
 
     def __init__(self, *, image_size: int = 224, seed: int = 0, dtype: str = "float32",
-                 decode_threads: int | None = None, skip_corrupt: bool = False) -> None: ...
+                 decode_threads: int | None = None, skip_corrupt: bool = False,
+                 jpeg_decode: str = "region") -> None: ...
     def decode(self, epoch: int, images: list[bytes], indices: list[int], labels: list[int],
                keys: list[str] | None = None) -> tuple[Buffer, Buffer, Buffer, list[tuple[str, str]]]:
         """One batch ``(images, labels, indices, skipped)`` as ``NativeEpoch.next_batch`` returns

@@ -42,7 +42,11 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
     Each image is decoded, cropped with torchvision's RandomResizedCrop sampling (scale
     0.08–1, ratio 3/4–4/3), resized to ``image_size``, flipped with probability 0.5 and
     normalised, on ``decode_threads`` threads (default: the cores available). The
-    augmentation of a sample depends only on ``(seed, epoch, sample)``.
+    augmentation of a sample depends only on ``(seed, epoch, sample)``. JPEGs are decoded
+    only where the crop box needs pixels (``jpeg_decode="region"``: the same pixels as PIL +
+    torchvision); ``"region-scaled"`` also decodes at 1/2, 1/4 or 1/8 size when the box is
+    that many times ``image_size`` (faster on large pictures, slightly different pixels);
+    ``"whole"`` decodes every pixel.
 
     Partitioning: ``rank``/``world_size`` default to torch.distributed, else ``RANK`` and
     ``WORLD_SIZE``, else Ray Train's context. Every rank gets the same number of samples
@@ -80,6 +84,7 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
         endpoint: str | None = None,
         region: str | None = None,
         return_indices: bool = False,
+        jpeg_decode: str = "region",
     ) -> None:
         if (rank is None) != (world_size is None):
             raise ConfigError("give both rank and world_size, or neither")
@@ -91,7 +96,7 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
             cache_size=parse_size(cache_size), concurrency=concurrency,
             decode_threads=decode_threads, drop_last=drop_last, dtype=dtype,
             skip_corrupt=skip_corrupt, shuffle_buffer=shuffle_buffer, endpoint=endpoint,
-            region=region,
+            region=region, jpeg_decode=jpeg_decode,
         )
         self.uri = uri
         self._return_indices = return_indices

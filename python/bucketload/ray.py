@@ -131,20 +131,23 @@ def read_dataset(uri: str, *, format: str = "auto", shuffle: bool = False, seed:
 
 @functools.lru_cache(maxsize=8)
 def _decoder(pid: int, image_size: int, seed: int, dtype: str, decode_threads: int | None,
-             skip_corrupt: bool) -> Any:
+             skip_corrupt: bool, jpeg_decode: str) -> Any:
     return _native.NativeDecoder(image_size=image_size, seed=seed, dtype=dtype,
-                                 decode_threads=decode_threads, skip_corrupt=skip_corrupt)
+                                 decode_threads=decode_threads, skip_corrupt=skip_corrupt,
+                                 jpeg_decode=jpeg_decode)
 
 
 def decode_batch(batch: dict[str, np.ndarray], *, image_size: int = 224, seed: int = 0,
                  epoch: int = 0, dtype: str = "float32", decode_threads: int | None = None,
-                 skip_corrupt: bool = False) -> dict[str, np.ndarray]:
+                 skip_corrupt: bool = False, jpeg_decode: str = "region") -> dict[str, np.ndarray]:
     """bucketload's native decode and augmentation as a ``map_batches`` function
     (``batch_format="numpy"``): RandomResizedCrop to ``image_size``, flip, and for
     ``float32`` ImageNet normalisation into ``[N, 3, H, W]`` (``uint8``: ``[N, H, W, 3]``).
     Returns ``image``, ``label`` and ``index``; images that fail to decode raise
-    ``CorruptDataError`` naming the key, or with ``skip_corrupt=True`` are left out."""
-    decoder = _decoder(os.getpid(), image_size, seed, dtype, decode_threads, skip_corrupt)
+    ``CorruptDataError`` naming the key, or with ``skip_corrupt=True`` are left out.
+    ``jpeg_decode`` as for :class:`bucketload.Loader`."""
+    decoder = _decoder(os.getpid(), image_size, seed, dtype, decode_threads, skip_corrupt,
+                       jpeg_decode)
     keys = [str(k) for k in batch["key"]] if "key" in batch else None
     images, labels, indices, _skipped = decoder.decode(
         epoch, [bytes(b) for b in batch["image"]], [int(i) for i in batch["index"]],

@@ -86,6 +86,23 @@ def test_uint8_batches_are_nchw_channels_last(dataset):
     assert labels.dtype == torch.int64
 
 
+def test_jpeg_decode_modes_region_whole_and_scaled(dataset):
+    def batches(mode):
+        data = bucketload.Loader(dataset[0], batch_size=8, image_size=24, seed=4, shuffle=False,
+                                 dtype="uint8", jpeg_decode=mode)
+        return [images.clone() for images, _ in data]
+
+    region, whole, scaled = batches("region"), batches("whole"), batches("region-scaled")
+    # Decoding only the crop box gives exactly the pixels of a whole decode.
+    assert all(torch.equal(a, b) for a, b in zip(region, whole, strict=True))
+    # DCT scaling (the boxes of these ~60-pixel images often span twice 24 pixels) filters
+    # differently: close, not equal.
+    diffs = [(a.float() - b.float()).abs().mean().item() for a, b in zip(region, scaled, strict=True)]
+    assert 0 < max(diffs) < 12
+    with pytest.raises(bucketload.ConfigError, match="jpeg_decode"):
+        next(iter(bucketload.Loader(dataset[0], jpeg_decode="fast")))
+
+
 def test_ranks_are_equal_and_disjoint(dataset):
     uri = dataset[0]
     parts = [collect(loader(uri, rank=r, world_size=3, seed=5))[0] for r in range(3)]

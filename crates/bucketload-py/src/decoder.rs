@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use bucketload_image::{Augment, Geometry, ImagePipeline, OnError, OutputFormat};
+use bucketload_image::{Augment, Geometry, ImagePipeline, JpegDecode, OnError, OutputFormat};
 use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
@@ -11,6 +11,19 @@ use pyo3::types::{PyBytes, PyTuple};
 use crate::errors::{self, Kind};
 use crate::loader::batch_tuple;
 use crate::runtime::ForkSafe;
+
+/// The `jpeg_decode=` keyword: how JPEGs are decoded (see `JpegDecode`).
+pub(crate) fn jpeg_decode_mode(name: &str) -> PyResult<JpegDecode> {
+    match name {
+        "region" => Ok(JpegDecode::Region),
+        "region-scaled" => Ok(JpegDecode::RegionScaled),
+        "whole" => Ok(JpegDecode::Whole),
+        other => Err(errors::raise(
+            Kind::Config,
+            format!("jpeg_decode {other:?} is not 'region', 'region-scaled' or 'whole'"),
+        )),
+    }
+}
 
 /// Decodes encoded images (JPEG, PNG) into one augmented batch on native threads.
 #[pyclass(module = "bucketload._native")]
@@ -21,13 +34,17 @@ pub struct NativeDecoder {
 #[pymethods]
 impl NativeDecoder {
     #[new]
-    #[pyo3(signature = (*, image_size=224, seed=0, dtype="float32", decode_threads=None, skip_corrupt=false))]
+    #[pyo3(signature = (
+        *, image_size=224, seed=0, dtype="float32", decode_threads=None, skip_corrupt=false,
+        jpeg_decode="region",
+    ))]
     fn new(
         image_size: u32,
         seed: u64,
         dtype: &str,
         decode_threads: Option<usize>,
         skip_corrupt: bool,
+        jpeg_decode: &str,
     ) -> PyResult<NativeDecoder> {
         let output = match dtype {
             "float32" => OutputFormat::imagenet(),
@@ -50,7 +67,8 @@ impl NativeDecoder {
             .with_on_error(match skip_corrupt {
                 true => OnError::Skip,
                 false => OnError::Fail,
-            });
+            })
+            .with_jpeg_decode(jpeg_decode_mode(jpeg_decode)?);
         if let Some(n) = decode_threads {
             builder = builder.with_threads(n);
         }

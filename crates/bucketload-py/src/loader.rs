@@ -64,7 +64,7 @@ impl NativeLoader {
         uri, *, format="auto", batch_size=64, image_size=224, decode=true, dtype="float32",
         shuffle=true, seed=0, shuffle_buffer=None, cache_dir=None, cache_size=20 << 30,
         concurrency=None, decode_threads=None, rank=0, world_size=1, worker=0, num_workers=1,
-        drop_last=false, skip_corrupt=false, endpoint=None, region=None,
+        drop_last=false, skip_corrupt=false, endpoint=None, region=None, jpeg_decode="region",
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -90,6 +90,7 @@ impl NativeLoader {
         skip_corrupt: bool,
         endpoint: Option<String>,
         region: Option<String>,
+        jpeg_decode: &str,
     ) -> PyResult<NativeLoader> {
         if batch_size == 0 {
             return Err(errors::raise(
@@ -163,7 +164,8 @@ impl NativeLoader {
                     .with_on_error(match skip_corrupt {
                         true => OnError::Skip,
                         false => OnError::Fail,
-                    });
+                    })
+                    .with_jpeg_decode(crate::decoder::jpeg_decode_mode(jpeg_decode)?);
                 if let Some(n) = decode_threads {
                     b = b.with_threads(n);
                 }
