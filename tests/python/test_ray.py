@@ -22,12 +22,25 @@ from test_cli_dataset import ok
 SAMPLES = 40
 
 
+def start_ray(**options):
+    """ray.init, tried up to three times: on a loaded two-core machine the raylet can miss
+    Ray's fixed 30 s registration deadline ("timed out during startup")."""
+    for attempt in range(3):
+        try:
+            ray.init(**options)
+            return
+        except Exception as e:
+            if "timed out during startup" not in str(e) or attempt == 2:
+                raise
+            ray.shutdown()
+
+
 @pytest.fixture(scope="module")
 def cluster(server):
     saved = dict(os.environ)
     os.environ.update({k: v for k, v in server.env().items() if k.startswith("AWS_")})
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {k: v for k, v in server.env().items() if k.startswith("AWS_")}})
+    start_ray(num_cpus=2, include_dashboard=False, log_to_driver=False,
+              runtime_env={"env_vars": {k: v for k, v in server.env().items() if k.startswith("AWS_")}})
     yield server.env()
     ray.shutdown()
     os.environ.clear()
