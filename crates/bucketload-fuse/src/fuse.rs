@@ -59,12 +59,13 @@ impl BucketFs {
 
     fn attr(&self, s: &Stat) -> FileAttr {
         let read_only = self.fs.config().read_only();
-        let (kind, perm, nlink) = match (s.kind, read_only) {
-            (Kind::Dir, false) => (FileType::Directory, 0o755, 2),
-            (Kind::Dir, true) => (FileType::Directory, 0o555, 2),
-            (Kind::File, false) => (FileType::RegularFile, 0o644, 1),
-            (Kind::File, true) => (FileType::RegularFile, 0o444, 1),
+        let (perm, nlink) = match (s.kind, read_only) {
+            (Kind::Dir, false) => (0o755, 2),
+            (Kind::Dir, true) => (0o555, 2),
+            (Kind::File, false) => (0o644, 1),
+            (Kind::File, true) => (0o444, 1),
         };
+        let kind = file_type(s.kind);
         FileAttr {
             ino: INodeNo(s.ino),
             size: s.size,
@@ -111,6 +112,13 @@ fn name_of(name: &OsStr) -> Result<&str, Errno> {
         tracing::warn!(?name, "mount: object keys are UTF-8; this name is not");
         Errno::EINVAL
     })
+}
+
+fn file_type(kind: Kind) -> FileType {
+    match kind {
+        Kind::Dir => FileType::Directory,
+        Kind::File => FileType::RegularFile,
+    }
 }
 
 fn mode_of(flags: i32) -> OpenMode {
@@ -365,23 +373,22 @@ impl Filesystem for BucketFs {
             Ok(e) => e,
             Err(e) => return reply.error(fail("readdir", &e)),
         };
-        // Offsets 0 and 1 are `.` and `..`; entry i is at offset i + 2.
-        let dots = [
-            (ino, FileType::Directory, "."),
-            (ino, FileType::Directory, ".."),
-        ];
-        let all = dots.into_iter().chain(entries.iter().map(|e| {
-            let kind = match e.kind {
-                Kind::Dir => FileType::Directory,
-                Kind::File => FileType::RegularFile,
+        // Offsets 0 and 1 are `.` and `..`; entry i is at offset i + 2. Each call starts at
+        // its offset directly: a 100,000-entry directory takes thousands of calls.
+        let mut at = usize::try_from(offset).unwrap_or(usize::MAX);
+        loop {
+            let (child, kind, name) = match at {
+                0 => (ino, FileType::Directory, "."),
+                1 => (ino, FileType::Directory, ".."),
+                _ => match entries.get(at - 2) {
+                    Some(e) => (INodeNo(e.ino), file_type(e.kind), e.name.as_str()),
+                    None => break,
+                },
             };
-            (INodeNo(e.ino), kind, e.name.as_str())
-        }));
-        let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        for (i, (ino, kind, name)) in all.enumerate().skip(start) {
-            if reply.add(ino, i as u64 + 1, kind, name) {
+            if reply.add(child, at as u64 + 1, kind, name) {
                 break;
             }
+            at += 1;
         }
         reply.ok();
     }
