@@ -16,8 +16,8 @@ use bytes::Bytes;
 use fuser::{
     Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, MountOption, OpenAccMode, OpenFlags, RenameFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
 };
 use tokio::runtime::Handle;
 
@@ -138,6 +138,12 @@ impl Filesystem for BucketFs {
             .is_err()
         {
             tracing::debug!("mount: the kernel does not pass O_TRUNC with open");
+        }
+        // Listings carry the attributes of their entries: `ls -l` and `os.walk` + `stat` need no
+        // lookup per entry.
+        let plus = InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
+        if config.add_capabilities(plus).is_err() {
+            tracing::debug!("mount: the kernel does not take attributes with listings");
         }
         let _ = config.set_max_write(MAX_WRITE);
         let _ = config.set_max_readahead(1 << 20);
@@ -386,6 +392,51 @@ impl Filesystem for BucketFs {
                 },
             };
             if reply.add(child, at as u64 + 1, kind, name) {
+                break;
+            }
+            at += 1;
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let entries = match self.fs.readdir(fh.0) {
+            Ok(e) => e,
+            Err(e) => return reply.error(fail("readdirplus", &e)),
+        };
+        let dir = Stat {
+            ino: ino.0,
+            kind: Kind::Dir,
+            size: 0,
+            mtime: SystemTime::now(),
+            writing: false,
+        };
+        let mut at = usize::try_from(offset).unwrap_or(usize::MAX);
+        loop {
+            let (name, stat) = match at {
+                0 => (".", &dir),
+                1 => ("..", &dir),
+                _ => match entries.get(at - 2) {
+                    Some(e) => (e.name.as_str(), &e.stat),
+                    None => break,
+                },
+            };
+            let (ttl, attr) = (self.ttl_of(stat), self.attr(stat));
+            if reply.add(
+                INodeNo(stat.ino),
+                at as u64 + 1,
+                name,
+                &ttl,
+                &attr,
+                Generation(0),
+            ) {
                 break;
             }
             at += 1;
