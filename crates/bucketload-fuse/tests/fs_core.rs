@@ -231,6 +231,20 @@ async fn disk_cache_serves_a_second_read_and_is_validated_by_etag() {
     assert_eq!(read_all(&fs, "c.bin", 65536).await, pattern(70_000, 4));
     assert_eq!(gets(&fs), 2);
     assert!(cache.stats().unwrap().stale >= 1);
+
+    // A large object is cached in part-sized blocks as it is read sequentially.
+    let large = pattern(12 * MIB + 5, 5);
+    b.put("large.bin", large.clone()).await;
+    let ranged = |fs: &Fs| fs.store().metrics().snapshot().requests.ranged_get;
+    let before = ranged(&fs);
+    assert_eq!(read_all(&fs, "large.bin", 128 * 1024).await, large);
+    assert_eq!(ranged(&fs) - before, 2, "two 8 MiB blocks");
+    assert_eq!(read_all(&fs, "large.bin", 128 * 1024).await, large);
+    assert_eq!(
+        ranged(&fs) - before,
+        2,
+        "the second read came from the disk cache"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
