@@ -249,6 +249,12 @@ fn foreground(store_args: &StoreArgs, args: &MountArgs) -> anyhow::Result<()> {
         check_reachable(&store).await?;
         anyhow::Ok(Fs::new(store, config).await?)
     })?;
+    // Listen for SIGINT and SIGTERM before mounting: a signal that arrives once the mount is
+    // visible must unmount, not kill the process with the mount still in place.
+    let signals = {
+        let _runtime = runtime.enter();
+        Signals::listen().context("cannot listen for SIGINT and SIGTERM")?
+    };
     let uri = fs.store().to_string();
     let mut mounted = bucketload_fuse::fuse::mount(fs, &dir, runtime.handle().clone())
         .with_context(|| {
@@ -261,7 +267,7 @@ fn foreground(store_args: &StoreArgs, args: &MountArgs) -> anyhow::Result<()> {
     let mut unmounter = mounted.unmounter();
     let point = dir.clone();
     let signals = runtime.spawn(async move {
-        wait_for_signal().await;
+        signals.wait().await;
         tracing::info!("mount: signal received, unmounting");
         if let Err(e) = unmounter.unmount() {
             tracing::warn!(error = %e, "mount: unmount failed");
@@ -287,16 +293,26 @@ fn foreground(store_args: &StoreArgs, args: &MountArgs) -> anyhow::Result<()> {
     served.with_context(|| format!("serving {} failed", dir.display()))
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGTERM and SIGINT, listened for from creation on.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Must run inside the runtime.
+    fn listen() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
     }
 }

@@ -44,6 +44,8 @@ pub struct DirEntry {
     pub name: String,
     /// File or directory.
     pub kind: Kind,
+    /// The attributes as listed (for `readdirplus`).
+    pub stat: Stat,
 }
 
 /// How a file is opened.
@@ -353,7 +355,15 @@ impl Fs {
         Ok(tree
             .children(ino)
             .into_iter()
-            .map(|(ino, name, kind)| DirEntry { ino, name, kind })
+            .filter_map(|(ino, name, kind)| {
+                let stat = tree.get(ino)?.stat(ino);
+                Some(DirEntry {
+                    ino,
+                    name,
+                    kind,
+                    stat,
+                })
+            })
             .collect())
     }
 

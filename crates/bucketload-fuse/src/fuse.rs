@@ -16,8 +16,8 @@ use bytes::Bytes;
 use fuser::{
     Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, MountOption, OpenAccMode, OpenFlags, RenameFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
 };
 use tokio::runtime::Handle;
 
@@ -59,12 +59,13 @@ impl BucketFs {
 
     fn attr(&self, s: &Stat) -> FileAttr {
         let read_only = self.fs.config().read_only();
-        let (kind, perm, nlink) = match (s.kind, read_only) {
-            (Kind::Dir, false) => (FileType::Directory, 0o755, 2),
-            (Kind::Dir, true) => (FileType::Directory, 0o555, 2),
-            (Kind::File, false) => (FileType::RegularFile, 0o644, 1),
-            (Kind::File, true) => (FileType::RegularFile, 0o444, 1),
+        let (perm, nlink) = match (s.kind, read_only) {
+            (Kind::Dir, false) => (0o755, 2),
+            (Kind::Dir, true) => (0o555, 2),
+            (Kind::File, false) => (0o644, 1),
+            (Kind::File, true) => (0o444, 1),
         };
+        let kind = file_type(s.kind);
         FileAttr {
             ino: INodeNo(s.ino),
             size: s.size,
@@ -113,6 +114,13 @@ fn name_of(name: &OsStr) -> Result<&str, Errno> {
     })
 }
 
+fn file_type(kind: Kind) -> FileType {
+    match kind {
+        Kind::Dir => FileType::Directory,
+        Kind::File => FileType::RegularFile,
+    }
+}
+
 fn mode_of(flags: i32) -> OpenMode {
     let acc = OpenFlags(flags).acc_mode();
     OpenMode {
@@ -130,6 +138,12 @@ impl Filesystem for BucketFs {
             .is_err()
         {
             tracing::debug!("mount: the kernel does not pass O_TRUNC with open");
+        }
+        // Listings carry the attributes of their entries: `ls -l` and `os.walk` + `stat` need no
+        // lookup per entry.
+        let plus = InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
+        if config.add_capabilities(plus).is_err() {
+            tracing::debug!("mount: the kernel does not take attributes with listings");
         }
         let _ = config.set_max_write(MAX_WRITE);
         let _ = config.set_max_readahead(1 << 20);
@@ -365,23 +379,67 @@ impl Filesystem for BucketFs {
             Ok(e) => e,
             Err(e) => return reply.error(fail("readdir", &e)),
         };
-        // Offsets 0 and 1 are `.` and `..`; entry i is at offset i + 2.
-        let dots = [
-            (ino, FileType::Directory, "."),
-            (ino, FileType::Directory, ".."),
-        ];
-        let all = dots.into_iter().chain(entries.iter().map(|e| {
-            let kind = match e.kind {
-                Kind::Dir => FileType::Directory,
-                Kind::File => FileType::RegularFile,
+        // Offsets 0 and 1 are `.` and `..`; entry i is at offset i + 2. Each call starts at
+        // its offset directly: a 100,000-entry directory takes thousands of calls.
+        let mut at = usize::try_from(offset).unwrap_or(usize::MAX);
+        loop {
+            let (child, kind, name) = match at {
+                0 => (ino, FileType::Directory, "."),
+                1 => (ino, FileType::Directory, ".."),
+                _ => match entries.get(at - 2) {
+                    Some(e) => (INodeNo(e.ino), file_type(e.kind), e.name.as_str()),
+                    None => break,
+                },
             };
-            (INodeNo(e.ino), kind, e.name.as_str())
-        }));
-        let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        for (i, (ino, kind, name)) in all.enumerate().skip(start) {
-            if reply.add(ino, i as u64 + 1, kind, name) {
+            if reply.add(child, at as u64 + 1, kind, name) {
                 break;
             }
+            at += 1;
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let entries = match self.fs.readdir(fh.0) {
+            Ok(e) => e,
+            Err(e) => return reply.error(fail("readdirplus", &e)),
+        };
+        let dir = Stat {
+            ino: ino.0,
+            kind: Kind::Dir,
+            size: 0,
+            mtime: SystemTime::now(),
+            writing: false,
+        };
+        let mut at = usize::try_from(offset).unwrap_or(usize::MAX);
+        loop {
+            let (name, stat) = match at {
+                0 => (".", &dir),
+                1 => ("..", &dir),
+                _ => match entries.get(at - 2) {
+                    Some(e) => (e.name.as_str(), &e.stat),
+                    None => break,
+                },
+            };
+            let (ttl, attr) = (self.ttl_of(stat), self.attr(stat));
+            if reply.add(
+                INodeNo(stat.ino),
+                at as u64 + 1,
+                name,
+                &ttl,
+                &attr,
+                Generation(0),
+            ) {
+                break;
+            }
+            at += 1;
         }
         reply.ok();
     }

@@ -5,7 +5,9 @@
 //!   Later reads are slices of the same bytes.
 //! - **Sequential reads** of larger objects go through the loader's prefetcher
 //!   ([`read_range`]): its window starts at 1 MiB and doubles as the reader drains it, up to
-//!   64 MiB or what the memory budget allows. A read just ahead of the stream skips forward; a
+//!   64 MiB or what the memory budget allows. With a disk cache they are read instead in
+//!   part-sized blocks aligned on part boundaries, as many in flight as the window holds, each
+//!   from the cache when it holds the same version. A read just ahead of the stream skips forward; a
 //!   read up to [`BACK`] behind it is served from bytes kept (the kernel's asynchronous reads
 //!   arrive slightly out of order).
 //! - **Random reads** (a jump the stream cannot serve, not continuing the previous read) are one
@@ -20,7 +22,7 @@ use bucketload::loader::{Cache, PrefetchConfig, PrefetchCounters, read_range};
 use bucketload_cache::{CacheKey, ObjectVersion};
 use bucketload_store::Store;
 use bucketload_store::object_store::path::Path;
-use bucketload_store::object_store::{GetOptions, ObjectStoreExt};
+use bucketload_store::object_store::{GetOptions, GetRange, ObjectStoreExt};
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -212,13 +214,16 @@ impl FileReader {
                     true => config.with_first_request(window),
                     false => config,
                 };
-                let stream = read_range(
-                    self.ctx.location.clone(),
-                    self.key.clone(),
-                    offset..self.size,
-                    config,
-                    Arc::clone(&self.ctx.counters),
-                );
+                let stream = match &self.ctx.cache {
+                    Some(cache) => self.cached_stream(offset, window, Arc::clone(cache)),
+                    None => read_range(
+                        self.ctx.location.clone(),
+                        self.key.clone(),
+                        offset..self.size,
+                        config,
+                        Arc::clone(&self.ctx.counters),
+                    ),
+                };
                 return Some(Seq {
                     stream,
                     start: offset,
@@ -233,6 +238,41 @@ impl FileReader {
                 return None;
             }
         }
+    }
+
+    /// With a disk cache: the object in blocks of one part, aligned on part boundaries so that
+    /// every reader asks for the same blocks; each block from the cache when it holds this
+    /// version, else one ranged GET (`If-Match` the ETag) inserted after. As many blocks in
+    /// flight as the window holds, in order.
+    fn cached_stream(
+        &self,
+        offset: u64,
+        window: u64,
+        cache: Arc<Cache>,
+    ) -> BoxStream<'static, bucketload::Result<Bytes>> {
+        let part = self.ctx.prefetch.part_size.max(1);
+        let first = offset / part * part;
+        let size = self.size;
+        let ranges = (first..size)
+            .step_by(to_usize(part))
+            .map(move |start| start..size.min(start + part));
+        let block = Block {
+            store: self.ctx.store.clone(),
+            key: self.key.clone(),
+            etag: self.etag.clone(),
+            version: self.version(),
+            cache,
+        };
+        let skip = to_usize(offset - first);
+        futures::stream::iter(ranges)
+            .map(move |range| block.clone().fetch(range))
+            .buffered(to_usize((window / part).max(1)))
+            .enumerate()
+            .map(move |(i, got)| match (i, got) {
+                (0, Ok(bytes)) => Ok(bytes.slice(skip.min(bytes.len())..)),
+                (_, got) => got,
+            })
+            .boxed()
     }
 
     /// One ranged GET.
@@ -286,6 +326,57 @@ impl FileReader {
                 self.ctx.memory.limit()
             ),
         )
+    }
+}
+
+/// What fetching one cached block needs.
+#[derive(Debug, Clone)]
+struct Block {
+    store: Store,
+    key: Path,
+    etag: Option<String>,
+    version: ObjectVersion,
+    cache: Arc<Cache>,
+}
+
+impl Block {
+    async fn fetch(self, range: Range<u64>) -> bucketload::Result<Bytes> {
+        let key = CacheKey::new(self.store.uri().to_string(), self.key.as_ref())
+            .with_range(range.clone());
+        let (cache, k, v) = (Arc::clone(&self.cache), key.clone(), self.version.clone());
+        if let Ok(Ok(lookup)) = tokio::task::spawn_blocking(move || cache.get(&k, &v)).await
+            && let Some(bytes) = lookup.hit()
+        {
+            return Ok(bytes);
+        }
+        let opts = GetOptions {
+            range: Some(GetRange::Bounded(range.clone())),
+            if_match: self.etag.clone(),
+            ..GetOptions::default()
+        };
+        let store = self.store.object_store();
+        let got = async { store.get_opts(&self.key, opts).await?.bytes().await }.await;
+        let bytes =
+            got.map_err(|e| bucketload::Error::Store(self.store.map_error(e, &self.key)))?;
+        if bytes.len() as u64 != range.end - range.start {
+            return Err(bucketload::Error::Store(bucketload_store::Error::Corrupt {
+                uri: self.store.object_uri(&self.key),
+                detail: format!(
+                    "bytes {}-{}: expected {} bytes, got {}",
+                    range.start,
+                    range.end - 1,
+                    range.end - range.start,
+                    bytes.len()
+                ),
+            }));
+        }
+        let (cache, body) = (Arc::clone(&self.cache), bytes.clone());
+        let version = self.version;
+        let stored = tokio::task::spawn_blocking(move || cache.insert(&key, &version, body)).await;
+        if let Ok(Err(e)) = stored {
+            tracing::warn!(error = %e, "mount: cache insert failed");
+        }
+        Ok(bytes)
     }
 }
 

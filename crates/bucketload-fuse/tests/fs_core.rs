@@ -231,6 +231,20 @@ async fn disk_cache_serves_a_second_read_and_is_validated_by_etag() {
     assert_eq!(read_all(&fs, "c.bin", 65536).await, pattern(70_000, 4));
     assert_eq!(gets(&fs), 2);
     assert!(cache.stats().unwrap().stale >= 1);
+
+    // A large object is cached in part-sized blocks as it is read sequentially.
+    let large = pattern(12 * MIB + 5, 5);
+    b.put("large.bin", large.clone()).await;
+    let ranged = |fs: &Fs| fs.store().metrics().snapshot().requests.ranged_get;
+    let before = ranged(&fs);
+    assert_eq!(read_all(&fs, "large.bin", 128 * 1024).await, large);
+    assert_eq!(ranged(&fs) - before, 2, "two 8 MiB blocks");
+    assert_eq!(read_all(&fs, "large.bin", 128 * 1024).await, large);
+    assert_eq!(
+        ranged(&fs) - before,
+        2,
+        "the second read came from the disk cache"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -509,4 +523,36 @@ async fn memory_is_bounded_across_handles() {
     fs.release(r).await.unwrap();
     fs.release(w).await.unwrap();
     assert_eq!(fs.memory_available(), limit);
+}
+
+/// The same operations on moto's independent S3 implementation: multipart upload completed on
+/// close, listing, lookup, ranged reads, rename by copy and delete, delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_renames_and_reads_on_moto() {
+    let moto = bucketload_test_support::MotoServer::start();
+    let bucket = moto.bucket().await;
+    let store = Store::open(&format!("s3://{bucket}/m"), &moto.store_config()).unwrap();
+    let config = MountConfig::default()
+        .with_part_size(5 << 20)
+        .with_allow_delete(true);
+    let fs = Fs::new(store.clone(), config).await.unwrap();
+    let body = pattern(11 * MIB + 3, 8);
+    let d = fs.mkdir(ROOT, "ckpt").await.unwrap();
+    write_file(&fs, d.ino, "step.tmp", &body, OpenMode::default())
+        .await
+        .unwrap();
+    fs.rename(d.ino, "step.tmp", d.ino, "step.pt", false)
+        .await
+        .unwrap();
+    let os = store.object_store();
+    let got = os.get(&Path::from("ckpt/step.pt")).await.unwrap();
+    assert_eq!(got.bytes().await.unwrap(), body);
+    assert!(os.head(&Path::from("ckpt/step.tmp")).await.is_err());
+    let fresh = Fs::new(store.clone(), MountConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(names(&fresh, ROOT).await, vec![("ckpt".into(), Kind::Dir)]);
+    assert_eq!(read_all(&fresh, "ckpt/step.pt", 128 * 1024).await, body);
+    fs.unlink(d.ino, "step.pt").await.unwrap();
+    assert!(os.head(&Path::from("ckpt/step.pt")).await.is_err());
 }
