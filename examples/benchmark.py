@@ -30,8 +30,8 @@ import bucketload
 from bucketload import checkpoint
 
 
-def parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The benchmark's flags, shared with examples/ray_train_benchmark.py."""
     ap.add_argument("--uri", required=True, help="dataset root, e.g. s3://demo/train")
     ap.add_argument("--format", default="auto", choices=["auto", "files", "shards", "indexed"])
     ap.add_argument("--epochs", type=int, default=3)
@@ -46,6 +46,11 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--ckpt-size-mb", type=int, default=100, help="size of the model mock's state")
     ap.add_argument("--async-ckpt", action="store_true", help="save checkpoints in the background")
     ap.add_argument("--log-dir", default=None)
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(ap)
     ap.add_argument("--name", default="python")
     args = ap.parse_args()
     if args.ckpt_steps and not args.ckpt_uri:

@@ -38,11 +38,12 @@ import ray
 from ray.train import ScalingConfig
 from ray.train.torch import TorchTrainer
 
+from benchmark import add_arguments  # examples/benchmark.py, beside this file
+
 
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--uri", required=True, help="dataset root, e.g. s3://demo/train")
-    ap.add_argument("--format", default="auto", choices=["auto", "files", "shards", "indexed"])
+    add_arguments(ap)  # examples/benchmark.py's flags
     ap.add_argument("--input", default="loader", choices=["loader", "ray-data"],
                     help="per-worker bucketload.Loader, or a Ray Data stream decoded by map_batches")
     ap.add_argument("--workers", type=int, default=2, help="Ray Train workers")
@@ -50,19 +51,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--address", default=None,
                     help="Ray cluster to join ('auto' for a running one); default: start a local one")
     ap.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local cluster")
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--compute-ms", type=float, default=0.0, help="emulated compute per batch")
-    ap.add_argument("--concurrency", type=int, default=None, help="requests in flight per worker")
-    ap.add_argument("--decode-threads", type=int, default=None)
-    ap.add_argument("--cache-dir", default=None)
-    ap.add_argument("--ckpt-steps", type=int, default=0, help="checkpoint every N steps (0: never)")
-    ap.add_argument("--ckpt-uri", default=None, help="checkpoint prefix, e.g. s3://demo/ckpt")
-    ap.add_argument("--ckpt-size-mb", type=int, default=100, help="size of the model mock's state")
-    ap.add_argument("--async-ckpt", action="store_true", help="save checkpoints in the background")
-    ap.add_argument("--log-dir", default=None)
     ap.add_argument("--name", default=None, help="log name (default: ray-<input>-<workers>w)")
     args = ap.parse_args()
     if args.ckpt_steps and not args.ckpt_uri:

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use bucketload_image::{Augment, Geometry, ImagePipeline, JpegDecode, OnError, OutputFormat};
+use bucketload_image::{
+    Augment, Geometry, ImagePipeline, ImagePipelineBuilder, JpegDecode, OnError, OutputFormat,
+};
 use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
@@ -23,6 +25,45 @@ pub(crate) fn jpeg_decode_mode(name: &str) -> PyResult<JpegDecode> {
             format!("jpeg_decode {other:?} is not 'region', 'region-scaled' or 'whole'"),
         )),
     }
+}
+
+/// The loader's and the decoder's image pipeline: RandomResizedCrop to `image_size`, flip,
+/// and `dtype` "float32" (NCHW, ImageNet-normalised) or "uint8" (NHWC).
+pub(crate) fn pipeline_builder(
+    image_size: u32,
+    dtype: &str,
+    seed: u64,
+    decode_threads: Option<usize>,
+    skip_corrupt: bool,
+    jpeg_decode: &str,
+) -> PyResult<ImagePipelineBuilder> {
+    let output = match dtype {
+        "float32" => OutputFormat::imagenet(),
+        "uint8" => OutputFormat::HwcU8,
+        other => {
+            return Err(errors::raise(
+                Kind::Config,
+                format!("dtype {other:?} is not 'float32' (NCHW, normalised) or 'uint8' (NHWC)"),
+            ));
+        }
+    };
+    let mut builder = ImagePipeline::builder()
+        .with_augment(Augment {
+            geometry: Geometry::random_resized_crop(image_size),
+            flip: 0.5,
+            antialias: false,
+        })
+        .with_output(output)
+        .with_seed(seed)
+        .with_on_error(match skip_corrupt {
+            true => OnError::Skip,
+            false => OnError::Fail,
+        })
+        .with_jpeg_decode(jpeg_decode_mode(jpeg_decode)?);
+    if let Some(n) = decode_threads {
+        builder = builder.with_threads(n);
+    }
+    Ok(builder)
 }
 
 /// Decodes encoded images (JPEG, PNG) into one augmented batch on native threads.
@@ -46,33 +87,16 @@ impl NativeDecoder {
         skip_corrupt: bool,
         jpeg_decode: &str,
     ) -> PyResult<NativeDecoder> {
-        let output = match dtype {
-            "float32" => OutputFormat::imagenet(),
-            "uint8" => OutputFormat::HwcU8,
-            other => {
-                return Err(errors::raise(
-                    Kind::Config,
-                    format!("dtype {other:?} is not 'float32' or 'uint8'"),
-                ));
-            }
-        };
-        let mut builder = ImagePipeline::builder()
-            .with_augment(Augment {
-                geometry: Geometry::random_resized_crop(image_size),
-                flip: 0.5,
-                antialias: false,
-            })
-            .with_output(output)
-            .with_seed(seed)
-            .with_on_error(match skip_corrupt {
-                true => OnError::Skip,
-                false => OnError::Fail,
-            })
-            .with_jpeg_decode(jpeg_decode_mode(jpeg_decode)?);
-        if let Some(n) = decode_threads {
-            builder = builder.with_threads(n);
-        }
-        let pipeline = builder.build().map_err(errors::image)?;
+        let pipeline = pipeline_builder(
+            image_size,
+            dtype,
+            seed,
+            decode_threads,
+            skip_corrupt,
+            jpeg_decode,
+        )?
+        .build()
+        .map_err(errors::image)?;
         Ok(NativeDecoder {
             pipeline: ForkSafe::new(Arc::new(pipeline)),
         })

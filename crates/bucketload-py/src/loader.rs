@@ -13,9 +13,7 @@ use bucketload::loader::{
     CacheBuilder, Delivery, Format, Loader, LoaderConfig, Sample, SampleStream, StateTracker,
 };
 use bucketload::source::{Order, Partition, Remainder, SampleRef, SourceState};
-use bucketload_image::{
-    Augment, Batch, BatchData, Geometry, ImagePipeline, LastBatch, OnError, OutputFormat,
-};
+use bucketload_image::{Batch, BatchData, ImagePipeline, LastBatch};
 use futures::StreamExt;
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
@@ -135,41 +133,22 @@ impl NativeLoader {
         let pipeline = match decode {
             false => None,
             true => {
-                let output = match dtype {
-                    "float32" => OutputFormat::imagenet(),
-                    "uint8" => OutputFormat::HwcU8,
-                    other => {
-                        return Err(errors::raise(
-                            Kind::Config,
-                            format!(
-                                "dtype {other:?} is not 'float32' (NCHW, normalised) or 'uint8' \
-                             (NHWC)"
-                            ),
-                        ));
-                    }
-                };
-                let mut b = ImagePipeline::builder()
-                    .with_augment(Augment {
-                        geometry: Geometry::random_resized_crop(image_size),
-                        flip: 0.5,
-                        antialias: false,
-                    })
-                    .with_output(output)
-                    .with_batch_size(batch_size)
-                    .with_seed(seed)
-                    .with_last_batch(match drop_last {
-                        true => LastBatch::Drop,
-                        false => LastBatch::Keep,
-                    })
-                    .with_on_error(match skip_corrupt {
-                        true => OnError::Skip,
-                        false => OnError::Fail,
-                    })
-                    .with_jpeg_decode(crate::decoder::jpeg_decode_mode(jpeg_decode)?);
-                if let Some(n) = decode_threads {
-                    b = b.with_threads(n);
-                }
-                Some(Arc::new(b.build().map_err(errors::image)?))
+                let pipeline = crate::decoder::pipeline_builder(
+                    image_size,
+                    dtype,
+                    seed,
+                    decode_threads,
+                    skip_corrupt,
+                    jpeg_decode,
+                )?
+                .with_batch_size(batch_size)
+                .with_last_batch(match drop_last {
+                    true => LastBatch::Drop,
+                    false => LastBatch::Keep,
+                })
+                .build()
+                .map_err(errors::image)?;
+                Some(Arc::new(pipeline))
             }
         };
         let rt = runtime()?;
