@@ -48,6 +48,19 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--log-dir", default=None)
 
 
+def finish_log(log: dict, ckpts: list[float], log_dir: str | None, name: str) -> None:
+    """Adds the checkpoint times to ``log`` and writes it to ``log_dir/name.json``."""
+    log.update({f"t_ckpt_{i + 1}": t for i, t in enumerate(ckpts)})
+    if ckpts:
+        log["t_ckpt_ave"] = sum(ckpts) / len(ckpts)
+    if log_dir:
+        os.makedirs(log_dir, exist_ok=True)
+        path = os.path.join(log_dir, f"{name}.json")
+        with open(path, "w") as f:
+            json.dump(log, f, indent=2)
+        print(f"log: {path}")
+
+
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(ap)
@@ -109,18 +122,10 @@ def main() -> None:
                         "os": platform.system().lower(), "arch": platform.machine()},
         },
         **{f"t_epoch_{i + 1}": t for i, t in enumerate(epochs)},
-        **{f"t_ckpt_{i + 1}": t for i, t in enumerate(ckpts)},
     }
-    if ckpts:
-        log["t_ckpt_ave"] = sum(ckpts) / len(ckpts)
     print(f"{args.name}: {samples} samples in {total:.1f} s, {samples / total:.0f} samples/s; "
           f"epochs {', '.join(f'{t:.1f}' for t in epochs)} s")
-    if args.log_dir:
-        os.makedirs(args.log_dir, exist_ok=True)
-        path = os.path.join(args.log_dir, f"{args.name}.json")
-        with open(path, "w") as f:
-            json.dump(log, f, indent=2)
-        print(f"log: {path}")
+    finish_log(log, ckpts, args.log_dir, args.name)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ to every worker (``runtime_env``); on a cluster they can come from instance role
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import time
@@ -38,7 +37,7 @@ import ray
 from ray.train import ScalingConfig
 from ray.train.torch import TorchTrainer
 
-from benchmark import add_arguments  # examples/benchmark.py, beside this file
+from benchmark import add_arguments, finish_log  # examples/benchmark.py, beside this file
 
 
 def parse_args() -> argparse.Namespace:
@@ -192,21 +191,13 @@ def main() -> None:
                         "os": platform.system().lower(), "arch": platform.machine()},
         },
         **{f"t_epoch_{i + 1}": max(w["epochs"][i] for w in workers) for i in range(args.epochs)},
-        **{f"t_ckpt_{i + 1}": t for i, t in enumerate(ckpts)},
         "per_worker": [{"rank": w["rank"], "samples": w["samples"], "training_time": w["total"]}
                        for w in sorted(workers, key=lambda w: w["rank"])],
     }
-    if ckpts:
-        log["t_ckpt_ave"] = sum(ckpts) / len(ckpts)
     epoch_times = ", ".join(f"{log['t_epoch_' + str(i + 1)]:.1f}" for i in range(args.epochs))
     print(f"{args.name}: {samples} samples over {len(workers)} workers in {total:.1f} s, "
           f"{samples / total:.0f} samples/s; epochs {epoch_times} s")
-    if args.log_dir:
-        os.makedirs(args.log_dir, exist_ok=True)
-        path = os.path.join(args.log_dir, f"{args.name}.json")
-        with open(path, "w") as f:
-            json.dump(log, f, indent=2)
-        print(f"log: {path}")
+    finish_log(log, ckpts, args.log_dir, args.name)
 
 
 if __name__ == "__main__":
