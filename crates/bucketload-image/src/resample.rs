@@ -5,10 +5,15 @@
 //! whether it is mirrored. [`resample`] then runs:
 //!
 //! 1. a horizontal pass over only the source rows the vertical taps touch, each reduced to the
-//!    output width (8-bit, as PyTorch's uint8 path rounds between its two passes);
-//! 2. a vertical pass per output row, whose 8-bit result is written once, mirrored if asked,
-//!    either interleaved (HWC `u8`) or through a per-channel lookup table straight into the
-//!    three planes of a normalised CHW `f32` tensor.
+//!    output width, mirrored if asked, as one packed word per pixel (8-bit channels, as
+//!    PyTorch's uint8 path rounds between its two passes), into a ring of as many rows as the
+//!    vertical filter has taps, which stays in L1;
+//! 2. a vertical pass per output row, whose 8-bit result is written once: interleaved (HWC
+//!    `u8`), or as `v * scale + bias` straight into the three planes of a normalised CHW `f32`
+//!    tensor.
+//!
+//! The two-tap (plain bilinear) loops of both passes have AVX2 versions in `simd.rs`, chosen
+//! at run time; the `Kernels` trait is the seam, and a test checks the two agree exactly.
 //!
 //! Weights follow PyTorch's separable uint8 interpolation (`upsample_bilinear2d` and
 //! `_upsample_bilinear2d_aa` on CPU): triangle filter on pixel centres, optional antialias
@@ -155,7 +160,9 @@ impl Axis {
             w.copy_within(0..n, pad);
             w[..pad].fill(0.0);
             w[pad + n..].fill(0.0);
-            max = w[..taps].iter().fold(max, |m, v| m.max(*v));
+            max = w[..taps]
+                .iter()
+                .fold(max, |m, &v| if v > m { v } else { m });
             // `s >= lo >= -base`, so the index is not negative, and below `limit`.
             self.start.push((base + s) as u32);
         }
@@ -199,7 +206,8 @@ fn output_taps(
         *v = (1.0 - ((j - center + 0.5) * invscale).abs()).max(0.0);
         total += *v;
     }
-    if total != 0.0 {
+    // Dividing by exactly 1 (plain bilinear, away from the edges) changes nothing.
+    if total != 0.0 && total != 1.0 {
         w[..n].iter_mut().for_each(|v| *v /= total);
     }
     let lead = w[..n].iter().take_while(|v| **v == 0.0).count().min(n - 1);
@@ -232,23 +240,37 @@ fn precision_for(max: f64) -> u32 {
 pub struct Scratch {
     xs: Axis,
     ys: Axis,
-    rows: Vec<u8>,
-    ready: Vec<bool>,
+    rows: Vec<u32>,
+    held: Vec<usize>,
     acc: Vec<i32>,
-    line: Vec<u8>,
+    line: Vec<u32>,
     pair: PairTaps,
 }
 
+/// Channel `c` of a pixel packed in a word (`R | G << 8 | B << 16`).
+#[inline(always)]
+fn channel(word: u32, c: usize) -> i32 {
+    (word >> (8 * c) & 0xFF) as i32
+}
+
 /// The two-tap horizontal pass laid out for vectorising: per output pixel (already mirrored)
-/// the source byte offset of its left tap and both weights. A row is first gathered with one
-/// 8-byte load per output pixel, split into `left` = the left tap's R, G, B (and a byte of
-/// the right tap) and `right` = the right tap's R, G, B, then each channel is blended in
-/// one contiguous loop that shifts its byte out of those words.
+/// the source byte offset of its left tap and both weights. A row is first gathered with two
+/// 4-byte loads per output pixel, `left` = the left tap's R, G, B (and a byte of the right
+/// tap) and `right` = the right tap's R, G, B, then blended lane by lane into packed pixels.
+///
+/// `lanes` holds the same weights for the AVX2 kernel (`simd.rs`), which blends eight output
+/// pixels in four 256-bit multiply-adds: for each group of eight outputs `k .. k + 8` and each
+/// `j` in `0..4`, sixteen `i16`: `[w0, w1, w0, w1, w0, w1, 0, 0]` of output `k + j` then of
+/// output `k + 4 + j`.
 #[derive(Debug, Default)]
-struct PairTaps {
-    offsets: Vec<u32>,
-    w0: Vec<i32>,
-    w1: Vec<i32>,
+pub(crate) struct PairTaps {
+    pub(crate) offsets: Vec<u32>,
+    pub(crate) w0: Vec<i32>,
+    pub(crate) w1: Vec<i32>,
+    pub(crate) lanes: Vec<i16>,
+    /// Per group of eight outputs: the end of its farthest 16-byte load, its largest offset
+    /// plus 16.
+    pub(crate) reach: Vec<u32>,
     left: Vec<u32>,
     right: Vec<u32>,
 }
@@ -265,18 +287,52 @@ impl PairTaps {
             self.w0.push(i32::from(xs.weights[2 * k]));
             self.w1.push(i32::from(xs.weights[2 * k + 1]));
         }
+        self.lanes.clear();
+        self.reach.clear();
+        for group in self.offsets.chunks_exact(8) {
+            self.reach.push(group.iter().max().map_or(0, |m| m + 16));
+        }
+        for group in 0..ow / 8 {
+            for j in 0..4 {
+                for k in [8 * group + j, 8 * group + 4 + j] {
+                    // Both came from `i16` weights.
+                    let (a, b) = (self.w0[k] as i16, self.w1[k] as i16);
+                    self.lanes.extend_from_slice(&[a, b, a, b, a, b, 0, 0]);
+                }
+            }
+        }
         self.left.resize(ow, 0);
         self.right.resize(ow, 0);
     }
 
+    /// Blends the row's outputs `range` into `out`, one at a time.
     #[inline(always)]
-    fn run(&mut self, src: &[u8], precision: u32, out: &mut [u8]) {
-        let ow = self.offsets.len();
+    pub(crate) fn run_scalar(
+        &self,
+        src: &[u8],
+        precision: u32,
+        range: std::ops::Range<usize>,
+        out: &mut [u32],
+    ) {
+        let round = 1i32 << precision >> 1;
+        for k in range {
+            let at = self.offsets[k] as usize;
+            let (w0, w1) = (self.w0[k], self.w1[k]);
+            out[k] = pack(|c| {
+                let (a, b) = (i32::from(src[at + c]), i32::from(src[at + 3 + c]));
+                clamp_shift(round + w0 * a + w1 * b, precision)
+            });
+        }
+    }
+
+    /// Blends the row `src` (its first pixel onwards) into `out`.
+    #[inline(always)]
+    pub(crate) fn run(&mut self, src: &[u8], precision: u32, out: &mut [u32]) {
         for ((&at, l), r) in self.offsets.iter().zip(&mut self.left).zip(&mut self.right) {
             let at = at as usize;
             (*l, *r) = match src.get(at..at + 7) {
                 Some(p) => (word(&p[..4]), word(&p[3..7])),
-                // The last pixel pair of the row: no byte after it.
+                // The last pixel pair of the image: no byte after it.
                 None => {
                     let p = &src[at..at + 6];
                     (word(&[p[0], p[1], p[2], 0]), word(&[p[3], p[4], p[5], 0]))
@@ -284,16 +340,18 @@ impl PairTaps {
             };
         }
         let round = 1i32 << precision >> 1;
-        for (c, plane) in out.chunks_exact_mut(ow).enumerate() {
-            let shift = 8 * c as u32;
-            let weights = self.w0.iter().zip(&self.w1);
-            let pixels = self.left.iter().zip(&self.right);
-            for (o, ((&w0, &w1), (&l, &r))) in plane.iter_mut().zip(weights.zip(pixels)) {
-                let (a, b) = ((l >> shift & 0xFF) as i32, (r >> shift & 0xFF) as i32);
-                *o = clamp_shift(round + w0 * a + w1 * b, precision);
-            }
+        let weights = self.w0.iter().zip(&self.w1);
+        let pixels = self.left.iter().zip(&self.right);
+        for (o, ((&w0, &w1), (&l, &r))) in out.iter_mut().zip(weights.zip(pixels)) {
+            *o = pack(|c| clamp_shift(round + w0 * channel(l, c) + w1 * channel(r, c), precision));
         }
     }
+}
+
+/// The packed pixel whose channel `c` is `f(c)`.
+#[inline(always)]
+fn pack(f: impl Fn(usize) -> u8) -> u32 {
+    u32::from(f(0)) | u32::from(f(1)) << 8 | u32::from(f(2)) << 16
 }
 
 /// Four bytes as a little-endian word (one unaligned load).
@@ -306,8 +364,8 @@ fn word(bytes: &[u8]) -> u32 {
 
 /// Resamples the RGB `pixels` (`width` columns, interleaved) along `plan` into `sink`.
 ///
-/// Reduced rows are planar (`ow` reds, `ow` greens, `ow` blues) and already mirrored, so the
-/// vertical pass is one contiguous loop and the store a contiguous table lookup per plane.
+/// Reduced rows are packed pixels (`R | G << 8 | B << 16`, one word each) and already
+/// mirrored, so both passes work lane by lane over whole pixels.
 ///
 /// # Panics
 /// If the plan's crop box lies outside the source, or the sink is not `output` sized.
@@ -354,19 +412,92 @@ pub(crate) fn resample_from(
     s: &mut Scratch,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        return crate::simd::resample_avx2(source, plan, sink, s);
-    }
+    return crate::simd::resample_avx2(source, plan, sink, s);
+    #[cfg(not(target_arch = "x86_64"))]
     resample_portable(source, plan, sink, s);
 }
 
-/// The body of [`resample`]; inlined into a copy compiled for AVX2 where the CPU has it.
+/// The two inner loops that have a hand-vectorised copy (in `simd.rs`) besides the portable
+/// one here: the two-tap horizontal pass and the two-tap vertical pass with the float store.
+pub(crate) trait Kernels {
+    /// Reduces the row starting `src` (which runs on to the image's end) into `out`.
+    fn pairs(&self, pair: &mut PairTaps, src: &[u8], precision: u32, out: &mut [u32]);
+
+    /// [`pairs`](Self::pairs) of two consecutive rows.
+    #[inline(always)]
+    fn pairs2(
+        &self,
+        pair: &mut PairTaps,
+        [src0, src1]: [&[u8]; 2],
+        precision: u32,
+        [out0, out1]: [&mut [u32]; 2],
+    ) {
+        self.pairs(pair, src0, precision, out0);
+        self.pairs(pair, src1, precision, out1);
+    }
+
+    /// Blends rows `r0` and `r1` with `weights` and writes channel `c` of each result as
+    /// `v * scale[c] + bias[c]` into `planes[c]`.
+    fn rows_f32(
+        &self,
+        rows: [&[u32]; 2],
+        weights: [i16; 2],
+        precision: u32,
+        planes: [&mut [f32]; 3],
+        norm: &Normalize,
+    );
+}
+
+/// The portable kernels: safe Rust that compilers vectorise.
+pub(crate) struct Portable;
+
+impl Kernels for Portable {
+    #[inline(always)]
+    fn pairs(&self, pair: &mut PairTaps, src: &[u8], precision: u32, out: &mut [u32]) {
+        pair.run(src, precision, out);
+    }
+
+    #[inline(always)]
+    fn rows_f32(
+        &self,
+        [r0, r1]: [&[u32]; 2],
+        [w0, w1]: [i16; 2],
+        precision: u32,
+        planes: [&mut [f32]; 3],
+        norm: &Normalize,
+    ) {
+        let round = 1i32 << precision >> 1;
+        let (w0, w1) = (i32::from(w0), i32::from(w1));
+        for (c, dst) in planes.into_iter().enumerate() {
+            let (scale, bias) = (norm.scale[c], norm.bias[c]);
+            for ((d, &a), &b) in dst.iter_mut().zip(r0).zip(r1) {
+                let v = clamp_shift(round + w0 * channel(a, c) + w1 * channel(b, c), precision);
+                *d = f32::from(v).mul_add(scale, bias);
+            }
+        }
+    }
+}
+
+/// The body of [`resample`] with the portable kernels.
 #[inline(always)]
 pub(crate) fn resample_portable(
     source: &Source<'_>,
     plan: &ResamplePlan,
     sink: Sink<'_, '_>,
     s: &mut Scratch,
+) {
+    resample_with(source, plan, sink, s, &Portable);
+}
+
+/// The body of [`resample`] with the kernels `k`; inlined into a copy compiled for AVX2 where
+/// the CPU has it.
+#[inline(always)]
+pub(crate) fn resample_with(
+    source: &Source<'_>,
+    plan: &ResamplePlan,
+    sink: Sink<'_, '_>,
+    s: &mut Scratch,
+    k: &impl Kernels,
 ) {
     let (oh, ow) = plan.output;
     let (rh, rw) = plan.resized;
@@ -384,12 +515,14 @@ pub(crate) fn resample_portable(
     s.xs.build(xspan, rw, left, ow, plan.antialias);
     s.ys.build(yspan, rh, top, oh, plan.antialias);
     let (xs, ys) = (&s.xs, &s.ys);
-    let first_row = ys.start.first().copied().unwrap_or(0) as usize;
-    let last_row = ys.start.last().map_or(first_row, |s| *s as usize + ys.taps);
-    let row_len = ow as usize * 3;
-    s.rows.resize((last_row - first_row) * row_len, 0);
-    s.ready.clear();
-    s.ready.resize(last_row - first_row, false);
+    // Reduced rows live in a ring of `taps` slots, row `r` in slot `r % taps`: an output row
+    // needs `taps` consecutive rows, and the ring stays in L1 where a buffer of all rows
+    // would not.
+    let slots = ys.taps.max(1);
+    let row_len = ow as usize;
+    s.rows.resize(slots * row_len, 0);
+    s.held.clear();
+    s.held.resize(slots, usize::MAX);
     s.line.resize(row_len, 0);
     let stride = source.width as usize * 3;
     let paired = xs.taps == 2;
@@ -400,64 +533,65 @@ pub(crate) fn resample_portable(
     let mut sink = sink;
     for (y, &start) in ys.start.iter().enumerate() {
         let start = start as usize;
-        for r in start..start + ys.taps {
-            if !s.ready[r - first_row] {
-                let src = &pixels[r * stride..(r + 1) * stride];
-                let out = &mut s.rows[(r - first_row) * row_len..][..row_len];
-                if paired {
-                    s.pair.run(src, xs.precision, out);
-                } else {
-                    horizontal(src, xs, plan.flip, out);
-                }
-                s.ready[r - first_row] = true;
+        let mut r = start;
+        while r < start + ys.taps {
+            let slot = r % slots;
+            if s.held[slot] == r {
+                r += 1;
+                continue;
             }
+            let next = (r + 1) % slots;
+            if paired && r + 1 < start + ys.taps && s.held[next] != r + 1 {
+                // Both taps of this output row are new: reduce them together.
+                let outs = two_rows_mut(&mut s.rows, row_len, slot, next);
+                let srcs = [&pixels[r * stride..], &pixels[(r + 1) * stride..]];
+                k.pairs2(&mut s.pair, srcs, xs.precision, outs);
+                (s.held[slot], s.held[next]) = (r, r + 1);
+                r += 2;
+                continue;
+            }
+            let out = &mut s.rows[slot * row_len..][..row_len];
+            if paired {
+                // The rest of the image from this row: a kernel may read (and ignore) bytes
+                // past the row's end.
+                k.pairs(&mut s.pair, &pixels[r * stride..], xs.precision, out);
+            } else {
+                horizontal(&pixels[r * stride..(r + 1) * stride], xs, plan.flip, out);
+            }
+            s.held[slot] = r;
+            r += 1;
         }
-        let rows = &s.rows[(start - first_row) * row_len..][..ys.taps * row_len];
-        vertical(rows, ys.taps_of(y), ys.precision, &mut s.acc, &mut s.line);
-        store(&s.line, y, plan, &mut sink);
-    }
-}
-
-/// One source row reduced to the output width, as three planes, mirrored if `flip`.
-#[inline(always)]
-fn horizontal(src: &[u8], xs: &Axis, flip: bool, out: &mut [u8]) {
-    let ow = xs.start.len();
-    let (reds, rest) = out.split_at_mut(ow);
-    let (greens, blues) = rest.split_at_mut(ow);
-    let planes = Planes {
-        reds,
-        greens,
-        blues,
-        flip,
-    };
-    horizontal_n(src, xs, planes);
-}
-
-struct Planes<'a> {
-    reds: &'a mut [u8],
-    greens: &'a mut [u8],
-    blues: &'a mut [u8],
-    flip: bool,
-}
-
-impl Planes<'_> {
-    #[inline(always)]
-    fn put(&mut self, k: usize, rgb: [i32; 3], precision: u32) {
-        let o = if self.flip {
-            self.reds.len() - 1 - k
+        let row = |i: usize| &s.rows[(start + i) % slots * row_len..][..row_len];
+        if let (Sink::ChwF32 { out, norm }, &[w0, w1]) = (&mut sink, ys.taps_of(y)) {
+            let (oh, ow) = (oh as usize, ow as usize);
+            let (red, rest) = out.split_at_mut(oh * ow);
+            let (green, blue) = rest.split_at_mut(oh * ow);
+            let planes = [red, green, blue].map(|p| &mut p[y * ow..(y + 1) * ow]);
+            k.rows_f32([row(0), row(1)], [w0, w1], ys.precision, planes, norm);
         } else {
-            k
-        };
-        self.reds[o] = clamp_shift(rgb[0], precision);
-        self.greens[o] = clamp_shift(rgb[1], precision);
-        self.blues[o] = clamp_shift(rgb[2], precision);
+            vertical(row, ys.taps_of(y), ys.precision, &mut s.acc, &mut s.line);
+            store(&s.line, y, plan, &mut sink);
+        }
     }
 }
 
+/// Rows `a` and `b` (different) of `n` words each in `rows`, both mutable.
+fn two_rows_mut(rows: &mut [u32], n: usize, a: usize, b: usize) -> [&mut [u32]; 2] {
+    if a < b {
+        let (low, high) = rows.split_at_mut(b * n);
+        [&mut low[a * n..][..n], &mut high[..n]]
+    } else {
+        let [second, first] = two_rows_mut(rows, n, b, a);
+        [first, second]
+    }
+}
+
+/// One source row reduced to the output width as packed pixels, mirrored if `flip`.
 #[inline(always)]
-fn horizontal_n(src: &[u8], xs: &Axis, mut out: Planes<'_>) {
+fn horizontal(src: &[u8], xs: &Axis, flip: bool, out: &mut [u32]) {
+    let ow = xs.start.len();
     let round = 1i32 << xs.precision >> 1;
-    for k in 0..xs.start.len() {
+    for k in 0..ow {
         let at = xs.start[k] as usize * 3;
         let taps = xs.taps_of(k);
         let px = &src[at..at + taps.len() * 3];
@@ -468,7 +602,7 @@ fn horizontal_n(src: &[u8], xs: &Axis, mut out: Planes<'_>) {
             rgb[1] += w * i32::from(p[1]);
             rgb[2] += w * i32::from(p[2]);
         }
-        out.put(k, rgb, xs.precision);
+        out[if flip { ow - 1 - k } else { k }] = pack(|c| clamp_shift(rgb[c], xs.precision));
     }
 }
 
@@ -478,62 +612,71 @@ fn clamp_shift(v: i32, precision: u32) -> u8 {
     (v >> precision).clamp(0, 255) as u8
 }
 
-/// Blends `weights.len()` consecutive reduced rows (each `line.len()` bytes) into `line`.
+/// Blends the reduced rows `row(0) .. row(weights.len())` (each `line.len()` packed pixels)
+/// into `line`.
 #[inline(always)]
-fn vertical(rows: &[u8], weights: &[i16], precision: u32, acc: &mut Vec<i32>, line: &mut [u8]) {
+fn vertical<'r>(
+    row: impl Fn(usize) -> &'r [u32],
+    weights: &[i16],
+    precision: u32,
+    acc: &mut Vec<i32>,
+    line: &mut [u32],
+) {
     let n = line.len();
     let round = 1i32 << precision >> 1;
     match *weights {
         [w0] => {
             let w0 = i32::from(w0);
-            for (o, &a) in line.iter_mut().zip(&rows[..n]) {
-                *o = clamp_shift(round + w0 * i32::from(a), precision);
+            for (o, &a) in line.iter_mut().zip(row(0)) {
+                *o = pack(|c| clamp_shift(round + w0 * channel(a, c), precision));
             }
         }
         [w0, w1] => {
             let (w0, w1) = (i32::from(w0), i32::from(w1));
-            let (r0, r1) = rows.split_at(n);
-            for ((o, &a), &b) in line.iter_mut().zip(r0).zip(r1) {
-                *o = clamp_shift(round + w0 * i32::from(a) + w1 * i32::from(b), precision);
+            for ((o, &a), &b) in line.iter_mut().zip(row(0)).zip(row(1)) {
+                *o = pack(|c| {
+                    clamp_shift(round + w0 * channel(a, c) + w1 * channel(b, c), precision)
+                });
             }
         }
         _ => {
             acc.clear();
-            acc.resize(n, round);
-            for (&w, row) in weights.iter().zip(rows.chunks_exact(n)) {
+            acc.resize(3 * n, round);
+            for (i, &w) in weights.iter().enumerate() {
                 let w = i32::from(w);
-                for (a, &p) in acc.iter_mut().zip(row) {
-                    *a += w * i32::from(p);
+                for (a, &p) in acc.chunks_exact_mut(3).zip(row(i)) {
+                    for (c, a) in a.iter_mut().enumerate() {
+                        *a += w * channel(p, c);
+                    }
                 }
             }
-            for (o, &a) in line.iter_mut().zip(acc.iter()) {
-                *o = clamp_shift(a, precision);
+            for (o, a) in line.iter_mut().zip(acc.chunks_exact(3)) {
+                *o = pack(|c| clamp_shift(a[c], precision));
             }
         }
     }
 }
 
-/// Writes output row `y` (three planes in `line`) into the sink.
+/// Writes output row `y` (packed pixels in `line`) into the sink.
 #[inline(always)]
-fn store(line: &[u8], y: usize, plan: &ResamplePlan, sink: &mut Sink<'_, '_>) {
+fn store(line: &[u32], y: usize, plan: &ResamplePlan, sink: &mut Sink<'_, '_>) {
     let (oh, ow) = (plan.output.0 as usize, plan.output.1 as usize);
-    let (reds, rest) = line.split_at(ow);
-    let (greens, blues) = rest.split_at(ow);
     match sink {
         Sink::HwcU8(out) => {
             let dst = &mut out[y * ow * 3..(y + 1) * ow * 3];
-            for (((d, &r), &g), &b) in dst.chunks_exact_mut(3).zip(reds).zip(greens).zip(blues) {
-                d.copy_from_slice(&[r, g, b]);
+            for (d, &p) in dst.chunks_exact_mut(3).zip(line) {
+                d.copy_from_slice(&p.to_le_bytes()[..3]);
             }
         }
         Sink::ChwF32 { out, norm } => {
             let plane = oh * ow;
-            for (c, src) in [reds, greens, blues].into_iter().enumerate() {
+            for c in 0..3 {
                 let (scale, bias) = (norm.scale[c], norm.bias[c]);
                 let dst = &mut out[c * plane + y * ow..c * plane + (y + 1) * ow];
-                dst.iter_mut()
-                    .zip(src)
-                    .for_each(|(d, &v)| *d = f32::from(v).mul_add(scale, bias));
+                for (d, &p) in dst.iter_mut().zip(line) {
+                    // `channel` is 0..=255.
+                    *d = (channel(p, c) as f32).mul_add(scale, bias);
+                }
             }
         }
     }

@@ -1,0 +1,58 @@
+//! Profiling aid: the pipeline on one thread over a folder of JPEGs, printing the
+//! decode/augment split, for `perf record`.
+//!
+//! `cargo run --release -p bucketload-image --example profile_pipeline -- DIR [EPOCHS]` runs
+//! RandomResizedCrop(224) + flip + ImageNet normalise into float CHW batches of 64 over every
+//! `*.jpg` in `DIR` for `EPOCHS` (default 20) epochs, recycling batch buffers. `CHUNK` sets
+//! the batch size (default 64; 1 keeps the output in cache).
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use bucketload_image::{ImagePipeline, Sample};
+use bytes::Bytes;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let dir = args.next().expect("usage: profile_pipeline DIR [EPOCHS]");
+    let epochs: u64 = args.next().map_or(20, |e| e.parse().unwrap());
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jpg"))
+        .collect();
+    files.sort();
+    let samples: Vec<Sample> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| Sample {
+            key: f.display().to_string(),
+            index: i as u64,
+            label: 0,
+            bytes: Bytes::from(std::fs::read(f).unwrap()),
+        })
+        .collect();
+    let pipeline = ImagePipeline::builder().with_threads(1).build().unwrap();
+    // Warm up: the first two batches fault their buffers in; later ones reuse them.
+    let chunk: usize = std::env::var("CHUNK").map_or(64, |c| c.parse().unwrap());
+    for epoch in 0..2 {
+        let batch = pipeline
+            .process(1000 + epoch, &samples[..chunk.min(samples.len())])
+            .unwrap();
+        pipeline.recycle(batch);
+    }
+    let before = pipeline.stats();
+    for epoch in 0..epochs {
+        for chunk in samples.chunks(chunk) {
+            let batch = pipeline.process(epoch, chunk).unwrap();
+            std::hint::black_box(batch.as_f32());
+            pipeline.recycle(batch);
+        }
+    }
+    let s = pipeline.stats();
+    let n = (s.images - before.images) as f64;
+    let decode = (s.decode_nanos - before.decode_nanos) as f64 / 1e6 / n;
+    let augment = (s.augment_nanos - before.augment_nanos) as f64 / 1e6 / n;
+    println!(
+        "{n} images: decode {decode:.4} ms, augment {augment:.4} ms ({:.1}% of decode)",
+        100.0 * augment / decode
+    );
+}
