@@ -423,6 +423,11 @@ pub(crate) trait Kernels {
     /// Reduces the row starting `src` (which runs on to the image's end) into `out`.
     fn pairs(&self, pair: &mut PairTaps, src: &[u8], precision: u32, out: &mut [u32]);
 
+    /// Asks the CPU to start loading `bytes` into cache (a hint; the portable kernel ignores
+    /// it).
+    #[inline(always)]
+    fn prefetch(&self, _bytes: &[u8]) {}
+
     /// [`pairs`](Self::pairs) of two consecutive rows.
     #[inline(always)]
     fn pairs2(
@@ -530,6 +535,11 @@ pub(crate) fn resample_with(
         s.pair.prepare(xs, plan.flip);
     }
     let pixels = source.pixels;
+    // The bytes of a row the horizontal kernel reads.
+    let span = match (s.pair.offsets.iter().min(), s.pair.offsets.iter().max()) {
+        (Some(&lo), Some(&hi)) if paired => lo as usize..hi as usize + 6,
+        _ => 0..stride,
+    };
     let mut sink = sink;
     for (y, &start) in ys.start.iter().enumerate() {
         let start = start as usize;
@@ -539,6 +549,13 @@ pub(crate) fn resample_with(
             if s.held[slot] == r {
                 r += 1;
                 continue;
+            }
+            // Rows are read top to bottom: start loading the ones two ahead, which the
+            // hardware prefetcher, seeing only a short run per row, may not.
+            for ahead in [r + 2, r + 3] {
+                if let Some(row) = pixels.get(ahead * stride..(ahead + 1) * stride) {
+                    k.prefetch(&row[span.clone()]);
+                }
             }
             let next = (r + 1) % slots;
             if paired && r + 1 < start + ys.taps && s.held[next] != r + 1 {

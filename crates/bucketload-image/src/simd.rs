@@ -39,6 +39,19 @@ impl Avx2 {
 
 impl Kernels for Avx2 {
     #[inline(always)]
+    fn prefetch(&self, bytes: &[u8]) {
+        for line in bytes.chunks(64) {
+            // SAFETY: an `Avx2` exists only where the CPU has AVX2, hence SSE; a prefetch
+            // reads nothing the program sees, and the address is inside `bytes` anyway.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    line.as_ptr().cast(),
+                );
+            }
+        }
+    }
+
+    #[inline(always)]
     fn pairs(&self, pair: &mut PairTaps, src: &[u8], precision: u32, out: &mut [u32]) {
         // SAFETY: an `Avx2` exists only where the CPU has AVX2.
         unsafe { pairs_avx2(pair, [src], precision, [out]) }
