@@ -3,10 +3,11 @@
 //!
 //! `cargo run --release -p bucketload-image --example profile_pipeline -- DIR [EPOCHS]` runs
 //! RandomResizedCrop(224) + flip + ImageNet normalise into float CHW batches of 64 over every
-//! `*.jpg` in `DIR` for `EPOCHS` (default 20) epochs, recycling batch buffers. `CHUNK` sets
+//! `*.jpg` in `DIR` (or, for `DIR` = `noise`, the bench's noise corpus) for `EPOCHS` (default 20) epochs, recycling batch buffers. `CHUNK` sets
 //! the batch size (default 64; 1 keeps the output in cache).
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use bucketload::dataset::synth::{ImageShape, NoiseTable, encode_sample};
 use bucketload_image::{ImagePipeline, Sample};
 use bytes::Bytes;
 
@@ -14,22 +15,36 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let dir = args.next().expect("usage: profile_pipeline DIR [EPOCHS]");
     let epochs: u64 = args.next().map_or(20, |e| e.parse().unwrap());
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "jpg"))
-        .collect();
-    files.sort();
-    let samples: Vec<Sample> = files
-        .iter()
-        .enumerate()
-        .map(|(i, f)| Sample {
-            key: f.display().to_string(),
-            index: i as u64,
-            label: 0,
-            bytes: Bytes::from(std::fs::read(f).unwrap()),
-        })
-        .collect();
+    let samples: Vec<Sample> = if dir == "noise" {
+        // The bench's noise corpus: 64 ~100 KB JPEGs of `bucketload gen`.
+        let table = NoiseTable::new();
+        let shape = ImageShape::search(&table, 100_000, 10).unwrap();
+        (0..64)
+            .map(|i| Sample {
+                key: format!("noise_{i}"),
+                index: i,
+                label: 0,
+                bytes: Bytes::from(encode_sample(&table, shape, 0, i, 0, 10).unwrap()),
+            })
+            .collect()
+    } else {
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "jpg"))
+            .collect();
+        files.sort();
+        files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Sample {
+                key: f.display().to_string(),
+                index: i as u64,
+                label: 0,
+                bytes: Bytes::from(std::fs::read(f).unwrap()),
+            })
+            .collect()
+    };
     let pipeline = ImagePipeline::builder().with_threads(1).build().unwrap();
     // Warm up: the first two batches fault their buffers in; later ones reuse them.
     let chunk: usize = std::env::var("CHUNK").map_or(64, |c| c.parse().unwrap());

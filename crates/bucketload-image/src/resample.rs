@@ -423,10 +423,10 @@ pub(crate) trait Kernels {
     /// Reduces the row starting `src` (which runs on to the image's end) into `out`.
     fn pairs(&self, pair: &mut PairTaps, src: &[u8], precision: u32, out: &mut [u32]);
 
-    /// Asks the CPU to start loading `bytes` into cache (a hint; the portable kernel ignores
+    /// Asks the CPU to start loading `data` into cache (a hint; the portable kernel ignores
     /// it).
     #[inline(always)]
-    fn prefetch(&self, _bytes: &[u8]) {}
+    fn prefetch<T>(&self, _data: &[T]) {}
 
     /// [`pairs`](Self::pairs) of two consecutive rows.
     #[inline(always)]
@@ -583,6 +583,13 @@ pub(crate) fn resample_with(
             let (oh, ow) = (oh as usize, ow as usize);
             let (red, rest) = out.split_at_mut(oh * ow);
             let (green, blue) = rest.split_at_mut(oh * ow);
+            // Fetch the output rows two ahead: a store to a line that is not in cache waits
+            // for it to be read first, and the batch is far larger than the caches.
+            for plane in [&*red, &*green, &*blue] {
+                if let Some(ahead) = plane.get((y + 2) * ow..(y + 3) * ow) {
+                    k.prefetch(ahead);
+                }
+            }
             let planes = [red, green, blue].map(|p| &mut p[y * ow..(y + 1) * ow]);
             k.rows_f32([row(0), row(1)], [w0, w1], ys.precision, planes, norm);
         } else {

@@ -39,13 +39,15 @@ impl Avx2 {
 
 impl Kernels for Avx2 {
     #[inline(always)]
-    fn prefetch(&self, bytes: &[u8]) {
-        for line in bytes.chunks(64) {
+    fn prefetch<T>(&self, data: &[T]) {
+        let bytes = std::mem::size_of_val(data);
+        let start: *const i8 = data.as_ptr().cast();
+        for at in (0..bytes).step_by(64) {
             // SAFETY: an `Avx2` exists only where the CPU has AVX2, hence SSE; a prefetch
-            // reads nothing the program sees, and the address is inside `bytes` anyway.
+            // reads nothing the program sees, and `at` is inside `data` anyway.
             unsafe {
                 std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    line.as_ptr().cast(),
+                    start.wrapping_add(at),
                 );
             }
         }
