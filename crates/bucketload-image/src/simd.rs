@@ -244,29 +244,37 @@ fn rows_f32_avx2(
     let w = _mm256_set1_epi32(i32::from(w0 as u16) | i32::from(w1 as u16) << 16);
     let round = _mm256_set1_epi32((1i32 << precision) >> 1);
     let shift = _mm_cvtsi32_si128(precision as i32);
+    let scale = norm.scale.map(|v| _mm256_set1_ps(v));
+    let bias = norm.bias.map(|v| _mm256_set1_ps(v));
     let n = r0.len().min(r1.len());
-    let whole = n / 8 * 8;
-    for (c, dst) in planes.into_iter().enumerate() {
-        let (lo, hi) = picks[c];
-        let (scale, bias) = (_mm256_set1_ps(norm.scale[c]), _mm256_set1_ps(norm.bias[c]));
-        let (head, tail) = dst.split_at_mut(whole.min(dst.len()));
-        let rows = r0.chunks_exact(8).zip(r1.chunks_exact(8));
-        for (d, (a, b)) in head.chunks_exact_mut(8).zip(rows) {
-            let (a, b) = (load8(a), load8(b));
-            let pair = _mm256_or_si256(_mm256_shuffle_epi8(a, lo), _mm256_shuffle_epi8(b, hi));
+    let whole = (n / 8 * 8).min(planes.iter().map(|p| p.len()).min().unwrap_or(0));
+    let [red, green, blue] = planes;
+    let (red, red_tail) = red.split_at_mut(whole);
+    let (green, green_tail) = green.split_at_mut(whole);
+    let (blue, blue_tail) = blue.split_at_mut(whole);
+    let dsts = red
+        .chunks_exact_mut(8)
+        .zip(green.chunks_exact_mut(8))
+        .zip(blue.chunks_exact_mut(8));
+    let rows = r0.chunks_exact(8).zip(r1.chunks_exact(8));
+    for (((r, g), b), (a0, a1)) in dsts.zip(rows) {
+        let (a0, a1) = (load8(a0), load8(a1));
+        for (c, d) in [r, g, b].into_iter().enumerate() {
+            let (lo, hi) = picks[c];
+            let pair = _mm256_or_si256(_mm256_shuffle_epi8(a0, lo), _mm256_shuffle_epi8(a1, hi));
             let v = _mm256_add_epi32(_mm256_madd_epi16(pair, w), round);
-            let f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sra_epi32(v, shift)), scale, bias);
+            let v = _mm256_cvtepi32_ps(_mm256_sra_epi32(v, shift));
+            let f = _mm256_fmadd_ps(v, scale[c], bias[c]);
             let d: &mut [f32; 8] = d.try_into().unwrap_or_else(|_| unreachable!());
             // SAFETY: `d` is a unique reference to 32 writable bytes; the store has no
             // alignment requirement.
             unsafe { _mm256_storeu_ps(d.as_mut_ptr(), f) };
         }
-        if !tail.is_empty() {
-            let rest = [&r0[whole..], &r1[whole..]];
-            let mut planes: [&mut [f32]; 3] = [&mut [], &mut [], &mut []];
-            planes[c] = tail;
-            crate::resample::Portable.rows_f32(rest, [w0, w1], precision, planes, norm);
-        }
+    }
+    if whole < n {
+        let rest = [&r0[whole..], &r1[whole..]];
+        let planes = [red_tail, green_tail, blue_tail];
+        crate::resample::Portable.rows_f32(rest, [w0, w1], precision, planes, norm);
     }
 }
 
