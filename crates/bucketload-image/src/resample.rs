@@ -102,6 +102,8 @@ struct Axis {
     span: Vec<(i64, usize)>,
     /// Real weights, `window` per output.
     real: Vec<f64>,
+    /// Per output of [`Axis::build_narrow`]: first index, real weight count, real weights.
+    narrow: Vec<(i64, usize, [f64; 4])>,
 }
 
 /// One axis of a source box: `len` source pixels from `origin` (both may be fractional, when
@@ -121,12 +123,26 @@ impl Axis {
     /// integer origin the arithmetic is PyTorch's, operation for operation, relative to the box.
     fn build(&mut self, span: Span, out_size: u32, first: u32, count: u32, aa: bool) {
         let scale = span.len / f64::from(out_size);
+        if aa && scale >= 1.0 {
+            return self.build_general(span, out_size, first, count, aa);
+        }
+        let base = span.origin.floor();
+        let frac = span.origin - base;
+        // A box origin is at most 65,535 (JPEG dimensions are 16-bit) and at least -1.
+        let base = base as i64;
+        let lo = (-base).max(0);
+        let hi = ((frac + span.len).ceil() as i64).min(i64::from(span.limit) - base);
+        self.build_narrow(frac, scale, base, lo..hi, first..first + count);
+    }
+
+    /// [`build`](Self::build) for any support.
+    fn build_general(&mut self, span: Span, out_size: u32, first: u32, count: u32, aa: bool) {
+        let scale = span.len / f64::from(out_size);
         let widen = aa && scale >= 1.0;
         let support = if widen { scale } else { 1.0 };
         let invscale = if widen { 1.0 / scale } else { 1.0 };
         let base = span.origin.floor();
         let frac = span.origin - base;
-        // A box origin is at most 65,535 (JPEG dimensions are 16-bit) and at least -1.
         let base = base as i64;
         let lo = (-base).max(0);
         let hi = ((frac + span.len).ceil() as i64).min(i64::from(span.limit) - base);
@@ -176,6 +192,57 @@ impl Axis {
                     // |w| <= max and max * 2^precision < 2^15 by `precision_for`, so this fits.
                     (if v < 0.0 { v - 0.5 } else { v + 0.5 }) as i16
                 }));
+        }
+        self.precision = precision;
+    }
+
+    /// [`build`](Self::build) for support 1 (plain bilinear, or antialias when enlarging):
+    /// the same arithmetic, operation for operation, with each output's (at most four) real
+    /// weights kept in a fixed array instead of a shared buffer. About half the work of the
+    /// general path, which matters because it runs for both axes of every image.
+    fn build_narrow(
+        &mut self,
+        frac: f64,
+        scale: f64,
+        base: i64,
+        bounds: std::ops::Range<i64>,
+        outputs: std::ops::Range<u32>,
+    ) {
+        let (lo, hi) = (bounds.start, bounds.end);
+        self.narrow.clear();
+        let mut taps = 1;
+        for i in outputs {
+            let mut w = [0f64; 4];
+            let center = frac + scale * (f64::from(i) + 0.5);
+            let (xmin, n) = output_taps(lo, hi, center, 1.0, 1.0, &mut w);
+            taps = taps.max(n);
+            self.narrow.push((xmin, n, w));
+        }
+        self.taps = taps;
+        self.start.clear();
+        let mut max = 0f64;
+        for (xmin, n, w) in &mut self.narrow {
+            // Keep `taps` indices inside the box: shift left and pad with leading zeros.
+            let s = (*xmin).min(hi - taps as i64).max(lo);
+            let pad = (*xmin - s) as usize;
+            w.copy_within(0..*n, pad);
+            w[..pad].fill(0.0);
+            w[pad + *n..].fill(0.0);
+            max = w[..taps]
+                .iter()
+                .fold(max, |m, &v| if v > m { v } else { m });
+            // `s >= lo >= -base`, so the index is not negative, and below `limit`.
+            self.start.push((base + s) as u32);
+        }
+        let precision = precision_for(max);
+        let one = f64::from(1u32 << precision);
+        self.weights.clear();
+        for (_, _, w) in &self.narrow {
+            self.weights.extend(w[..taps].iter().map(|w| {
+                let v = w * one;
+                // |w| <= max and max * 2^precision < 2^15 by `precision_for`, so this fits.
+                (if v < 0.0 { v - 0.5 } else { v + 0.5 }) as i16
+            }));
         }
         self.precision = precision;
     }
@@ -916,6 +983,49 @@ mod tests {
                 out,
                 reference(&pixels, width, &p),
                 "portable, case {case}: {p:?}"
+            );
+        }
+    }
+
+    /// The support-1 fast path builds exactly the taps of the general one.
+    #[test]
+    fn narrow_axis_matches_the_general_one() {
+        let mut rng = crate::SampleRng::new(11, 0, 0);
+        let (mut fast, mut general) = (Axis::default(), Axis::default());
+        for case in 0..2000 {
+            let limit = 1 + rng.below(600) as u32;
+            let len = 1 + rng.below(u64::from(limit));
+            // Integer origins as in a plain crop; fractional ones as after DCT scaling.
+            let origin = rng.below(u64::from(limit) - len + 1) as f64
+                + if case % 2 == 0 {
+                    0.0
+                } else {
+                    rng.next_f64() * 0.9 - 0.45
+                };
+            let len = if case % 2 == 0 {
+                len as f64
+            } else {
+                len as f64 * (0.9 + 0.1 * rng.next_f64())
+            };
+            let span = Span {
+                origin: origin.max(-0.9),
+                len,
+                limit,
+            };
+            let out = 1 + rng.below(500) as u32;
+            let (first, count) = (rng.below(u64::from(out)) as u32 / 2, 0);
+            let count = count + 1 + rng.below(u64::from(out - first)) as u32;
+            // Enlarging with antialias is support 1 too.
+            let aa = case % 3 == 0 && len < f64::from(out);
+            fast.build(span, out, first, count, aa);
+            general.build_general(span, out, first, count, aa);
+            let what = format!("case {case}: {span:?} to {out} ({first}+{count}), aa {aa}");
+            assert_eq!(fast.start, general.start, "{what}");
+            assert_eq!(fast.weights, general.weights, "{what}");
+            assert_eq!(
+                (fast.taps, fast.precision),
+                (general.taps, general.precision),
+                "{what}"
             );
         }
     }
