@@ -169,29 +169,17 @@ impl Axis {
         self.start.clear();
         let mut max = 0f64;
         for (k, &(xmin, n)) in self.span.iter().enumerate() {
-            // Keep `taps` indices inside the box: shift left and pad with leading zeros.
-            let s = xmin.min(hi - taps as i64).max(lo);
-            let pad = (xmin - s) as usize;
             let w = &mut self.real[k * window..(k + 1) * window];
-            w.copy_within(0..n, pad);
-            w[..pad].fill(0.0);
-            w[pad + n..].fill(0.0);
-            max = w[..taps]
-                .iter()
-                .fold(max, |m, &v| if v > m { v } else { m });
+            let s = place(xmin, n, w, taps, lo..hi, &mut max);
             // `s >= lo >= -base`, so the index is not negative, and below `limit`.
             self.start.push((base + s) as u32);
         }
         let precision = precision_for(max);
-        let one = f64::from(1u32 << precision);
         self.weights.clear();
         for k in 0..self.span.len() {
+            let w = &self.real[k * window..k * window + taps];
             self.weights
-                .extend(self.real[k * window..k * window + taps].iter().map(|w| {
-                    let v = w * one;
-                    // |w| <= max and max * 2^precision < 2^15 by `precision_for`, so this fits.
-                    (if v < 0.0 { v - 0.5 } else { v + 0.5 }) as i16
-                }));
+                .extend(w.iter().map(|w| quantise(*w, precision)));
         }
         self.precision = precision;
     }
@@ -222,27 +210,15 @@ impl Axis {
         self.start.clear();
         let mut max = 0f64;
         for (xmin, n, w) in &mut self.narrow {
-            // Keep `taps` indices inside the box: shift left and pad with leading zeros.
-            let s = (*xmin).min(hi - taps as i64).max(lo);
-            let pad = (*xmin - s) as usize;
-            w.copy_within(0..*n, pad);
-            w[..pad].fill(0.0);
-            w[pad + *n..].fill(0.0);
-            max = w[..taps]
-                .iter()
-                .fold(max, |m, &v| if v > m { v } else { m });
+            let s = place(*xmin, *n, w, taps, lo..hi, &mut max);
             // `s >= lo >= -base`, so the index is not negative, and below `limit`.
             self.start.push((base + s) as u32);
         }
         let precision = precision_for(max);
-        let one = f64::from(1u32 << precision);
         self.weights.clear();
         for (_, _, w) in &self.narrow {
-            self.weights.extend(w[..taps].iter().map(|w| {
-                let v = w * one;
-                // |w| <= max and max * 2^precision < 2^15 by `precision_for`, so this fits.
-                (if v < 0.0 { v - 0.5 } else { v + 0.5 }) as i16
-            }));
+            self.weights
+                .extend(w[..taps].iter().map(|w| quantise(*w, precision)));
         }
         self.precision = precision;
     }
@@ -286,6 +262,37 @@ fn output_taps(
         .min(n - lead - 1);
     w.copy_within(lead..n - trail, 0);
     (xmin + lead as i64, n - lead - trail)
+}
+
+/// Places one output's `n` real weights (from index `xmin`, in `w`) so that its `taps`
+/// indices stay inside `bounds`: shifted left, padded with leading zeros. Returns the first
+/// index and raises `max` to the largest weight.
+#[inline(always)]
+fn place(
+    xmin: i64,
+    n: usize,
+    w: &mut [f64],
+    taps: usize,
+    bounds: std::ops::Range<i64>,
+    max: &mut f64,
+) -> i64 {
+    let s = xmin.min(bounds.end - taps as i64).max(bounds.start);
+    let pad = (xmin - s) as usize;
+    w.copy_within(0..n, pad);
+    w[..pad].fill(0.0);
+    w[pad + n..].fill(0.0);
+    *max = w[..taps]
+        .iter()
+        .fold(*max, |m, &v| if v > m { v } else { m });
+    s
+}
+
+/// A real weight in fixed point at `precision` bits, rounded half away from zero.
+#[inline(always)]
+fn quantise(w: f64, precision: u32) -> i16 {
+    let v = w * f64::from(1u32 << precision);
+    // |w| <= max and max * 2^precision < 2^15 by `precision_for`, so this fits.
+    (if v < 0.0 { v - 0.5 } else { v + 0.5 }) as i16
 }
 
 /// PyTorch's choice: the largest precision (< 15 bits) at which `max * 2^(p+1)` still fits
