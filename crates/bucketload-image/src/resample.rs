@@ -339,8 +339,8 @@ fn channel(word: u32, c: usize) -> i32 {
 #[derive(Debug, Default)]
 pub(crate) struct PairTaps {
     pub(crate) offsets: Vec<u32>,
-    pub(crate) w0: Vec<i32>,
-    pub(crate) w1: Vec<i32>,
+    w0: Vec<i32>,
+    w1: Vec<i32>,
     pub(crate) lanes: Vec<i16>,
     /// Per group of eight outputs: the end of its farthest 16-byte load, its largest offset
     /// plus 16.

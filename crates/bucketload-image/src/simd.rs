@@ -179,10 +179,12 @@ fn pairs_avx2<const N: usize>(
             }
             continue;
         }
-        let at: &[u32; 8] = pair.offsets[k..k + 8].try_into().unwrap_or(&[0; 8]);
+        let at: &[u32; 8] = pair.offsets[k..k + 8]
+            .try_into()
+            .unwrap_or_else(|_| unreachable!());
         let w: [__m256i; 4] = std::array::from_fn(|j| {
             let w = &pair.lanes[64 * g + 16 * j..64 * g + 16 * j + 16];
-            load_weights(w.try_into().unwrap_or(&[0; 16]))
+            load_weights(w.try_into().unwrap_or_else(|_| unreachable!()))
         });
         for (src, out) in srcs.iter().zip(&mut outs) {
             let sum = |j: usize| {
