@@ -89,7 +89,8 @@ impl Normalize {
 }
 
 /// Fixed-point taps of one axis: for output index `i`, source indices
-/// `start[i] .. start[i] + taps` weighted by `weights[i * taps ..][..taps]`. Kept in
+/// `start[i] .. start[i] + taps` weighted by `weights[i * taps ..][..taps]`, counted from the
+/// span's [`shift`](Span::shift) (so that boxes at different places share taps). Kept in
 /// [`Scratch`] and rebuilt in place for each image.
 #[derive(Debug, Default)]
 struct Axis {
@@ -113,6 +114,15 @@ struct Span {
     origin: f64,
     len: f64,
     limit: u32,
+}
+
+impl Span {
+    /// Where an axis's taps are counted from: the box's integer origin, or 0 for a box
+    /// starting left of the source (after DCT scaling, by less than a pixel).
+    fn shift(&self) -> usize {
+        // At most 65,535 (JPEG dimensions are 16-bit).
+        self.origin.floor().max(0.0) as usize
+    }
 }
 
 impl Axis {
@@ -172,7 +182,7 @@ impl Axis {
             let w = &mut self.real[k * window..(k + 1) * window];
             let s = place(xmin, n, w, taps, lo..hi, &mut max);
             // `s >= lo >= -base`, so the index is not negative, and below `limit`.
-            self.start.push((base + s) as u32);
+            self.start.push((base + s - base.max(0)) as u32);
         }
         let precision = precision_for(max);
         self.weights.clear();
@@ -200,19 +210,26 @@ impl Axis {
         self.narrow.clear();
         let mut taps = 1;
         for i in outputs {
-            let mut w = [0f64; 4];
             let center = frac + scale * (f64::from(i) + 0.5);
-            let (xmin, n) = output_taps(lo, hi, center, 1.0, 1.0, &mut w);
+            let (xmin, n, w) = narrow_taps(lo, hi, center);
             taps = taps.max(n);
             self.narrow.push((xmin, n, w));
         }
         self.taps = taps;
         self.start.clear();
         let mut max = 0f64;
-        for (xmin, n, w) in &mut self.narrow {
-            let s = place(*xmin, *n, w, taps, lo..hi, &mut max);
+        for (xmin, _, w) in &mut self.narrow {
+            // `place`, on a fixed array: shifted left to stay inside the bounds, padded with
+            // leading zeros (`pad + n <= taps <= 4`, as `place` explains).
+            let s = (*xmin).min(hi - taps as i64).max(lo);
+            let pad = (*xmin - s) as usize;
+            let placed = shift_right(*w, pad);
+            *w = placed;
+            max = placed[..taps]
+                .iter()
+                .fold(max, |m, &v| if v > m { v } else { m });
             // `s >= lo >= -base`, so the index is not negative, and below `limit`.
-            self.start.push((base + s) as u32);
+            self.start.push((base + s - base.max(0)) as u32);
         }
         let precision = precision_for(max);
         self.weights.clear();
@@ -221,6 +238,17 @@ impl Axis {
                 .extend(w[..taps].iter().map(|w| quantise(*w, precision)));
         }
         self.precision = precision;
+    }
+
+    /// The built taps without the building scratch.
+    fn taps_only(&self) -> Axis {
+        Axis {
+            start: self.start.clone(),
+            weights: self.weights.clone(),
+            taps: self.taps,
+            precision: self.precision,
+            ..Axis::default()
+        }
     }
 
     fn taps_of(&self, k: usize) -> &[i16] {
@@ -262,6 +290,61 @@ fn output_taps(
         .min(n - lead - 1);
     w.copy_within(lead..n - trail, 0);
     (xmin + lead as i64, n - lead - trail)
+}
+
+/// [`output_taps`] for support 1 and an unchanged scale, on a fixed array: the same
+/// arithmetic, operation for operation (adding or dividing the zeros past `n` changes
+/// nothing), without the general path's slice copies. Returns the first index, the count and
+/// the weights from the first.
+#[inline(always)]
+fn narrow_taps(lo: i64, hi: i64, center: f64) -> (i64, usize, [f64; 4]) {
+    let xmin = ((center - 1.0 + 0.5) as i64).clamp(lo, hi - 1);
+    let xmax = ((center + 1.0 + 0.5) as i64).min(hi).max(xmin + 1);
+    let n = ((xmax - xmin) as usize).min(4);
+    let mut w = [0f64; 4];
+    let mut total = 0.0;
+    for (k, v) in w.iter_mut().enumerate().take(n) {
+        let j = (xmin + k as i64) as f64;
+        *v = (1.0 - (j - center + 0.5).abs()).max(0.0);
+        total += *v;
+    }
+    if total != 0.0 && total != 1.0 {
+        w.iter_mut().for_each(|v| *v /= total);
+    }
+    let lead = w[..n].iter().take_while(|v| **v == 0.0).count().min(n - 1);
+    let trail = w[lead..n]
+        .iter()
+        .rev()
+        .take_while(|v| **v == 0.0)
+        .count()
+        .min(n - lead - 1);
+    (xmin + lead as i64, n - lead - trail, shift_left(w, lead))
+}
+
+/// `w` moved `by` places towards the front, zeros filling in. Whole-array moves with fixed
+/// indices, which stay in registers; writing elements at a computed index and reading the
+/// array back as vectors stalls on store forwarding.
+#[inline(always)]
+fn shift_left([a, b, c, d]: [f64; 4], by: usize) -> [f64; 4] {
+    match by {
+        0 => [a, b, c, d],
+        1 => [b, c, d, 0.0],
+        2 => [c, d, 0.0, 0.0],
+        3 => [d, 0.0, 0.0, 0.0],
+        _ => [0.0; 4],
+    }
+}
+
+/// `w` moved `by` places towards the back, zeros filling in.
+#[inline(always)]
+fn shift_right([a, b, c, d]: [f64; 4], by: usize) -> [f64; 4] {
+    match by {
+        0 => [a, b, c, d],
+        1 => [0.0, a, b, c],
+        2 => [0.0, 0.0, a, b],
+        3 => [0.0, 0.0, 0.0, a],
+        _ => [0.0; 4],
+    }
 }
 
 /// Places one output's `n` real weights (from index `xmin`, in `w`) so that its `taps`
@@ -309,11 +392,87 @@ fn precision_for(max: f64) -> u32 {
     precision
 }
 
-/// Scratch buffers of [`resample`], reused across images by one thread.
+/// Everything [`Axis::build`] depends on, so equal keys give equal taps: the fraction of the
+/// box's origin, the integer part only when negative (taps counted from its
+/// [`shift`](Span::shift), a box's place in the source does not matter otherwise), its
+/// length, the end the taps are clamped to (the only way the source's size enters), and the
+/// output's size, window and filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct AxisKey {
+    frac: u64,
+    below: i64,
+    len: u64,
+    end: i64,
+    out_size: u32,
+    first: u32,
+    count: u32,
+    aa: bool,
+}
+
+impl AxisKey {
+    fn new(span: Span, out_size: u32, first: u32, count: u32, aa: bool) -> AxisKey {
+        let base = span.origin.floor();
+        // As in `Axis::build`.
+        let end = (((span.origin - base) + span.len).ceil() as i64)
+            .min(i64::from(span.limit) - base as i64);
+        AxisKey {
+            frac: (span.origin - base).to_bits(),
+            below: (base as i64).min(0),
+            len: span.len.to_bits(),
+            end,
+            out_size,
+            first,
+            count,
+            aa,
+        }
+    }
+}
+
+/// Taps already built, by key. A box's length takes a few hundred values across a dataset and
+/// where the box lies does not matter, so a training run soon finds nearly every axis here
+/// instead of spending about a tenth of the augmentation rebuilding it. Bounded: two
+/// generations of [`AxisCache::GENERATION`] entries (under 2 KB each for a 224-pixel side),
+/// the older dropped when the newer fills; a hit in the older moves to the newer.
+#[derive(Debug, Default)]
+struct AxisCache {
+    newer: std::collections::HashMap<AxisKey, Axis>,
+    older: std::collections::HashMap<AxisKey, Axis>,
+}
+
+impl AxisCache {
+    const GENERATION: usize = 256;
+
+    /// Makes sure the taps of `key` are held, building them into `builder` (then copied)
+    /// if not.
+    fn ensure(&mut self, key: AxisKey, span: Span, builder: &mut Axis) {
+        if self.newer.contains_key(&key) {
+            return;
+        }
+        let axis = self.older.remove(&key).unwrap_or_else(|| {
+            builder.build(span, key.out_size, key.first, key.count, key.aa);
+            builder.taps_only()
+        });
+        if self.newer.len() >= Self::GENERATION {
+            self.older = std::mem::take(&mut self.newer);
+        }
+        self.newer.insert(key, axis);
+    }
+
+    /// The taps of `key`, which [`ensure`](Self::ensure) has made sure of.
+    fn get(&self, key: &AxisKey) -> &Axis {
+        match self.newer.get(key).or_else(|| self.older.get(key)) {
+            Some(axis) => axis,
+            None => unreachable!("taps are built before they are used"),
+        }
+    }
+}
+
+/// Scratch buffers of [`resample`], reused across images by one thread, and the taps it has
+/// built.
 #[derive(Debug, Default)]
 pub struct Scratch {
-    xs: Axis,
-    ys: Axis,
+    axes: AxisCache,
+    builder: Axis,
     rows: Vec<u32>,
     held: Vec<usize>,
     acc: Vec<i32>,
@@ -502,6 +661,10 @@ pub(crate) trait Kernels {
     #[inline(always)]
     fn prefetch<T>(&self, _data: &[T]) {}
 
+    /// [`prefetch`](Self::prefetch) into the second-level cache only.
+    #[inline(always)]
+    fn prefetch_l2<T>(&self, _data: &[T]) {}
+
     /// [`pairs`](Self::pairs) of two consecutive rows.
     #[inline(always)]
     fn pairs2(
@@ -591,9 +754,13 @@ pub(crate) fn resample_with(
         len: source.box_height,
         limit: source.height,
     };
-    s.xs.build(xspan, rw, left, ow, plan.antialias);
-    s.ys.build(yspan, rh, top, oh, plan.antialias);
-    let (xs, ys) = (&s.xs, &s.ys);
+    let xkey = AxisKey::new(xspan, rw, left, ow, plan.antialias);
+    let ykey = AxisKey::new(yspan, rh, top, oh, plan.antialias);
+    s.axes.ensure(xkey, xspan, &mut s.builder);
+    s.axes.ensure(ykey, yspan, &mut s.builder);
+    let (xs, ys) = (s.axes.get(&xkey), s.axes.get(&ykey));
+    // Taps count from these source column and row.
+    let (xshift, yshift) = (xspan.shift(), yspan.shift());
     // Reduced rows live in a ring, row `r` in slot `r % slots`, which stays in L1 where a
     // buffer of all rows would not. Output row `y` needs `taps` consecutive rows from
     // `start[y]`, and the rows of the next output row may be reduced early (below), so the
@@ -611,6 +778,8 @@ pub(crate) fn resample_with(
     s.held.resize(slots, usize::MAX);
     s.line.resize(row_len, 0);
     let stride = source.width as usize * 3;
+    // Row `r` from the first column the taps count from.
+    let from = |r: usize| r * stride + xshift * 3;
     let paired = xs.taps == 2;
     if paired {
         s.pair.prepare(xs, plan.flip);
@@ -618,13 +787,13 @@ pub(crate) fn resample_with(
     let pixels = source.pixels;
     // The bytes of a row the horizontal kernel reads.
     let span = match (s.pair.offsets.iter().min(), s.pair.offsets.iter().max()) {
-        (Some(&lo), Some(&hi)) if paired => lo as usize..hi as usize + 6,
+        (Some(&lo), Some(&hi)) if paired => from(0) + lo as usize..from(0) + hi as usize + 6,
         _ => 0..stride,
     };
     let mut sink = sink;
-    let mut fetched = ys.start.first().map_or(0, |&r| r as usize + 2);
+    let mut fetched = ys.start.first().map_or(0, |&r| yshift + r as usize + 2);
     for (y, &start) in ys.start.iter().enumerate() {
-        let start = start as usize;
+        let start = yshift + start as usize;
         let mut r = start;
         while r < start + ys.taps {
             let slot = r % slots;
@@ -642,12 +811,12 @@ pub(crate) fn resample_with(
             }
             let next = (r + 1) % slots;
             // The last row this output row or the next needs.
-            let until = ys.start.get(y + 1).map_or(start, |&n| n as usize) + ys.taps;
+            let until = ys.start.get(y + 1).map_or(start, |&n| yshift + n as usize) + ys.taps;
             if paired && r + 1 < until && s.held[next] != r + 1 {
                 // Reduce two rows at once (they share offsets and weights) when the second is
                 // needed by this output row or the next.
                 let outs = two_rows_mut(&mut s.rows, row_len, slot, next);
-                let srcs = [&pixels[r * stride..], &pixels[(r + 1) * stride..]];
+                let srcs = [&pixels[from(r)..], &pixels[from(r + 1)..]];
                 k.pairs2(&mut s.pair, srcs, xs.precision, outs);
                 (s.held[slot], s.held[next]) = (r, r + 1);
                 r += 2;
@@ -657,9 +826,9 @@ pub(crate) fn resample_with(
             if paired {
                 // The rest of the image from this row: a kernel may read (and ignore) bytes
                 // past the row's end.
-                k.pairs(&mut s.pair, &pixels[r * stride..], xs.precision, out);
+                k.pairs(&mut s.pair, &pixels[from(r)..], xs.precision, out);
             } else {
-                horizontal(&pixels[r * stride..(r + 1) * stride], xs, plan.flip, out);
+                horizontal(&pixels[from(r)..(r + 1) * stride], xs, plan.flip, out);
             }
             s.held[slot] = r;
             r += 1;
@@ -670,10 +839,12 @@ pub(crate) fn resample_with(
             let (red, rest) = out.split_at_mut(oh * ow);
             let (green, blue) = rest.split_at_mut(oh * ow);
             // Fetch the output rows two ahead: a store to a line that is not in cache waits
-            // for it to be read first, and the batch is far larger than the caches.
+            // for it to be read first, and the batch is far larger than the caches. Into the
+            // second-level cache only, which measured faster than into the first (whose fill
+            // buffers the source rows need).
             for plane in [&*red, &*green, &*blue] {
                 if let Some(ahead) = plane.get((y + 2) * ow..(y + 3) * ow) {
-                    k.prefetch(ahead);
+                    k.prefetch_l2(ahead);
                 }
             }
             let planes = [red, green, blue].map(|p| &mut p[y * ow..(y + 1) * ow]);
@@ -921,7 +1092,8 @@ mod tests {
                 (0..ow)
                     .map(|x| {
                         let k = if plan.flip { ow - 1 - x } else { x };
-                        let at = xs.start[k] as usize;
+                        // Taps count from the box's origin.
+                        let at = c.x as usize + xs.start[k] as usize;
                         std::array::from_fn(|ch| {
                             let mut v = (0..xs.taps)
                                 .map(|t| pixels[(r * width as usize + at + t) * 3 + ch]);
@@ -933,7 +1105,8 @@ mod tests {
             .collect();
         let mut out = Vec::with_capacity(oh * ow * 3);
         for (y, &start) in ys.start.iter().enumerate() {
-            let rows = &reduced[start as usize..start as usize + ys.taps];
+            let start = c.y as usize + start as usize;
+            let rows = &reduced[start..start + ys.taps];
             for x in 0..ow * 3 {
                 let mut v = rows.iter().map(|row| row[x / 3][x % 3]);
                 out.push(blend(ys.taps_of(y), &mut v, ys.precision));
@@ -992,6 +1165,68 @@ mod tests {
                 "portable, case {case}: {p:?}"
             );
         }
+    }
+
+    /// Taps from the cache give the pixels of taps built afresh: boxes of a few lengths at
+    /// many places (so most axes are hits, at other origins than where they were built),
+    /// fractional and negative origins as after DCT scaling, boxes overhanging the source's
+    /// far edge, and more keys than the cache holds (so generations turn over).
+    #[test]
+    fn cached_taps_give_the_pixels_of_fresh_ones() {
+        let mut rng = crate::SampleRng::new(5, 0, 0);
+        let (width, height) = (160u32, 120u32);
+        let pixels: Vec<u8> = (0..width * height * 3)
+            .map(|_| rng.below(256) as u8)
+            .collect();
+        let mut cached = Scratch::default();
+        for case in 0..1500 {
+            // A few lengths early on (hits), many later (turnover).
+            let lengths = if case < 500 { 6 } else { 100 };
+            let mut len = |limit: u32| (1 + rng.below(lengths) * 7 % u64::from(limit)) as f64;
+            let (bw, bh) = (len(width), len(height));
+            let origin = |rng: &mut crate::SampleRng, len: f64, limit: u32| {
+                let room = f64::from(limit) - len;
+                let at = (rng.next_f64() * (room + 1.0)).floor();
+                // One in eight fractional, one slightly left of the source, one overhanging
+                // its far edge by less than a pixel (taps clamped to it).
+                // Eighths, as DCT scaling makes, so that keys meet.
+                let eighths = (1 + rng.below(7)) as f64 / 8.0;
+                match rng.below(8) {
+                    0 => -eighths,
+                    1 if at + 1.0 <= room => at + eighths,
+                    2 => room + eighths,
+                    _ => at,
+                }
+            };
+            let (x, y) = (origin(&mut rng, bw, width), origin(&mut rng, bh, height));
+            let source = Source {
+                pixels: &pixels,
+                width,
+                height,
+                x,
+                y,
+                box_width: bw,
+                box_height: bh,
+            };
+            let crop = CropBox {
+                x: 0,
+                y: 0,
+                width: 1,
+                height: 1,
+            };
+            let mut p = plan(crop, (1 + rng.below(40) as u32, 1 + rng.below(40) as u32));
+            p.flip = rng.below(2) == 1;
+            p.antialias = case % 4 == 0;
+            let n = (p.output.0 * p.output.1 * 3) as usize;
+            let (mut got, mut want) = (vec![0u8; n], vec![0u8; n]);
+            resample_from(&source, &p, Sink::HwcU8(&mut got), &mut cached);
+            resample_from(&source, &p, Sink::HwcU8(&mut want), &mut Scratch::default());
+            assert_eq!(got, want, "case {case}: {p:?} from {source:?}");
+        }
+        assert!(
+            cached.axes.newer.len() + cached.axes.older.len() <= 2 * AxisCache::GENERATION,
+            "the cache stays bounded"
+        );
     }
 
     /// The support-1 fast path builds exactly the taps of the general one.
