@@ -504,6 +504,8 @@ pub(crate) struct PairTaps {
     /// Per group of eight outputs: the end of its farthest 16-byte load, its largest offset
     /// plus 16.
     pub(crate) reach: Vec<u32>,
+    /// Every weight is at least 0, so no blend is negative.
+    pub(crate) nonnegative: bool,
     left: Vec<u32>,
     right: Vec<u32>,
 }
@@ -520,6 +522,7 @@ impl PairTaps {
             self.w0.push(i32::from(xs.weights[2 * k]));
             self.w1.push(i32::from(xs.weights[2 * k + 1]));
         }
+        self.nonnegative = xs.weights.iter().all(|w| *w >= 0);
         self.lanes.clear();
         self.reach.clear();
         for group in self.offsets.chunks_exact(8) {
