@@ -12,7 +12,7 @@
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::{
-    __m128i, __m256i, _MM_HINT_T0, _MM_HINT_T1, _mm_cvtsi32_si128, _mm_loadu_si128, _mm_prefetch,
+    __m128i, __m256i, _MM_HINT_T0, _mm_cvtsi32_si128, _mm_loadu_si128, _mm_prefetch,
     _mm256_add_epi32, _mm256_avg_epu16, _mm256_cvtepi32_ps, _mm256_fmadd_ps, _mm256_loadu_si256,
     _mm256_madd_epi16, _mm256_or_si256, _mm256_packs_epi32, _mm256_packus_epi16, _mm256_set_m128i,
     _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi8, _mm256_shuffle_epi8, _mm256_sra_epi32,
@@ -41,12 +41,13 @@ impl Avx2 {
 impl Kernels for Avx2 {
     #[inline(always)]
     fn prefetch<T>(&self, data: &[T]) {
-        prefetch_lines::<{ _MM_HINT_T0 }, T>(data);
-    }
-
-    #[inline(always)]
-    fn prefetch_l2<T>(&self, data: &[T]) {
-        prefetch_lines::<{ _MM_HINT_T1 }, T>(data);
+        let bytes = std::mem::size_of_val(data);
+        let start: *const i8 = data.as_ptr().cast();
+        for at in (0..bytes).step_by(64) {
+            // SAFETY: an `Avx2` exists only where the CPU has AVX2, hence SSE; a prefetch
+            // reads nothing the program sees, and `at` is inside `data` anyway.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(at)) };
+        }
     }
 
     #[inline(always)]
@@ -98,19 +99,6 @@ impl Kernels for Avx2 {
 #[inline(always)]
 fn halving(pair: &PairTaps, precision: u32) -> bool {
     pair.nonnegative && precision >= 1
-}
-
-/// Prefetches every cache line of `data` with the hint `HINT`. Callers are the methods of
-/// [`Avx2`], which exists only where the CPU has AVX2, hence SSE.
-#[inline(always)]
-fn prefetch_lines<const HINT: i32, T>(data: &[T]) {
-    let bytes = std::mem::size_of_val(data);
-    let start: *const i8 = data.as_ptr().cast();
-    for at in (0..bytes).step_by(64) {
-        // SAFETY: SSE is present (above); a prefetch reads nothing the program sees, and
-        // `at` is inside `data` anyway.
-        unsafe { _mm_prefetch::<HINT>(start.wrapping_add(at)) };
-    }
 }
 
 /// [`resample_with`] compiled for AVX2 and FMA (so that the compiler vectorises the portable
