@@ -18,7 +18,8 @@ impl<T: Copy + Default> AlignedBuf<T> {
     /// `len` default values, aligned.
     pub fn zeroed(len: usize) -> AlignedBuf<T> {
         let size = std::mem::size_of::<T>().max(1);
-        let raw = vec![T::default(); len + BATCH_ALIGN / size];
+        let mut raw = vec![T::default(); len + BATCH_ALIGN / size];
+        crate::hugepages::advise(&mut raw);
         let misalign = raw.as_ptr() as usize % BATCH_ALIGN;
         let offset = ((BATCH_ALIGN - misalign) % BATCH_ALIGN) / size;
         AlignedBuf { raw, offset, len }

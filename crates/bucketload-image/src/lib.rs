@@ -34,6 +34,7 @@
 pub mod batch;
 pub mod decode;
 mod error;
+mod hugepages;
 mod pipeline;
 pub mod resample;
 mod rng;

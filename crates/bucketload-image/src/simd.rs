@@ -1,5 +1,5 @@
-//! One of the two places this crate uses `unsafe` (the other is the libjpeg-turbo binding,
-//! `turbo.rs`): the resample kernel compiled with AVX2 enabled, called after checking at run
+//! One of the three places this crate uses `unsafe` (with the libjpeg-turbo binding,
+//! `turbo.rs`, and the huge-page advice, `hugepages.rs`): the resample kernel compiled with AVX2 enabled, called after checking at run
 //! time that the CPU has AVX2 and FMA.
 //!
 //! Most of the kernel is the safe Rust of `resample.rs`, which AVX2 lets the compiler
