@@ -281,15 +281,24 @@ fn output_taps(
     if total != 0.0 && total != 1.0 {
         w[..n].iter_mut().for_each(|v| *v /= total);
     }
-    let lead = w[..n].iter().take_while(|v| **v == 0.0).count().min(n - 1);
-    let trail = w[lead..n]
+    let (lead, count) = nonzero(&w[..n]);
+    w.copy_within(lead..lead + count, 0);
+    (xmin + lead as i64, count)
+}
+
+/// The weights `w` (at least one) without zeros at either end, as their first index and
+/// count; at least one is kept.
+#[inline(always)]
+fn nonzero(w: &[f64]) -> (usize, usize) {
+    let n = w.len();
+    let lead = w.iter().take_while(|v| **v == 0.0).count().min(n - 1);
+    let trail = w[lead..]
         .iter()
         .rev()
         .take_while(|v| **v == 0.0)
         .count()
         .min(n - lead - 1);
-    w.copy_within(lead..n - trail, 0);
-    (xmin + lead as i64, n - lead - trail)
+    (lead, n - lead - trail)
 }
 
 /// [`output_taps`] for support 1 and an unchanged scale, on a fixed array: the same
@@ -311,14 +320,8 @@ fn narrow_taps(lo: i64, hi: i64, center: f64) -> (i64, usize, [f64; 4]) {
     if total != 0.0 && total != 1.0 {
         w.iter_mut().for_each(|v| *v /= total);
     }
-    let lead = w[..n].iter().take_while(|v| **v == 0.0).count().min(n - 1);
-    let trail = w[lead..n]
-        .iter()
-        .rev()
-        .take_while(|v| **v == 0.0)
-        .count()
-        .min(n - lead - 1);
-    (xmin + lead as i64, n - lead - trail, shift_left(w, lead))
+    let (lead, count) = nonzero(&w[..n]);
+    (xmin + lead as i64, count, shift_left(w, lead))
 }
 
 /// `w` moved `by` places towards the front, zeros filling in. Whole-array moves with fixed
