@@ -1,6 +1,6 @@
 //! One of the three places this crate uses `unsafe` (with the libjpeg-turbo binding,
-//! `turbo.rs`, and the huge-page advice, `hugepages.rs`): the resample kernel compiled with AVX2 enabled, called after checking at run
-//! time that the CPU has AVX2 and FMA.
+//! `turbo.rs`, and the huge-page advice, `hugepages.rs`): the resample kernel compiled with
+//! AVX2 enabled, called after checking at run time that the CPU has AVX2 and FMA.
 //!
 //! Most of the kernel is the safe Rust of `resample.rs`, which AVX2 lets the compiler
 //! vectorise (32-bit multiplies, min/max and conversions that x86-64's baseline SSE2 lacks).

@@ -1,7 +1,8 @@
 //! The binding to libjpeg-turbo's region decoder (`csrc/jpeg_region.c`), and one of the three
-//! places this crate uses `unsafe` (with `simd.rs` and `hugepages.rs`): calls into C with buffers whose lengths are passed
-//! along. libjpeg's fatal errors longjmp inside the C file and come back as a status and a
-//! message, so no unwinding or jump ever crosses a Rust frame.
+//! places this crate uses `unsafe` (with `simd.rs` and `hugepages.rs`): calls into C with
+//! buffers whose lengths are passed along. libjpeg's fatal errors longjmp inside the C file
+//! and come back as a status and a message, so no unwinding or jump ever crosses a Rust
+//! frame.
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int, c_uchar, c_uint};
