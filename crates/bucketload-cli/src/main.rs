@@ -86,6 +86,9 @@ enum Command {
     /// Mount a bucket as a file system (FUSE): cached listings, prefetched reads, the loader's
     /// disk cache, uploads completed atomically on close, rename.
     Mount(mount::MountArgs),
+    /// Started by a root `mount`, not by people: unmounts DIR if the mount process dies.
+    #[command(hide = true)]
+    MountWatchdog(mount::WatchdogArgs),
 }
 
 fn main() -> ExitCode {
@@ -97,6 +100,7 @@ fn main() -> ExitCode {
     // The mount serves the kernel from its own threads and runtime.
     let cli = match cli.command {
         Command::Mount(args) => return mount::main(&cli.store, args),
+        Command::MountWatchdog(args) => return mount::watchdog(&args),
         command => Cli { command, ..cli },
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -149,7 +153,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Ckpt(args) => ckpt::ckpt(&store, args).await,
         Command::CkptBench(args) => ckpt_bench::ckpt_bench(&store, args).await,
         Command::Demo(args) => demo::demo(&store, args).await,
-        Command::Mount(_) => unreachable_mount(),
+        Command::Mount(_) | Command::MountWatchdog(_) => unreachable_mount(),
     };
     if store.metrics {
         // Reported on failure too: the counts say how far the command got.

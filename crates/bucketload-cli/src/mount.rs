@@ -27,6 +27,9 @@ use crate::store_args::{StoreArgs, parse_size};
 const DEFAULT_CACHE_SIZE: u64 = 20 << 30;
 /// How long the command waits for the background mount to appear.
 const MOUNT_WAIT: Duration = Duration::from_secs(30);
+/// How long the watchdog waits, once the mount process is gone, for its dead mount to be
+/// unmounted or to report a lost connection.
+const WATCHDOG_WAIT: Duration = Duration::from_secs(20);
 
 /// `bucketload mount` arguments; the global `--part-size` sets the upload part size and the
 /// largest prefetch GET, `--concurrency` the requests in flight.
@@ -264,6 +267,11 @@ fn foreground(store_args: &StoreArgs, args: &MountArgs) -> anyhow::Result<()> {
                 dir.display()
             )
         })?;
+    // Held until this process ends, however it ends; the watchdog then unmounts if need be.
+    let _watchdog = match bucketload_fuse::fuse::current_owner().0 {
+        0 => Some(spawn_watchdog(&dir)?),
+        _ => None,
+    };
     let mut unmounter = mounted.unmounter();
     let point = dir.clone();
     let signals = runtime.spawn(async move {
@@ -291,6 +299,79 @@ fn foreground(store_args: &StoreArgs, args: &MountArgs) -> anyhow::Result<()> {
     signals.abort();
     runtime.shutdown_timeout(Duration::from_secs(2));
     served.with_context(|| format!("serving {} failed", dir.display()))
+}
+
+/// `bucketload mount-watchdog DIR`, which a root mount starts.
+#[derive(Debug, Args)]
+pub struct WatchdogArgs {
+    /// The mount point to look after
+    pub dir: PathBuf,
+}
+
+/// Starts the watchdog of the mount on `dir`, in its own process group (a Ctrl-C meant for the
+/// mount does not reach it); returns the write end of its stdin, which only this process holds:
+/// when this process ends, however it ends, the watchdog reads end-of-file.
+fn spawn_watchdog(dir: &Path) -> anyhow::Result<std::process::ChildStdin> {
+    let exe = std::env::current_exe().context("cannot find the bucketload executable")?;
+    let mut child = Command::new(exe)
+        .arg("mount-watchdog")
+        .arg(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .context("cannot start the mount's watchdog")?;
+    child
+        .stdin
+        .take()
+        .context("the mount's watchdog has no stdin")
+}
+
+/// Unmounts `dir` if the mount process (the only writer of this process's stdin) dies and
+/// leaves its mount behind.
+///
+/// As root the mount is `auto_unmount`: `fusermount3` waits for the mount process to close its
+/// socket, then unmounts if opening the mount point fails with "transport endpoint is not
+/// connected". That check races with the kernel aborting the connection: when `fusermount3`
+/// opens the directory before the last `/dev/fuse` descriptor of the killed process is
+/// released, the request is aborted instead ("connection aborted") and the dead mount stays
+/// (seen under load in `tests/cli_mount.rs`, about one SIGKILL in four). The watchdog makes
+/// the same check without the race: it takes either error as the connection's loss, and waits
+/// while opening blocks.
+pub fn watchdog(args: &WatchdogArgs) -> ExitCode {
+    let mut stdin = std::io::stdin().lock();
+    let mut sink = [0u8; 64];
+    loop {
+        match stdin.read(&mut sink) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    let deadline = Instant::now() + WATCHDOG_WAIT;
+    while is_mounted(&args.dir) && Instant::now() < deadline {
+        // Opening a directory asks the file system (unlike `stat`, which may be cached): on a
+        // live mount it succeeds, on a dead one it fails once the kernel has noticed.
+        match std::fs::read_dir(&args.dir) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotConnected | std::io::ErrorKind::ConnectionAborted
+                ) =>
+            {
+                let _ = Command::new("fusermount3")
+                    .arg("-u")
+                    .arg("-z")
+                    .arg(&args.dir)
+                    .status();
+                break;
+            }
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 /// SIGTERM and SIGINT, listened for from creation on.

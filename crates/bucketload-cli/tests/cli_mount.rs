@@ -278,6 +278,54 @@ fn sigkill_mid_write_leaves_no_object_and_no_stale_mount() {
     assert!(fx.block_on(os.head(&Key::from("partial.bin"))).is_err());
 }
 
+/// The processes whose parent is `parent` and whose name is `name` (from /proc: no procps).
+fn children_named(parent: u32, name: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`; comm may hold spaces, so split after its `)`.
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let ppid = stat[close + 1..].split_whitespace().nth(1);
+        if &stat[open + 1..close] == name && ppid == Some(parent.to_string().as_str()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// With `fusermount3`'s own watcher gone too (it can also miss: its check races with the
+/// kernel aborting the connection), the mount's watchdog unmounts the dead mount.
+#[test]
+fn the_watchdog_unmounts_a_dead_mount_when_fusermount3_does_not() {
+    let fx = Fixture::start();
+    let os = fx.store("s3://mount-watchdog").object_store();
+    let mut m = Mount::foreground(&fx, "s3://mount-watchdog", &[]);
+    std::fs::write(m.path("kept.txt"), "kept").unwrap();
+    let child = m.child.take().unwrap();
+    let watchers = children_named(child.id(), "fusermount3");
+    assert_eq!(watchers.len(), 1, "one auto_unmount watcher: {watchers:?}");
+    assert_eq!(
+        children_named(child.id(), "bucketload").len(),
+        1,
+        "one watchdog"
+    );
+    // The watcher first, so that only the watchdog is left to act; both by PID.
+    sh("sh", &["-c", &format!("kill -KILL {}", watchers[0])]);
+    let mut child = child;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let dir = m.dir.clone();
+    wait_until("the watchdog removes the dead mount", || !is_mounted(&dir));
+    assert!(fx.block_on(os.head(&Key::from("kept.txt"))).is_ok());
+}
+
 #[test]
 fn mount_errors_name_the_problem() {
     let fx = Fixture::start();

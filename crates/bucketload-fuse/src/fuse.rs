@@ -541,7 +541,8 @@ pub fn current_owner() -> (u32, u32) {
 /// Mounts `fs` on `mountpoint`; requests run on `runtime` once [`Mounted::run`] is called.
 ///
 /// Run as root, the mount is `allow_other` and `auto_unmount`: `fusermount3` unmounts it even
-/// if this process is killed, so no stale mount is left behind.
+/// if this process is killed, so no stale mount is left behind (the CLI adds a watchdog for
+/// the case `fusermount3` misses).
 pub fn mount(fs: Fs, mountpoint: &Path, runtime: Handle) -> io::Result<Mounted> {
     let mut config = Config::default();
     config.mount_options = vec![
