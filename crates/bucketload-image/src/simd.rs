@@ -52,26 +52,12 @@ impl Kernels for Avx2 {
 
     #[inline(always)]
     fn pairs(&self, pair: &mut PairTaps, src: &[u8], precision: u32, out: &mut [u32]) {
-        // SAFETY: an `Avx2` exists only where the CPU has AVX2.
-        unsafe {
-            if halving(pair, precision) {
-                pairs_avx2::<1, true>(pair, [src], precision, [out])
-            } else {
-                pairs_avx2::<1, false>(pair, [src], precision, [out])
-            }
-        }
+        self.rows_of_pairs(pair, [src], precision, [out]);
     }
 
     #[inline(always)]
     fn pairs2(&self, pair: &mut PairTaps, srcs: [&[u8]; 2], precision: u32, outs: [&mut [u32]; 2]) {
-        // SAFETY: an `Avx2` exists only where the CPU has AVX2.
-        unsafe {
-            if halving(pair, precision) {
-                pairs_avx2::<2, true>(pair, srcs, precision, outs)
-            } else {
-                pairs_avx2::<2, false>(pair, srcs, precision, outs)
-            }
-        }
+        self.rows_of_pairs(pair, srcs, precision, outs);
     }
 
     #[inline(always)]
@@ -91,6 +77,27 @@ impl Kernels for Avx2 {
         }
         // SAFETY: an `Avx2` exists only where the CPU has AVX2 and FMA.
         unsafe { rows_f32_avx2(rows, weights, precision, planes, norm) }
+    }
+}
+
+impl Avx2 {
+    /// [`pairs_avx2`] with the rounding the taps allow.
+    #[inline(always)]
+    fn rows_of_pairs<const N: usize>(
+        &self,
+        pair: &PairTaps,
+        srcs: [&[u8]; N],
+        precision: u32,
+        outs: [&mut [u32]; N],
+    ) {
+        // SAFETY: an `Avx2` exists only where the CPU has AVX2.
+        unsafe {
+            if halving(pair, precision) {
+                pairs_avx2::<N, true>(pair, srcs, precision, outs)
+            } else {
+                pairs_avx2::<N, false>(pair, srcs, precision, outs)
+            }
+        }
     }
 }
 
