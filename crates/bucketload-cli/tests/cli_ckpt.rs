@@ -197,3 +197,39 @@ fn ckpt_bench_logs_are_drawn_by_report() {
         .ok();
     assert!(out.join("checkpoints.png").is_file(), "{}", report.stdout);
 }
+
+/// A save whose completion took effect but whose answer was lost (the connection reset after
+/// the server completed it) is a success, for `ckpt save` and for `cp` alike: exit 0 exactly
+/// when the new object is there and whole.
+#[test]
+fn a_lost_completion_answer_is_still_a_successful_save() {
+    let fx = Fixture::start();
+    let (old, new) = (bytes(6 << 20, 4), bytes(11 << 20, 5));
+    let (old_path, new_path) = (fx.work_path("old.pt"), fx.work_path("new.pt"));
+    std::fs::write(&old_path, &old).unwrap();
+    std::fs::write(&new_path, &new).unwrap();
+    let uri = "s3://ckpt-lost/run/c.pt";
+    fx.run(&["ckpt", "save", old_path.to_str().unwrap(), uri])
+        .ok();
+    for args in [
+        vec!["ckpt", "save", new_path.to_str().unwrap(), uri],
+        vec![
+            "cp",
+            new_path.to_str().unwrap(),
+            "s3://ckpt-lost/run/copied.pt",
+        ],
+    ] {
+        fx.server().faults().fail_next(
+            "CompleteMultipartUpload",
+            1,
+            bucketload_server::FaultKind::ResetMidBody,
+        );
+        let mut args = args.clone();
+        args.extend(["--part-size", "5MiB"]);
+        let run = fx.run(&args);
+        assert_eq!(run.code, 0, "{args:?} claimed failure: {run:?}");
+        assert_eq!(fx.server().faults().pending("CompleteMultipartUpload"), 0);
+    }
+    assert_eq!(get(&fx, "s3://ckpt-lost", "run/c.pt").unwrap(), new);
+    assert_eq!(get(&fx, "s3://ckpt-lost", "run/copied.pt").unwrap(), new);
+}

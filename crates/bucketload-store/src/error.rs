@@ -80,6 +80,20 @@ pub enum Error {
         /// What was wrong and what is expected.
         message: String,
     },
+    /// An upload was sent in full and its completion failed, but whether the object was made
+    /// is unknown: the answer was lost and the check that followed failed too.
+    #[error(
+        "{uri}: the upload was sent but whether it took effect is unknown ({failure}; checking the \
+         object failed too: {check}); look with `bucketload ls {uri}` before writing it again"
+    )]
+    Unconfirmed {
+        /// Full URI of the object.
+        uri: String,
+        /// Why the completion failed.
+        failure: Box<Error>,
+        /// Why the check failed.
+        check: Box<Error>,
+    },
     /// Any other failure; the cause says more.
     #[error("{uri}: {message}")]
     Other {
@@ -145,6 +159,11 @@ impl Error {
                 source: Box::new(err),
             },
         }
+    }
+
+    /// True if a write failed in a way that may have taken effect: see [`Error::Unconfirmed`].
+    pub fn is_unconfirmed(&self) -> bool {
+        matches!(self, Error::Unconfirmed { .. })
     }
 
     /// True if this error means the object or bucket does not exist.

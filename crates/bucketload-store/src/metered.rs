@@ -63,10 +63,14 @@ async fn metered<T>(
     kind: RequestKind,
     fut: impl Future<Output = Result<T>>,
 ) -> Result<T> {
-    metrics.request(kind, 1);
     let attempts = Arc::new(Attempts::default());
     let start = Instant::now();
     let result = ATTEMPTS.scope(Arc::clone(&attempts), fut).await;
+    // A call the backend does not implement (user metadata on a local folder) sent nothing.
+    if let Err(object_store::Error::NotImplemented { .. }) = &result {
+        return result;
+    }
+    metrics.request(kind, 1);
     metrics.retries(attempts.repeats());
     metrics.total(start.elapsed());
     if let Err(e) = &result {

@@ -7,19 +7,35 @@
 //! An object smaller than one part is sent as a single PUT by `finish`.
 //! Any failure aborts the upload; dropping an unfinished writer aborts it in
 //! the background, so a failed or interrupted write never leaves an object.
+//!
+//! A completion can take effect while its answer is lost (a reset connection):
+//! the retry then finds no upload (404 NoSuchUpload). To tell that case from a
+//! real failure, each multipart upload carries a random token in its user
+//! metadata (`x-amz-meta-bucketload-upload` on S3); after a failed completion
+//! the writer reads the key's metadata and reports success exactly when the
+//! object there carries its token and has the size written. When that check
+//! itself cannot be made, the error says the outcome is unknown
+//! ([`Error::Unconfirmed`]) rather than that nothing was written. Stores that
+//! keep no user metadata (local folders, which never lose an answer) get none.
 
 use crate::Error;
 use crate::config::DEFAULT_PART_SIZE;
 use crate::error::ErrorContext;
 use bytes::Bytes;
 use object_store::path::Path;
-use object_store::{MultipartUpload, ObjectStore, ObjectStoreExt, PutPayloadMut, PutResult};
+use object_store::{
+    Attribute, AttributeValue, Attributes, GetOptions, MultipartUpload, ObjectStore,
+    ObjectStoreExt, PutMultipartOptions, PutPayloadMut, PutResult,
+};
 use std::sync::Arc;
 use tokio::task::JoinSet;
 
 /// Default parts in flight per writer: 8 × 8 MiB saturates ~1 GB/s at
 /// typical S3 part latencies with a 72 MiB memory ceiling.
 pub const DEFAULT_PARALLEL_PARTS: usize = 8;
+
+/// The user-metadata key of the token that marks an object as completed by one writer.
+pub const UPLOAD_TOKEN_KEY: &str = "bucketload-upload";
 
 /// How a [`MultipartWriter`] splits and uploads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +67,10 @@ pub struct MultipartWriter {
     upload: Option<Box<dyn MultipartUpload>>,
     parts: JoinSet<object_store::Result<()>>,
     done: bool,
+    /// Bytes accepted by `write`.
+    written: u64,
+    /// The token in the upload's metadata; `None` when the store keeps no metadata.
+    token: Option<String>,
 }
 
 impl MultipartWriter {
@@ -67,6 +87,8 @@ impl MultipartWriter {
             upload: None,
             parts: JoinSet::new(),
             done: false,
+            written: 0,
+            token: Some(format!("{:032x}", rand::random::<u128>())),
         }
     }
 
@@ -83,6 +105,7 @@ impl MultipartWriter {
 
     /// Appends `data`, uploading every part it completes.
     pub async fn write(&mut self, mut data: Bytes) -> Result<(), Error> {
+        self.written += data.len() as u64;
         while !data.is_empty() {
             let room = self.part_size - self.buffer.content_length();
             let chunk = data.split_to(room.min(data.len()));
@@ -107,9 +130,16 @@ impl MultipartWriter {
                 .await
                 .map_err(|e| self.map(e));
         };
-        match self.complete().await {
+        if let Err(e) = self.send_parts().await {
+            return Err(self.fail(e).await);
+        }
+        let completed = match self.upload.as_mut() {
+            Some(upload) => upload.complete().await,
+            None => unreachable_upload(),
+        };
+        match completed {
             Ok(r) => Ok(r),
-            Err(e) => Err(self.fail(e).await),
+            Err(e) => self.confirm(e).await,
         }
     }
 
@@ -123,23 +153,74 @@ impl MultipartWriter {
         }
     }
 
-    async fn complete(&mut self) -> object_store::Result<PutResult> {
+    /// Uploads the last part and waits for every part in flight.
+    async fn send_parts(&mut self) -> object_store::Result<()> {
         if self.buffer.content_length() > 0 {
             self.send_part().await?;
         }
         while !self.parts.is_empty() {
             self.join_one().await?;
         }
-        match self.upload.as_mut() {
-            Some(upload) => upload.complete().await,
-            None => unreachable_upload(),
+        Ok(())
+    }
+
+    /// After a failed completion: the object is ours when it carries this writer's token and
+    /// the size written (the completion took effect and only its answer was lost).
+    async fn confirm(&mut self, err: object_store::Error) -> Result<PutResult, Error> {
+        let Some(token) = self.token.clone() else {
+            return Err(self.fail(err).await);
+        };
+        let head = GetOptions {
+            head: true,
+            ..GetOptions::default()
+        };
+        match self.store.get_opts(&self.key, head).await {
+            Ok(found) if carries(&found.attributes, &token) && found.meta.size == self.written => {
+                tracing::info!(uri = %self.ctx.uri, error = %err,
+                    "the upload's completion was answered with an error but took effect");
+                self.done = true;
+                self.upload = None;
+                Ok(PutResult {
+                    e_tag: found.meta.e_tag,
+                    version: found.meta.version,
+                    extensions: Default::default(),
+                })
+            }
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => Err(self.fail(err).await),
+            Err(check) => {
+                let failed = self.fail(err).await;
+                Err(Error::Unconfirmed {
+                    uri: self.ctx.uri.clone(),
+                    failure: Box::new(failed),
+                    check: Box::new(self.map(check)),
+                })
+            }
         }
+    }
+
+    /// Creates the upload, with the token in its metadata when the store keeps metadata.
+    async fn create(&mut self) -> object_store::Result<Box<dyn MultipartUpload>> {
+        if let Some(token) = &self.token {
+            let attributes = Attributes::from_iter([(
+                Attribute::Metadata(UPLOAD_TOKEN_KEY.into()),
+                AttributeValue::from(token.clone()),
+            )]);
+            let opts = PutMultipartOptions {
+                attributes,
+                ..PutMultipartOptions::default()
+            };
+            match self.store.put_multipart_opts(&self.key, opts).await {
+                Err(object_store::Error::NotImplemented { .. }) => self.token = None,
+                created => return created,
+            }
+        }
+        self.store.put_multipart(&self.key).await
     }
 
     /// Starts the upload if needed, waits for room, and spawns the part.
     async fn send_part(&mut self) -> object_store::Result<()> {
         if self.upload.is_none() {
-            self.upload = Some(self.store.put_multipart(&self.key).await?);
+            self.upload = Some(self.create().await?);
         }
         while self.parts.len() >= self.concurrency {
             self.join_one().await?;
@@ -177,6 +258,13 @@ impl MultipartWriter {
     fn map(&self, err: object_store::Error) -> Error {
         self.ctx.map(err)
     }
+}
+
+/// Whether `attributes` hold `token` under [`UPLOAD_TOKEN_KEY`].
+fn carries(attributes: &Attributes, token: &str) -> bool {
+    attributes
+        .get(&Attribute::Metadata(UPLOAD_TOKEN_KEY.into()))
+        .is_some_and(|v| v.as_ref() == token)
 }
 
 /// `complete` only runs once `send_part` created the upload.

@@ -248,3 +248,56 @@ async fn truncated_part_is_resumed() {
     assert_eq!(server.counters().get("GetObject"), 5);
     assert_eq!(store.metrics().snapshot().retries, 1);
 }
+
+/// A CompleteMultipartUpload that took effect but whose answer was lost: the retry gets 404
+/// NoSuchUpload. The writer must find the object it completed and report success.
+#[tokio::test]
+async fn lost_complete_answer_is_a_success_when_the_object_is_ours() {
+    let (server, store) = setup().await;
+    let opts = MultipartOptions {
+        part_size: 5 << 20,
+        concurrency: 2,
+    };
+    let data = body(11 << 20);
+    server
+        .faults()
+        .fail_next("CompleteMultipartUpload", 1, FaultKind::ResetMidBody);
+    let mut w = MultipartWriter::new(store.object_store(), Path::from("ckpt"), opts);
+    w.write(data.clone()).await.unwrap();
+    let put = w.finish().await.unwrap();
+    assert!(server.counters().get("CompleteMultipartUpload") >= 2);
+    let got = store.object_store().get(&Path::from("ckpt")).await.unwrap();
+    assert_eq!(put.e_tag, got.meta.e_tag);
+    assert_eq!(got.bytes().await.unwrap(), data);
+}
+
+/// A completion that fails for good leaves the previous object, and the writer says it failed:
+/// an object under the key that is not this upload's is never taken for it.
+#[tokio::test]
+async fn failed_complete_is_a_failure_and_keeps_the_old_object() {
+    let (server, store) = setup().await;
+    let key = Path::from("ckpt");
+    let old = body(6 << 20);
+    store
+        .object_store()
+        .put(&key, old.clone().into())
+        .await
+        .unwrap();
+    let opts = MultipartOptions {
+        part_size: 5 << 20,
+        concurrency: 2,
+    };
+    server
+        .faults()
+        .fail_next("CompleteMultipartUpload", 100, FaultKind::Status(500));
+    let mut w = MultipartWriter::new(store.object_store(), key.clone(), opts);
+    w.write(body(6 << 20).slice(1..)).await.unwrap();
+    let err = w.finish().await.unwrap_err();
+    assert!(
+        !matches!(err, Error::Unconfirmed { .. }),
+        "the check found the old object, not ours: {err}"
+    );
+    server.faults().clear();
+    let got = store.object_store().get(&key).await.unwrap();
+    assert_eq!(got.bytes().await.unwrap(), old);
+}

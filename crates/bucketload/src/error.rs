@@ -16,7 +16,7 @@ pub enum Error {
     #[error(transparent)]
     Store(#[from] bucketload_store::Error),
     /// Copying a large object failed; the source names the part that failed.
-    #[error("copying {src} to {dst} failed (nothing was written)")]
+    #[error("copying {src} to {dst} failed{}", written_note(source.is_unconfirmed()))]
     Copy {
         /// Full URI of the source.
         src: String,
@@ -62,14 +62,14 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A checkpoint saved in the background failed, and nobody waited on its handle.
-    #[error(
-        "the background save of {uri} failed: {reason}; the checkpoint was not written, save it again"
-    )]
+    #[error("the background save of {uri} failed{}: {reason}; save it again", written_note(*unconfirmed))]
     BackgroundSave {
         /// Full URI of the checkpoint.
         uri: String,
         /// The save's error.
         reason: String,
+        /// Whether the checkpoint may have been written after all (the store's answer was lost).
+        unconfirmed: bool,
     },
     /// A background task panicked or was cancelled.
     #[error("a background task failed: {reason}")]
@@ -96,5 +96,24 @@ impl Error {
             Error::Store(e) | Error::Copy { source: e, .. } => Some(e),
             _ => None,
         }
+    }
+
+    /// Whether a write may have taken effect although it failed: its completion was sent, the
+    /// answer was lost and the object could not be checked.
+    pub fn is_unconfirmed(&self) -> bool {
+        match self {
+            Error::BackgroundSave { unconfirmed, .. } => *unconfirmed,
+            _ => self
+                .as_store()
+                .is_some_and(bucketload_store::Error::is_unconfirmed),
+        }
+    }
+}
+
+/// What a failed write left: nothing, or (when its outcome is unknown) perhaps the whole object.
+fn written_note(unconfirmed: bool) -> &'static str {
+    match unconfirmed {
+        true => " (it may have been written whole: check before writing again)",
+        false => " (nothing was written)",
     }
 }

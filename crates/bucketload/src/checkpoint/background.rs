@@ -17,8 +17,8 @@ struct Shared {
     uri: String,
     /// Someone waited on the handle (so saw the outcome).
     observed: AtomicBool,
-    /// The error's message, once failed.
-    failure: Mutex<Option<String>>,
+    /// The error's message and whether its outcome is unknown, once failed.
+    failure: Mutex<Option<(String, bool)>>,
     finished: AtomicBool,
 }
 
@@ -76,7 +76,7 @@ impl Background {
             let outcome = save.await;
             if let Err(e) = &outcome {
                 tracing::warn!(uri = %record.uri, error = %e, "background checkpoint save failed");
-                *lock(&record.failure) = Some(e.to_string());
+                *lock(&record.failure) = Some((e.to_string(), e.is_unconfirmed()));
             }
             record.finished.store(true, Ordering::Release);
             drop(permit);
@@ -92,11 +92,12 @@ impl Background {
             if s.observed.load(Ordering::Acquire) {
                 continue;
             }
-            if let Some(reason) = lock(&s.failure).clone() {
+            if let Some((reason, unconfirmed)) = lock(&s.failure).clone() {
                 s.observed.store(true, Ordering::Release);
                 return Err(Error::BackgroundSave {
                     uri: s.uri.clone(),
                     reason,
+                    unconfirmed,
                 });
             }
         }

@@ -25,7 +25,7 @@ pub struct CheckpointWriter {
 
 #[derive(Debug)]
 enum Sink {
-    Object(MultipartWriter),
+    Object(Box<MultipartWriter>),
     Local(LocalWriter),
 }
 
@@ -41,7 +41,7 @@ impl CheckpointWriter {
                 let writer =
                     MultipartWriter::new(store.object_store(), Checkpoints::key(name), opts)
                         .with_uri(uri.clone());
-                Sink::Object(writer)
+                Sink::Object(Box::new(writer))
             }
             Target::Local(dir) => Sink::Local(LocalWriter::create(dir, name).await?),
         };
