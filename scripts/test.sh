@@ -2,7 +2,8 @@
 # README command 2: install what is needed, then run every check CI runs:
 # formatting, clippy with warnings as errors, the Rust tests (against mem://, file://,
 # the embedded S3 server and moto's server), the Python tests (boto3 and the AWS CLI
-# against `bucketload serve`, and the Python package with PyTorch), then each cargo-fuzz target for a bounded time
+# against `bucketload serve`, and the Python package with PyTorch), the fault matrix
+# (tests/faults), then each cargo-fuzz target for a bounded time
 # (BUCKETLOAD_FUZZ_SECONDS per target, default 20; 0 skips fuzzing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,5 +29,10 @@ cargo build --locked -p bucketload-cli
 MATURIN_PEP517_ARGS="--profile dev --locked" .venv/bin/python -m pip install --quiet \
     --disable-pip-version-check --force-reinstall --no-deps .
 BUCKETLOAD_BIN="$PWD/target/debug/bucketload" .venv/bin/python -m pytest -q tests/python
+echo "== fault matrix"
+# Every data path against `bucketload serve` injecting errors, resets and truncations at 0.15
+# each, three seeds; fails on any false success, false failure or crash (docs/SEMANTICS.md).
+BUCKETLOAD_BIN="$PWD/target/debug/bucketload" .venv/bin/python tests/faults/fault_matrix.py \
+    --seeds 1 2 3 --rate 0.15
 echo "== cargo fuzz"
 scripts/fuzz.sh "${BUCKETLOAD_FUZZ_SECONDS:-20}"

@@ -2,7 +2,10 @@
 //! `PUT /<bucket>` (path-style) or `PUT /` on `<bucket>.<host>`
 //! (virtual-hosted), with a LocationConstraint outside us-east-1.
 
+use std::time::{Duration, Instant};
+
 use crate::config::Addressing;
+use crate::error::BoxError;
 use crate::sigv4::{self, SignParams};
 use crate::{Error, Store};
 use bytes::Bytes;
@@ -83,33 +86,68 @@ pub(crate) fn signed(
 /// Sends CreateBucket; Ok if created or already ours.
 pub(crate) async fn create(store: &Store, client: &HttpClient) -> Result<(), Error> {
     let bucket_uri = store.uri().root().trim_end_matches('/').to_owned();
-    let (status, text) = execute(store, client, request(store)?, &bucket_uri).await?;
+    let (status, text) = execute(store, client, || request(store), &bucket_uri).await?;
     tracing::debug!(bucket = %bucket_uri, %status, "create bucket");
     classify(status, &text, &bucket_uri)
 }
 
-/// Sends `request`; the answer's status and body text. `uri` names the object or bucket in
-/// the error when the endpoint cannot be reached.
+/// The first wait between attempts of a request sent by [`execute`]; it doubles each time.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest wait between attempts (object_store's own backoff stops at 15 s; these requests
+/// are one-offs that a user waits for).
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Sends the request `make` builds (signed anew for every attempt); the answer's status and
+/// body text. Transport errors, cut bodies, 5xx and 429 answers are retried with exponential
+/// backoff, within the store's `max_retries` and `retry_timeout`, as object_store retries its
+/// own requests. Every request sent this way is idempotent (CreateBucket, ListMultipartUploads,
+/// AbortMultipartUpload): a retry after a lost answer finds the bucket owned, the same list,
+/// or the upload gone. `uri` names the object or bucket in errors.
 pub(crate) async fn execute(
+    store: &Store,
+    client: &HttpClient,
+    make: impl Fn() -> Result<HttpRequest, Error>,
+    uri: &str,
+) -> Result<(StatusCode, String), Error> {
+    let config = store.config();
+    let deadline = Instant::now() + config.retry_timeout();
+    let mut backoff = FIRST_BACKOFF;
+    let mut attempt = 0;
+    loop {
+        let outcome = send_once(store, client, make()?, uri).await;
+        let transient = match &outcome {
+            Ok((status, _)) => status.is_server_error() || *status == StatusCode::TOO_MANY_REQUESTS,
+            Err(_) => true,
+        };
+        if !transient || attempt >= config.max_retries() || Instant::now() + backoff > deadline {
+            return outcome;
+        }
+        tracing::debug!(%uri, attempt, "retrying a failed request");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+        attempt += 1;
+    }
+}
+
+async fn send_once(
     store: &Store,
     client: &HttpClient,
     request: HttpRequest,
     uri: &str,
 ) -> Result<(StatusCode, String), Error> {
+    let unreachable = |e: BoxError| Error::Unreachable {
+        uri: uri.to_owned(),
+        endpoint: bucket_url(store),
+        source: e,
+    };
     let response = client
         .execute(request)
         .await
-        .map_err(|e| Error::Unreachable {
-            uri: uri.to_owned(),
-            endpoint: bucket_url(store),
-            source: Box::new(e),
-        })?;
+        .map_err(|e| unreachable(Box::new(e)))?;
     let status = response.status();
-    let text = match response.into_body().bytes().await {
-        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-        Err(_) => String::new(),
-    };
-    Ok((status, text))
+    let body = response.into_body().bytes().await;
+    let body = body.map_err(|e| unreachable(Box::new(e)))?;
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
 fn classify(status: StatusCode, body: &str, bucket_uri: &str) -> Result<(), Error> {

@@ -46,3 +46,27 @@ async fn moto_other_region_sends_location_constraint() {
     let moto = MotoServer::start();
     create_use_and_recreate(moto.store_config().with_region("eu-west-1")).await;
 }
+
+/// CreateBucket is retried like every other request: through server errors, and through a
+/// reset that lost the answer of a creation that took effect (the retry finds the bucket ours).
+#[tokio::test]
+async fn create_bucket_is_retried_through_errors_and_lost_answers() {
+    use bucketload_server::FaultKind;
+    let server = EmbeddedServer::start().await;
+    for (n, fault) in [(2, FaultKind::Status(500)), (1, FaultKind::ResetMidBody)] {
+        let store = Store::open(
+            &format!("s3://{}/p", unique_bucket()),
+            &server.store_config(),
+        )
+        .unwrap();
+        let before = server.counters().get("CreateBucket");
+        server.faults().fail_next("CreateBucket", n, fault);
+        store.create_bucket().await.unwrap();
+        assert_eq!(server.counters().get("CreateBucket") - before, n as u64 + 1);
+        store
+            .object_store()
+            .put(&Path::from("k"), "v".into())
+            .await
+            .unwrap();
+    }
+}
