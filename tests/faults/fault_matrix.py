@@ -185,7 +185,7 @@ class Matrix:
             bucket = f"fm-s{seed}"
             self.s3.create_bucket(Bucket=bucket)
             for op in (self.gen, self.cp_up, self.cp_down, self.shard, self.read, self.ckpt,
-                       self.python_api):
+                       self.python_api, self.mount):
                 op(bad.endpoint, bucket, seed)
         finally:
             bad.stop()
@@ -290,6 +290,36 @@ class Matrix:
                 whole = outcome.get("digest") == ref["loader"]["digest"]
             self.record(op, seed, run, whole, effect=effect)
 
+    def mount(self, ep: str, bucket: str, seed: int) -> None:
+        """Through `bucketload mount`: `cp` and a shell redirect over existing objects, and reads
+        of every file, each checked like the commands above."""
+        if not Path("/dev/fuse").exists() or shutil.which("fusermount3") is None:
+            print(f"  seed {seed} mount                  not run: no /dev/fuse or fusermount3")
+            return
+        big = self.local / "big.bin"
+        for key in ("mnt/big.bin", "mnt/small.jpg"):
+            self.s3.put_object(Bucket=bucket, Key=key, Body=b"old content")
+        small = self.local / "files" / sorted(self.ref_files)[0]
+        with Mounted(self, ep, f"s3://{bucket}/mnt", ["--allow-overwrite"]) as mnt:
+            done = subprocess.run(["cp", str(big), str(mnt / "big.bin")], capture_output=True,
+                                  text=True, timeout=600)
+            self.record("mount cp", seed, done, self.object(bucket, "mnt/big.bin") ==
+                        big.read_bytes())
+            done = subprocess.run(["bash", "-c", f"cat '{small}' > '{mnt / 'small.jpg'}'"],
+                                  capture_output=True, text=True, timeout=600)
+            self.record("mount shell redirect", seed, done,
+                        self.object(bucket, "mnt/small.jpg") == small.read_bytes())
+        with Mounted(self, ep, "s3://fm-ref/files", ["--read-only"]) as mnt:
+            keys = sorted(self.ref_files)
+            script = ("import sys, pathlib; r = pathlib.Path(sys.argv[1]); "
+                      "[sys.stdout.buffer.write((r / k).read_bytes()) for k in sys.argv[2:]]")
+            read = subprocess.run([sys.executable, "-c", script, str(mnt), *keys],
+                                  capture_output=True, timeout=600)
+            want = b"".join(self.ref_files[k] for k in keys)
+            done = subprocess.CompletedProcess(read.args, read.returncode, "",
+                                               read.stderr.decode(errors="replace"))
+            self.record("mount read", seed, done, read.stdout == want, effect=False)
+
     def python_digest(self, ep: str) -> dict[str, str]:
         done = self.python_run(ep, "fm-ref")
         got = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}
@@ -315,6 +345,27 @@ class Matrix:
 
     def close(self) -> None:
         self.clean.stop()
+
+
+class Mounted:
+    """`bucketload mount URI DIR` (it returns once mounted) until the `with` block ends."""
+
+    def __init__(self, matrix: Matrix, endpoint: str, uri: str, extra: list[str]) -> None:
+        self.matrix, self.endpoint, self.uri, self.extra = matrix, endpoint, uri, extra
+        self.dir = Path(tempfile.mkdtemp(prefix="mnt-", dir=matrix.work))
+
+    def __enter__(self) -> Path:
+        done = self.matrix.run(self.endpoint, "mount", self.uri, str(self.dir), *self.extra)
+        if done.returncode != 0:
+            raise RuntimeError(f"mount {self.uri} failed: {done.stderr}")
+        return self.dir
+
+    def __exit__(self, *exc: object) -> None:
+        subprocess.run(["fusermount3", "-u", "-z", str(self.dir)], capture_output=True)
+        for _ in range(1000):  # at most 10 s
+            if str(self.dir) not in Path("/proc/self/mounts").read_text():
+                return
+            time.sleep(0.01)
 
 
 VERDICTS = ("ok", "failure", "false success", "false failure", "crash")
