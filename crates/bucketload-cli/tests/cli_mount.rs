@@ -608,7 +608,10 @@ fn a_writer_killed_mid_write_leaves_the_old_object() {
         "s3://mount-killed",
         &["--part-size", "5MiB", "--allow-overwrite"],
     );
-    let script = "import sys, time\n\
+    // Threads too: every one of them is killed, whichever closes the file.
+    let script = "import sys, threading, time\n\
+                  for _ in range(4):\n    \
+                      threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n\
                   f = open('x.bin', 'wb')\n\
                   f.write(b'partial' * 1000000)\n\
                   f.flush()\n\
@@ -640,5 +643,32 @@ fn a_writer_killed_mid_write_leaves_the_old_object() {
     assert_eq!(std::fs::read(&path).unwrap(), b"old\n");
     bash_ok(&m.dir, "echo newer > x.bin");
     assert_eq!(object(&fx, &store, "x.bin").unwrap(), b"newer\n");
+    m.unmount();
+}
+
+/// A multi-threaded program that exits normally with its output file open: the kernel closes
+/// the file from whichever thread exits last, one the exit killed; the file is still complete.
+#[test]
+fn a_threaded_program_exiting_normally_completes_its_output() {
+    let fx = Fixture::start();
+    let store = fx.store("s3://mount-threads");
+    let mut m = Mount::background(&fx, "s3://mount-threads", &[]);
+    let script = "import sys, threading, time\n\
+                  for _ in range(8):\n    \
+                      threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n\
+                  sys.stdout.write('x' * 100)\n";
+    for i in 0..5 {
+        let cmd = format!("{VENV_PYTHON} -c \"$SCRIPT\" > out{i}.txt");
+        let out = Command::new("bash")
+            .args(["-c", &cmd])
+            .env("SCRIPT", script)
+            .current_dir(&m.dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:#?}");
+        let key = format!("out{i}.txt");
+        let got = object(&fx, &store, &key);
+        assert_eq!(got.as_deref(), Some(&[b'x'; 100][..]), "{key}");
+    }
     m.unmount();
 }

@@ -2,8 +2,9 @@
 
 /// `PF_EXITING` in the kernel's task flags: the task is exiting.
 const PF_EXITING: u64 = 0x4;
-/// `PF_SIGNALED`: the task was killed by a signal.
-const PF_SIGNALED: u64 = 0x400;
+/// The fields of `/proc/TID/stat` after `(comm)`, counted from 0: `state` is field 3.
+const FLAGS: usize = 9 - 3;
+const EXIT_CODE: usize = 52 - 3;
 
 /// The process (thread group) of thread `tid`; `tid` itself when `/proc` does not know it.
 pub(crate) fn process_of(tid: u32) -> u32 {
@@ -15,16 +16,25 @@ pub(crate) fn process_of(tid: u32) -> u32 {
         .unwrap_or(tid)
 }
 
-/// Whether thread `tid` is exiting because a signal killed it (its descriptors are being closed
-/// by the kernel, not by the program): the flags field of `/proc/TID/stat`.
+/// Whether thread `tid` is exiting because a signal killed its process: its descriptors are
+/// being closed by the kernel, not by the program. The task is exiting (`PF_EXITING`) with a
+/// wait status that says "killed by a signal". The status, not `PF_SIGNALED`: when a process
+/// exits normally, its other threads are killed and carry that flag, and the last of them to
+/// exit closes the files; their status is the process's exit status. `false` when `/proc`
+/// does not show the status (another user's process).
 pub(crate) fn killed(tid: u32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).unwrap_or_default();
-    // `pid (comm) state ppid pgrp session tty_nr tpgid flags ...`; comm may hold spaces.
-    let flags = stat
-        .rfind(')')
-        .and_then(|close| stat[close + 1..].split_whitespace().nth(6))
-        .and_then(|f| f.parse::<u64>().ok());
-    flags.is_some_and(|f| f & PF_EXITING != 0 && f & PF_SIGNALED != 0)
+    // `pid (comm) state ...`; comm may hold spaces and parentheses.
+    let fields: Vec<&str> = match stat.rfind(')') {
+        Some(close) => stat[close + 1..].split_whitespace().collect(),
+        None => return false,
+    };
+    let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    match (field(FLAGS), field(EXIT_CODE)) {
+        // The low seven bits of a wait status are the signal that ended the process.
+        (Some(flags), Some(status)) => flags & PF_EXITING != 0 && status & 0x7f != 0,
+        _ => false,
+    }
 }
 
 #[cfg(test)]

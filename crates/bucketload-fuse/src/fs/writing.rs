@@ -10,8 +10,8 @@
 //! - the `release` of the open file (its last descriptor closed), which the kernel sends after
 //!   `close` returned; an empty file (`: > f`, `touch f`) is completed there.
 //!
-//! A flush by a process that a signal killed abandons the upload instead: the kernel closes a
-//! killed program's descriptors, and a half-written file must not replace the object. A write
+//! A flush by the opener when a signal killed it abandons the upload instead: the kernel closes
+//! a killed program's descriptors, and a half-written file must not replace the object. A write
 //! the mount refuses (out of order) or a refused `ftruncate` abandons it too. A store failure
 //! fails the upload; in every case the name goes back to what the store holds (a new file
 //! disappears, a replaced one shows the old object) and every later write and close of the
