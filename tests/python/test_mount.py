@@ -122,3 +122,33 @@ def test_torch_save_through_the_mount_is_read_back_through_s3(s3, bucket, mount)
 
     again = torch.load(point / "ckpt" / "model.pt")
     assert torch.equal(again["w"], state["w"])
+
+
+def _body(s3, bucket: str, key: str) -> bytes:
+    return s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+def test_redirections_and_dup_descriptors_write_exactly_the_bytes(s3, bucket, mount):
+    s3.put_object(Bucket=bucket, Key="y.txt", Body=b"old\n")
+    point = mount("--allow-overwrite")
+
+    subprocess.run(["bash", "-c", "echo new > y.txt"], cwd=point, check=True)
+    assert _body(s3, bucket, "y.txt") == b"new\n"
+    # What shells do: the descriptor is duplicated and the original closed before any write.
+    fd = os.open(point / "dup.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    second = os.dup(fd)
+    os.close(fd)
+    os.write(second, b"through the copy\n")
+    os.close(second)
+    assert _body(s3, bucket, "dup.txt") == b"through the copy\n"
+    with open(point / "w.txt", "w") as f:
+        for i in range(1000):
+            print(i, file=f)
+    assert _body(s3, bucket, "w.txt") == "".join(f"{i}\n" for i in range(1000)).encode()
+    # Appending is refused; the object is untouched.
+    appended = subprocess.run(["bash", "-c", "echo more >> y.txt"], cwd=point, capture_output=True)
+    assert appended.returncode != 0 and b"Operation not supported" in appended.stderr
+    with pytest.raises(OSError) as err:
+        open(point / "y.txt", "a")
+    assert err.value.errno == 95  # ENOTSUP
+    assert _body(s3, bucket, "y.txt") == b"new\n"

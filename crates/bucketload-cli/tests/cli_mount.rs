@@ -343,3 +343,332 @@ fn mount_errors_name_the_problem() {
     assert!(run.stderr.contains("no-such-bucket-here"), "{run:#?}");
     assert!(!is_mounted(&dir));
 }
+
+/// Runs `script` with `bash -c` in `dir`.
+fn bash(dir: &Path, script: &str) -> std::process::Output {
+    Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+/// Runs `script` with `bash -c` in `dir`; it must succeed.
+fn bash_ok(dir: &Path, script: &str) {
+    let out = bash(dir, script);
+    assert!(out.status.success(), "`{script}` failed: {out:#?}");
+}
+
+/// Runs `script` with `bash -c` in `dir`; it must fail, and its stderr is returned.
+fn bash_fails(dir: &Path, script: &str) -> String {
+    let out = bash(dir, script);
+    assert!(!out.status.success(), "`{script}` succeeded: {out:#?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The object's bytes read through the S3 API (not through the mount), if it exists.
+fn object(fx: &Fixture, store: &bucketload_store::Store, key: &str) -> Option<Vec<u8>> {
+    fx.block_on(async {
+        match store.object_store().get(&Key::from(key)).await {
+            Ok(r) => Some(r.bytes().await.unwrap().to_vec()),
+            Err(bucketload_store::object_store::Error::NotFound { .. }) => None,
+            Err(e) => panic!("GET {key}: {e}"),
+        }
+    })
+}
+
+const VENV_PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../.venv/bin/python");
+
+/// Shell redirection, dd, tee and Python write exactly the bytes written; an existing file is
+/// replaced only by the complete new content.
+#[test]
+fn shell_redirection_dd_tee_and_python_write_exactly_the_bytes() {
+    let fx = Fixture::start();
+    let store = fx.store("s3://mount-shell");
+    let os = store.object_store();
+    fx.block_on(async {
+        os.put(&Key::from("y.txt"), "old content\n".into())
+            .await
+            .unwrap();
+        os.put(&Key::from("keep.txt"), "keep\n".into())
+            .await
+            .unwrap();
+    });
+    let big = pattern((12 << 20) + 5, 4);
+    let big_path = fx.work_path("big.bin");
+    std::fs::write(&big_path, &big).unwrap();
+    let small = pattern((1 << 20) + 7, 5);
+    let small_path = fx.work_path("small.bin");
+    std::fs::write(&small_path, &small).unwrap();
+    let (big_path, small_path) = (big_path.to_str().unwrap(), small_path.to_str().unwrap());
+    let mut m = Mount::background(
+        &fx,
+        "s3://mount-shell",
+        &["--part-size", "5MiB", "--allow-overwrite"],
+    );
+    let dir = m.dir.clone();
+    let get = |key: &str| object(&fx, &store, key);
+
+    bash_ok(&dir, "echo new > y.txt");
+    assert_eq!(get("y.txt").unwrap(), b"new\n");
+    assert_eq!(std::fs::read(m.path("y.txt")).unwrap(), b"new\n");
+    bash_ok(&dir, "echo hello > x.txt");
+    assert_eq!(get("x.txt").unwrap(), b"hello\n");
+    bash_ok(&dir, &format!("cat {big_path} > cat.bin"));
+    assert_eq!(get("cat.bin").unwrap(), big);
+    bash_ok(&dir, "(printf 'one '; printf 'two\\n') > sub.txt");
+    assert_eq!(get("sub.txt").unwrap(), b"one two\n");
+    bash_ok(&dir, "exec 3>fd3.txt; echo a >&3; echo b >&3; exec 3>&-");
+    assert_eq!(get("fd3.txt").unwrap(), b"a\nb\n");
+    bash_ok(
+        &dir,
+        &format!("dd if={big_path} of=dd.bin bs=1M status=none"),
+    );
+    assert_eq!(get("dd.bin").unwrap(), big);
+    bash_ok(
+        &dir,
+        &format!("dd if={small_path} of=dd512.bin status=none"),
+    );
+    assert_eq!(get("dd512.bin").unwrap(), small);
+    bash_ok(
+        &dir,
+        &format!("dd if={small_path} of=dd.bin bs=64K conv=fsync status=none"),
+    );
+    assert_eq!(get("dd.bin").unwrap(), small, "replaced by dd");
+    // conv=notrunc would modify the object in place: refused, the object untouched.
+    let err = bash_fails(
+        &dir,
+        &format!("dd if={small_path} of=keep.txt conv=notrunc status=none"),
+    );
+    assert!(err.contains("Operation not supported"), "{err}");
+    assert_eq!(get("keep.txt").unwrap(), b"keep\n");
+    bash_ok(&dir, "printf tee-data | tee tee.txt > /dev/null");
+    assert_eq!(get("tee.txt").unwrap(), b"tee-data");
+    let py = "open('py.txt', 'w').write('python\\n')";
+    let out = Command::new(VENV_PYTHON)
+        .args(["-c", py])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:#?}");
+    assert_eq!(get("py.txt").unwrap(), b"python\n");
+    // Nothing written: the empty object is made when the kernel releases the file, just
+    // after close returned.
+    bash_ok(&dir, ": > empty.txt");
+    wait_until("the empty object appears", || get("empty.txt").is_some());
+    assert_eq!(get("empty.txt").unwrap(), b"");
+    assert_eq!(std::fs::read(m.path("empty.txt")).unwrap(), b"");
+    m.unmount();
+}
+
+/// Appends are refused with ENOTSUP and leave the object as it was.
+#[test]
+fn appends_are_refused_and_leave_the_object_untouched() {
+    let fx = Fixture::start();
+    let store = fx.store("s3://mount-append");
+    fx.block_on(
+        store
+            .object_store()
+            .put(&Key::from("a.txt"), "first\n".into()),
+    )
+    .unwrap();
+    let mut m = Mount::background(&fx, "s3://mount-append", &["--allow-overwrite"]);
+    let dir = m.dir.clone();
+    let err = bash_fails(&dir, "echo more >> a.txt");
+    assert!(err.contains("Operation not supported"), "{err}");
+    let err = bash_fails(&dir, "echo more | tee -a a.txt");
+    assert!(err.contains("Operation not supported"), "{err}");
+    let err = bash_fails(&dir, "echo more >> new.txt");
+    assert!(err.contains("Operation not supported"), "{err}");
+    assert_eq!(object(&fx, &store, "a.txt").unwrap(), b"first\n");
+    assert_eq!(std::fs::read(m.path("a.txt")).unwrap(), b"first\n");
+    assert!(object(&fx, &store, "new.txt").is_none());
+    assert!(!m.path("new.txt").exists());
+    m.unmount();
+}
+
+/// Editors replace a file by writing another one and renaming it over the target (vim's
+/// backup copy, `sed -i`'s temporary file).
+#[test]
+fn write_then_rename_editors_replace_the_file() {
+    let fx = Fixture::start();
+    let store = fx.store("s3://mount-editors");
+    fx.block_on(store.object_store().put(&Key::from("f.txt"), "v0\n".into()))
+        .unwrap();
+    let mut m = Mount::background(
+        &fx,
+        "s3://mount-editors",
+        &["--allow-overwrite", "--allow-delete"],
+    );
+    let dir = m.dir.clone();
+    // vim with `backupcopy=no`: the new text goes to a temporary name, renamed over the file.
+    bash_ok(&dir, "printf 'v1\\n' > .f.txt.swp && mv .f.txt.swp f.txt");
+    assert_eq!(object(&fx, &store, "f.txt").unwrap(), b"v1\n");
+    assert!(object(&fx, &store, ".f.txt.swp").is_none());
+    // vim's `writebackup`: the old file becomes f.txt~, the new one is written, the backup goes.
+    bash_ok(
+        &dir,
+        "mv f.txt f.txt~ && printf 'v2\\n' > f.txt && rm f.txt~",
+    );
+    assert_eq!(object(&fx, &store, "f.txt").unwrap(), b"v2\n");
+    assert!(object(&fx, &store, "f.txt~").is_none());
+    bash_ok(&dir, "sed -i 's/v2/v3/' f.txt");
+    assert_eq!(object(&fx, &store, "f.txt").unwrap(), b"v3\n");
+    assert_eq!(std::fs::read(m.path("f.txt")).unwrap(), b"v3\n");
+    let listed: Vec<String> = fx.block_on(async {
+        use futures::TryStreamExt;
+        let all: Vec<_> = store.object_store().list(None).try_collect().await.unwrap();
+        all.into_iter().map(|o| o.location.to_string()).collect()
+    });
+    assert_eq!(listed, ["f.txt"], "no temporary file left behind");
+    m.unmount();
+}
+
+/// The store fails during `cp` onto an existing file and onto a new one: cp fails, the old
+/// object is intact and shown again, the new name disappears, and both can be written again.
+#[test]
+fn a_store_failure_mid_cp_leaves_the_old_object_and_the_name_usable() {
+    let fx = Fixture::start();
+    let store = fx.store("s3://mount-fault");
+    let old = pattern(3 << 20, 6);
+    fx.block_on(
+        store
+            .object_store()
+            .put(&Key::from("x.bin"), old.clone().into()),
+    )
+    .unwrap();
+    let new = pattern(12 << 20, 7);
+    let new_path = fx.work_path("new.bin");
+    std::fs::write(&new_path, &new).unwrap();
+    let new_path = new_path.to_str().unwrap();
+    let mut m = Mount::background(
+        &fx,
+        "s3://mount-fault",
+        // One part in flight (the memory limit holds two parts): a failed part is seen by the
+        // next write, while cp is still writing.
+        &[
+            "--part-size",
+            "5MiB",
+            "--memory-limit",
+            "10MiB",
+            "--allow-overwrite",
+            "--max-retries",
+            "0",
+        ],
+    );
+    let dir = m.dir.clone();
+    let faults = fx.server().faults();
+    use bucketload_server::FaultKind;
+
+    faults.fail_next("UploadPart", 1, FaultKind::Status(500));
+    let err = bash_fails(&dir, &format!("cp {new_path} x.bin"));
+    assert!(err.contains("Input/output error"), "{err}");
+    assert_eq!(
+        object(&fx, &store, "x.bin").unwrap(),
+        old,
+        "old object intact"
+    );
+    assert_eq!(
+        std::fs::metadata(m.path("x.bin")).unwrap().len(),
+        old.len() as u64
+    );
+    assert_eq!(std::fs::read(m.path("x.bin")).unwrap(), old);
+    let ls = sh("ls", &["-l", dir.to_str().unwrap()]);
+    assert!(ls.contains(&old.len().to_string()), "{ls}");
+    bash_ok(&dir, &format!("cp {new_path} x.bin"));
+    assert_eq!(object(&fx, &store, "x.bin").unwrap(), new);
+
+    faults.fail_next("UploadPart", 1, FaultKind::Status(500));
+    let err = bash_fails(&dir, &format!("cp {new_path} fresh.bin"));
+    assert!(err.contains("Input/output error"), "{err}");
+    assert!(object(&fx, &store, "fresh.bin").is_none());
+    assert!(!m.path("fresh.bin").exists(), "no phantom file");
+    let ls = sh("ls", &[dir.to_str().unwrap()]);
+    assert!(!ls.contains("fresh.bin"), "{ls}");
+    bash_ok(&dir, &format!("cp {new_path} fresh.bin"));
+    assert_eq!(object(&fx, &store, "fresh.bin").unwrap(), new);
+    m.unmount();
+}
+
+/// A program killed while writing (the kernel closes its descriptors) does not replace the
+/// object with what it had written so far.
+#[test]
+fn a_writer_killed_mid_write_leaves_the_old_object() {
+    let fx = Fixture::start();
+    let store = fx.store("s3://mount-killed");
+    fx.block_on(
+        store
+            .object_store()
+            .put(&Key::from("x.bin"), "old\n".into()),
+    )
+    .unwrap();
+    let mut m = Mount::background(
+        &fx,
+        "s3://mount-killed",
+        &["--part-size", "5MiB", "--allow-overwrite"],
+    );
+    // Threads too: every one of them is killed, whichever closes the file.
+    let script = "import sys, threading, time\n\
+                  for _ in range(4):\n    \
+                      threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n\
+                  f = open('x.bin', 'wb')\n\
+                  f.write(b'partial' * 1000000)\n\
+                  f.flush()\n\
+                  print('written', flush=True)\n\
+                  time.sleep(600)\n";
+    let mut child = Command::new(VENV_PYTHON)
+        .args(["-c", script])
+        .current_dir(&m.dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    {
+        use std::io::BufRead;
+        let stdout = child.stdout.as_mut().unwrap();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .unwrap();
+    }
+    assert_eq!(line, "written\n");
+    child.kill().unwrap(); // SIGKILL, by PID
+    child.wait().unwrap();
+    let got = object(&fx, &store, "x.bin").unwrap();
+    assert!(got == b"old\n", "x.bin holds {} bytes", got.len());
+    let path = m.path("x.bin");
+    wait_until("the file is readable again", || {
+        std::fs::read(&path).is_ok()
+    });
+    assert_eq!(std::fs::read(&path).unwrap(), b"old\n");
+    bash_ok(&m.dir, "echo newer > x.bin");
+    assert_eq!(object(&fx, &store, "x.bin").unwrap(), b"newer\n");
+    m.unmount();
+}
+
+/// A multi-threaded program that exits normally with its output file open: the kernel closes
+/// the file from whichever thread exits last, one the exit killed; the file is still complete.
+#[test]
+fn a_threaded_program_exiting_normally_completes_its_output() {
+    let fx = Fixture::start();
+    let store = fx.store("s3://mount-threads");
+    let mut m = Mount::background(&fx, "s3://mount-threads", &[]);
+    let script = "import sys, threading, time\n\
+                  for _ in range(8):\n    \
+                      threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n\
+                  sys.stdout.write('x' * 100)\n";
+    for i in 0..5 {
+        let cmd = format!("{VENV_PYTHON} -c \"$SCRIPT\" > out{i}.txt");
+        let out = Command::new("bash")
+            .args(["-c", &cmd])
+            .env("SCRIPT", script)
+            .current_dir(&m.dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:#?}");
+        let key = format!("out{i}.txt");
+        let got = object(&fx, &store, &key);
+        assert_eq!(got.as_deref(), Some(&[b'x'; 100][..]), "{key}");
+    }
+    m.unmount();
+}

@@ -179,7 +179,7 @@ impl Filesystem for BucketFs {
         _atime: Option<TimeOrNow>,
         _mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -189,7 +189,7 @@ impl Filesystem for BucketFs {
         // Modes, owners and times are fixed by the mount and changes to them are ignored
         // (docs/SEMANTICS.md); a size change is only accepted when it changes nothing.
         let result = match size {
-            Some(size) => self.run(self.fs.truncate(ino.0, size)),
+            Some(size) => self.run(self.fs.truncate(ino.0, size, fh.map(|f| f.0))),
             None => self.run(self.fs.getattr(ino.0)),
         };
         match result {

@@ -31,6 +31,7 @@ mod error;
 mod fs;
 pub mod fuse;
 mod memory;
+mod process;
 mod read;
 mod tree;
 mod write;

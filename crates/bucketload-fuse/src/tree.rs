@@ -107,7 +107,33 @@ pub(crate) struct Node {
     pub(crate) listed: Checked,
 }
 
+/// The store's object behind a file, as the tree knew it: what the name shows again when an
+/// upload that would have replaced it fails.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Saved {
+    pub(crate) size: u64,
+    pub(crate) etag: Option<String>,
+    pub(crate) mtime: SystemTime,
+}
+
 impl Node {
+    /// The object behind this file, unless it was made through the mount and not yet uploaded.
+    pub(crate) fn saved(&self) -> Option<Saved> {
+        (!self.local).then(|| Saved {
+            size: self.size,
+            etag: self.etag.clone(),
+            mtime: self.mtime,
+        })
+    }
+
+    /// Shows `saved` again; the store is asked before it is trusted.
+    pub(crate) fn restore(&mut self, saved: &Saved) {
+        self.size = saved.size;
+        self.etag = saved.etag.clone();
+        self.mtime = saved.mtime;
+        self.checked = Checked::Never;
+    }
+
     pub(crate) fn stat(&self, ino: u64) -> Stat {
         Stat {
             ino,

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use bucketload_fuse::{Error, Fs, Kind, MountConfig, OpenMode, ROOT, errno};
+use bucketload_server::FaultKind;
 use bucketload_store::object_store::ObjectStoreExt;
 use bucketload_store::object_store::path::Path;
 use bucketload_store::{Store, StoreConfig};
@@ -21,7 +22,7 @@ fn pattern(len: usize, salt: u8) -> Vec<u8> {
 }
 
 struct Bucket {
-    _server: EmbeddedServer,
+    server: EmbeddedServer,
     config: StoreConfig,
     uri: String,
 }
@@ -33,7 +34,7 @@ impl Bucket {
         Bucket {
             config: server.store_config(),
             uri: format!("s3://{bucket}/data"),
-            _server: server,
+            server,
         }
     }
 
@@ -59,6 +60,13 @@ impl Bucket {
 
     async fn fs(&self, config: MountConfig) -> Fs {
         Fs::new(self.store(), config).await.unwrap()
+    }
+
+    /// A file system whose store does not retry: an injected fault fails the request.
+    async fn fs_without_retries(&self, config: MountConfig) -> Fs {
+        let store_config = self.config.clone().with_max_retries(0);
+        let store = Store::open(&self.uri, &store_config).unwrap();
+        Fs::new(store, config).await.unwrap()
     }
 }
 
@@ -311,18 +319,11 @@ async fn unsupported_writes_fail_at_once_with_their_errno() {
     assert_eq!(errno_of(fs.open(old.ino, append, 1).await), errno::ENOTSUP);
     assert_eq!(errno_of(fs.open(old.ino, trunc, 1).await), errno::EPERM);
     assert_eq!(errno_of(fs.unlink(ROOT, "old.bin").await), errno::EPERM);
-    assert_eq!(errno_of(fs.truncate(old.ino, 5).await), errno::ENOTSUP);
-    let (_, fh) = fs
-        .create(ROOT, "seq.bin", OpenMode::default(), 1)
-        .await
-        .unwrap();
-    fs.write(fh, 0, Bytes::from_static(b"abc")).await.unwrap();
     assert_eq!(
-        errno_of(fs.write(fh, 10, Bytes::from_static(b"z")).await),
-        errno::EINVAL
+        errno_of(fs.truncate(old.ino, 5, None).await),
+        errno::ENOTSUP
     );
-    fs.release(fh).await.unwrap();
-    assert_eq!(b.get("seq.bin").await.unwrap(), "abc");
+    // Out-of-order writes: `a_refused_write_or_resize_makes_no_object`.
     let d = fs.mkdir(ROOT, "dir").await.unwrap();
     assert_eq!(errno_of(fs.mkdir(ROOT, "dir").await), errno::EEXIST);
     assert_eq!(
@@ -555,4 +556,261 @@ async fn writes_renames_and_reads_on_moto() {
     assert_eq!(read_all(&fresh, "ckpt/step.pt", 128 * 1024).await, body);
     fs.unlink(d.ino, "step.pt").await.unwrap();
     assert!(os.head(&Path::from("ckpt/step.pt")).await.is_err());
+}
+
+const TRUNC: OpenMode = OpenMode {
+    write: true,
+    truncate: true,
+    append: false,
+};
+
+/// The process id FUSE reports for the shell in the sequences below.
+const SHELL: u32 = 4242;
+
+async fn write_all(fs: &Fs, fh: u64, at: u64, body: &[u8], chunk: usize) -> Result<(), Error> {
+    for (i, piece) in body.chunks(chunk).enumerate() {
+        let offset = at + (i * chunk) as u64;
+        fs.write(fh, offset, Bytes::copy_from_slice(piece)).await?;
+    }
+    Ok(())
+}
+
+/// The requests the kernel sends for `echo new > y.txt`: bash opens the file with `O_TRUNC`,
+/// `dup2`s it onto its stdout and closes the original descriptor (a flush before any write),
+/// echo writes, bash restores its stdout (a flush after the write), the release follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_redirection_uploads_exactly_the_bytes_written() {
+    let b = Bucket::new().await;
+    b.put("y.txt", b"old content\n".to_vec()).await;
+    let fs = b
+        .fs(MountConfig::default().with_allow_overwrite(true))
+        .await;
+    let y = fs.lookup(ROOT, "y.txt").await.unwrap();
+    let fh = fs.open(y.ino, TRUNC, SHELL).await.unwrap();
+    fs.flush(fh, SHELL).await.unwrap();
+    assert_eq!(
+        b.get("y.txt").await.unwrap(),
+        "old content\n",
+        "a close before any write replaces nothing"
+    );
+    fs.write(fh, 0, Bytes::from_static(b"new\n")).await.unwrap();
+    fs.flush(fh, SHELL).await.unwrap();
+    assert_eq!(b.get("y.txt").await.unwrap(), "new\n", "complete at close");
+    fs.release(fh).await.unwrap();
+    assert_eq!(b.get("y.txt").await.unwrap(), "new\n");
+    assert_eq!(read_all(&fs, "y.txt", 4096).await, b"new\n");
+
+    // `echo hello > x.txt`: a new file, the same sequence through create.
+    let (_, fh) = fs.create(ROOT, "x.txt", TRUNC, SHELL).await.unwrap();
+    fs.flush(fh, SHELL).await.unwrap();
+    assert!(b.get("x.txt").await.is_none(), "no empty object");
+    fs.write(fh, 0, Bytes::from_static(b"hello\n"))
+        .await
+        .unwrap();
+    fs.flush(fh, SHELL).await.unwrap();
+    assert_eq!(b.get("x.txt").await.unwrap(), "hello\n");
+    fs.release(fh).await.unwrap();
+
+    // `exec 3>log; echo a >&3; echo b >&3; exec 3>&-`: every echo's restore of stdout closes
+    // a descriptor after a write; the second write continues the same file.
+    let (_, fh) = fs.create(ROOT, "log", TRUNC, SHELL).await.unwrap();
+    fs.flush(fh, SHELL).await.unwrap();
+    fs.write(fh, 0, Bytes::from_static(b"a\n")).await.unwrap();
+    fs.flush(fh, SHELL).await.unwrap();
+    assert_eq!(b.get("log").await.unwrap(), "a\n");
+    fs.write(fh, 2, Bytes::from_static(b"b\n")).await.unwrap();
+    fs.flush(fh, SHELL).await.unwrap();
+    assert_eq!(b.get("log").await.unwrap(), "a\nb\n");
+    fs.flush(fh, SHELL).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert_eq!(b.get("log").await.unwrap(), "a\nb\n");
+    assert_eq!(read_all(&fs, "log", 4096).await, b"a\nb\n");
+
+    // `: > empty`: nothing written; the release (last close) makes the empty object.
+    let (_, fh) = fs.create(ROOT, "empty", TRUNC, SHELL).await.unwrap();
+    fs.flush(fh, SHELL).await.unwrap();
+    assert!(b.get("empty").await.is_none());
+    fs.release(fh).await.unwrap();
+    assert_eq!(b.get("empty").await.unwrap(), "");
+    assert_eq!(fs.open_handles(), 0);
+}
+
+/// `dd if=big of=g` opens its output, `dup2`s it onto descriptor 1 and closes the original
+/// before writing (coreutils' `fd_reopen`); `conv=fsync` adds an fsync before the close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dd_sequences_upload_every_byte() {
+    let b = Bucket::new().await;
+    let fs = b.fs(MountConfig::default().with_part_size(5 << 20)).await;
+    let body = pattern(12 * MIB + 3, 7);
+    let (_, fh) = fs.create(ROOT, "g", TRUNC, SHELL).await.unwrap();
+    fs.flush(fh, SHELL).await.unwrap();
+    write_all(&fs, fh, 0, &body, MIB).await.unwrap();
+    assert!(b.get("g").await.is_none(), "no object before close");
+    fs.flush(fh, SHELL).await.unwrap();
+    assert_eq!(b.get("g").await.unwrap(), body);
+    fs.release(fh).await.unwrap();
+
+    // dd's default 512-byte blocks, with conv=fsync.
+    let small = pattern(5 * MIB + 1000, 8);
+    let (_, fh) = fs.create(ROOT, "h", TRUNC, SHELL).await.unwrap();
+    fs.flush(fh, SHELL).await.unwrap();
+    write_all(&fs, fh, 0, &small, 512).await.unwrap();
+    fs.fsync(fh).await.unwrap();
+    assert_eq!(b.get("h").await.unwrap(), small, "durable after fsync");
+    fs.flush(fh, SHELL).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert_eq!(b.get("h").await.unwrap(), small);
+    assert_eq!(read_all(&fs, "h", 1 << 20).await, small);
+}
+
+/// The thread id of the calling thread, from /proc/thread-self (`PID/task/TID`).
+fn thread_id() -> u32 {
+    let link = std::fs::read_link("/proc/thread-self").unwrap();
+    link.file_name().unwrap().to_str().unwrap().parse().unwrap()
+}
+
+/// FUSE reports the thread that calls `close`: a program that opens a file on one thread and
+/// closes it on another still has its upload completed, and the error returned, by close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_on_another_thread_of_the_process_completes_the_upload() {
+    let b = Bucket::new().await;
+    let fs = b.fs(MountConfig::default()).await;
+    let opener = std::process::id();
+    // The closing thread lives until the flush is done (FUSE asks while close() waits).
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        tid_tx.send(thread_id()).unwrap();
+        let _ = done_rx.recv();
+    });
+    let closer = tid_rx.recv().unwrap();
+    assert_ne!(opener, closer);
+    let (_, fh) = fs.create(ROOT, "t.bin", TRUNC, opener).await.unwrap();
+    fs.write(fh, 0, Bytes::from_static(b"threads"))
+        .await
+        .unwrap();
+    fs.flush(fh, closer).await.unwrap();
+    assert_eq!(b.get("t.bin").await.unwrap(), "threads");
+    fs.release(fh).await.unwrap();
+    done_tx.send(()).unwrap();
+    thread.join().unwrap();
+}
+
+/// A store failure mid-upload: the write (or the close) fails with EIO, no object is made, and
+/// the name is left as the store has it: a new file disappears, a replaced file shows the old
+/// object again, readable, and either can be written again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_upload_leaves_the_name_as_the_store_has_it() {
+    let b = Bucket::new().await;
+    let old = pattern(3 * MIB, 1);
+    b.put("x.bin", old.clone()).await;
+    // One part in flight (the memory limit leaves room for two parts only), so a failed part
+    // is seen by the next write.
+    let config = MountConfig::default()
+        .with_allow_overwrite(true)
+        .with_part_size(5 << 20)
+        .with_memory_limit(10 << 20)
+        .with_memory_wait(Duration::ZERO);
+    let fs = b.fs_without_retries(config).await;
+    let faults = b.server.faults();
+    let body = pattern(16 * MIB, 2);
+
+    // A part fails while the program writes; it closes without another word (release only).
+    let x = fs.lookup(ROOT, "x.bin").await.unwrap();
+    faults.fail_next("UploadPart", 1, FaultKind::Status(500));
+    let fh = fs.open(x.ino, TRUNC, SHELL).await.unwrap();
+    let failed = write_all(&fs, fh, 0, &body, MIB).await;
+    assert_eq!(errno_of(failed), errno::EIO);
+    assert_old_is_back(&b, &fs, x.ino, &old).await;
+    assert_eq!(errno_of(fs.flush(fh, SHELL).await), errno::EIO);
+    assert_eq!(errno_of(fs.release(fh).await), errno::EIO);
+    assert_old_is_back(&b, &fs, x.ino, &old).await;
+
+    // The completion fails: close returns EIO.
+    faults.fail_next("CompleteMultipartUpload", 1, FaultKind::Status(500));
+    let fh = fs.open(x.ino, TRUNC, SHELL).await.unwrap();
+    write_all(&fs, fh, 0, &body, MIB).await.unwrap();
+    assert_eq!(errno_of(fs.flush(fh, SHELL).await), errno::EIO);
+    assert_old_is_back(&b, &fs, x.ino, &old).await;
+    assert_eq!(errno_of(fs.release(fh).await), errno::EIO);
+
+    // A small file is one PUT at close; it fails on release (no flush by the opener).
+    faults.fail_next("PutObject", 1, FaultKind::Status(500));
+    let fh = fs.open(x.ino, TRUNC, SHELL).await.unwrap();
+    fs.write(fh, 0, Bytes::from_static(b"short")).await.unwrap();
+    assert_eq!(errno_of(fs.release(fh).await), errno::EIO);
+    assert_old_is_back(&b, &fs, x.ino, &old).await;
+
+    // The name can be written again.
+    let fh = fs.open(x.ino, TRUNC, SHELL).await.unwrap();
+    write_all(&fs, fh, 0, &body, MIB).await.unwrap();
+    fs.flush(fh, SHELL).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert_eq!(b.get("x.bin").await.unwrap(), body);
+
+    // A new file whose upload fails disappears, and can be created again.
+    faults.fail_next("UploadPart", 1, FaultKind::Status(500));
+    let (_, fh) = fs.create(ROOT, "n.bin", TRUNC, SHELL).await.unwrap();
+    assert_eq!(
+        errno_of(write_all(&fs, fh, 0, &body, MIB).await),
+        errno::EIO
+    );
+    assert_eq!(errno_of(fs.lookup(ROOT, "n.bin").await), errno::ENOENT);
+    assert!(!names(&fs, ROOT).await.iter().any(|(n, _)| n == "n.bin"));
+    assert_eq!(errno_of(fs.release(fh).await), errno::EIO);
+    assert!(b.get("n.bin").await.is_none());
+    write_file(&fs, ROOT, "n.bin", b"second try", TRUNC)
+        .await
+        .unwrap();
+    assert_eq!(b.get("n.bin").await.unwrap(), "second try");
+    assert_eq!(fs.memory_available(), 10 << 20);
+}
+
+async fn assert_old_is_back(b: &Bucket, fs: &Fs, ino: u64, old: &[u8]) {
+    assert_eq!(
+        b.get("x.bin").await.unwrap(),
+        old,
+        "the old object is intact"
+    );
+    let stat = fs.getattr(ino).await.unwrap();
+    assert!(!stat.writing, "the failed file is no longer being written");
+    assert_eq!(stat.size, old.len() as u64);
+    assert_eq!(
+        fs.lookup(ROOT, "x.bin").await.unwrap().size,
+        old.len() as u64
+    );
+    assert_eq!(read_all(fs, "x.bin", 1 << 20).await, old);
+}
+
+/// A write or resize the mount refuses leaves the file unfinishable: closing it makes no
+/// object (no truncated one), and close says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_write_or_resize_makes_no_object() {
+    let b = Bucket::new().await;
+    b.put("keep.bin", b"keep".to_vec()).await;
+    let fs = b
+        .fs(MountConfig::default().with_allow_overwrite(true))
+        .await;
+    let (_, fh) = fs.create(ROOT, "seq.bin", TRUNC, SHELL).await.unwrap();
+    fs.write(fh, 0, Bytes::from_static(b"abc")).await.unwrap();
+    assert_eq!(
+        errno_of(fs.write(fh, 10, Bytes::from_static(b"z")).await),
+        errno::EINVAL
+    );
+    assert_eq!(errno_of(fs.flush(fh, SHELL).await), errno::EIO);
+    assert_eq!(errno_of(fs.release(fh).await), errno::EIO);
+    assert!(b.get("seq.bin").await.is_none(), "no truncated object");
+    assert_eq!(errno_of(fs.lookup(ROOT, "seq.bin").await), errno::ENOENT);
+
+    // `dd seek=1 of=keep.bin`: ftruncate of the open file to a size it cannot have.
+    let keep = fs.lookup(ROOT, "keep.bin").await.unwrap();
+    let fh = fs.open(keep.ino, TRUNC, SHELL).await.unwrap();
+    assert_eq!(
+        errno_of(fs.truncate(keep.ino, 512, Some(fh)).await),
+        errno::ENOTSUP
+    );
+    fs.flush(fh, SHELL).await.unwrap_err();
+    fs.release(fh).await.unwrap_err();
+    assert_eq!(b.get("keep.bin").await.unwrap(), "keep", "not emptied");
+    assert_eq!(read_all(&fs, "keep.bin", 4096).await, b"keep");
 }
