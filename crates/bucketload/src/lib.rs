@@ -25,6 +25,7 @@ pub mod checkpoint;
 pub mod dataset;
 mod error;
 pub mod loader;
+pub mod panics;
 pub mod shards;
 pub mod source;
 
