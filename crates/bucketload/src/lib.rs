@@ -24,6 +24,8 @@
 pub mod checkpoint;
 pub mod dataset;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod loader;
 pub mod panics;
 pub mod shards;
