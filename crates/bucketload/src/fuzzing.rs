@@ -71,24 +71,23 @@ pub fn index_loader(data: &[u8]) -> Option<usize> {
 }
 
 async fn read(index: Vec<u8>, delivery: Delivery) -> Result<usize> {
-    static STORES: AtomicU64 = AtomicU64::new(0);
-    // A memory store of its own per call; `mem://` stores live as long as the process, so
-    // the fuzzer reuses one name per thread of work rather than growing without bound.
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    // `mem://` stores live as long as the process: calls cycle through a few names (each call
+    // writes both objects first) instead of adding a store per input.
     let name = format!(
         "fuzz-index-loader-{}",
-        STORES.fetch_add(1, Ordering::Relaxed) % 4
+        CALLS.fetch_add(1, Ordering::Relaxed) % 4
     );
     let store = Store::open(&format!("mem://{name}"), &StoreConfig::default())?;
     let (shard, _) = seed();
-    let objects = store.object_store();
-    let put = |key: &str, bytes: Vec<u8>| objects.put(&Path::from(key), PutPayload::from(bytes));
-    put(SHARD, shard)
-        .await
-        .map_err(|e| store.map_error(e, &Path::from(SHARD)))?;
-    let key = format!("{SHARD}.idx");
-    put(&key, index)
-        .await
-        .map_err(|e| store.map_error(e, &Path::from(key.as_str())))?;
+    for (key, bytes) in [(SHARD.to_owned(), shard), (format!("{SHARD}.idx"), index)] {
+        let key = Path::from(key);
+        let put = store
+            .object_store()
+            .put(&key, PutPayload::from(bytes))
+            .await;
+        put.map_err(|e| store.map_error(e, &key))?;
+    }
     let config = LoaderConfig::for_store(store)
         .with_format(Format::Indexed)
         .with_order(Order::shuffled(1))

@@ -168,3 +168,42 @@ async fn a_good_index_still_reads_every_sample() {
     samples.iter().for_each(|s| data.check(s));
     assert_eq!(keys(&samples), expected);
 }
+
+/// The cargo-fuzz target `index_loader`'s entry point on the stable toolchain: the good index,
+/// then seeded mutations of it (bits flipped, bytes and runs overwritten, the end cut), most
+/// with their checksum fixed so they reach the layout checks. Errors are fine; a panic, caught
+/// or not, or a short epoch without an error fails.
+#[test]
+fn mutated_indexes_through_the_loader_never_panic() {
+    use rand::{Rng, SeedableRng};
+    let (_, good) = bucketload::fuzzing::seed();
+    for flags in [1u8, 3] {
+        let input: Vec<u8> = std::iter::once(flags).chain(good.iter().copied()).collect();
+        assert_eq!(
+            bucketload::fuzzing::index_loader(&input),
+            Some(6),
+            "the good index"
+        );
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(20);
+    let mut read = 0;
+    for _ in 0..300 {
+        let mut index = good.clone();
+        for _ in 0..rng.random_range(1..4) {
+            let at = rng.random_range(0..index.len());
+            match rng.random_range(0..4) {
+                0 => index[at] ^= 1 << rng.random_range(0..8),
+                1 => index[at] = rng.random(),
+                2 => {
+                    let end = (at + 8).min(index.len());
+                    index[at..end].iter_mut().for_each(|b| *b = rng.random());
+                }
+                _ => index.truncate(at.max(1)),
+            }
+        }
+        let flags: u8 = rng.random::<u8>() | u8::from(rng.random_bool(0.9));
+        let input: Vec<u8> = std::iter::once(flags).chain(index).collect();
+        read += usize::from(bucketload::fuzzing::index_loader(&input).is_some());
+    }
+    assert!(read < 300, "some mutations must be refused");
+}
