@@ -144,7 +144,7 @@ impl ShardIndex {
 fn check_member(key: &str, m: &IndexMember, prev_end: u64, shard_size: u64) -> Result<u64, String> {
     let name = format!("member {key}.{}", m.ext);
     let block = BLOCK as u64;
-    if m.header_offset % block != 0 || m.data_offset % block != 0 {
+    if !m.header_offset.is_multiple_of(block) || !m.data_offset.is_multiple_of(block) {
         return Err(format!(
             "{name} (header at byte {}, data at byte {}) does not start on a {block}-byte tar block",
             m.header_offset, m.data_offset

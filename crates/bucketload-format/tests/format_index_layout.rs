@@ -1,4 +1,5 @@
 //! `ShardIndex::validate`: an index that parses is checked against its shard before use.
+#![allow(clippy::unwrap_used)]
 
 use bucketload_format::{ShardIndex, ShardIndexBuilder, TarWriter};
 
@@ -40,7 +41,8 @@ fn a_written_index_describes_its_shard() {
 #[test]
 fn each_bad_layout_is_refused_with_its_reason() {
     let (size, good) = indexed();
-    let cases: Vec<(&str, Box<dyn Fn(&mut ShardIndex)>)> = vec![
+    type Craft = Box<dyn Fn(&mut ShardIndex)>;
+    let cases: Vec<(&str, Craft)> = vec![
         ("out of order", Box::new(|i| i.samples[1].members.reverse())),
         ("out of order", Box::new(|i| i.samples.swap(0, 2))),
         (
@@ -54,7 +56,7 @@ fn each_bad_layout_is_refused_with_its_reason() {
         ),
         (
             "inside its header",
-            Box::new(|i| i.samples[0].members[0].header_offset = 0 + 512),
+            Box::new(|i| i.samples[0].members[0].header_offset = 512),
         ),
         (
             "past the shard",

@@ -59,8 +59,11 @@ fn member(index: &mut ShardIndex, sample: usize, member: usize) -> &mut IndexMem
     &mut index.samples[sample].members[member]
 }
 
+/// How a crafted index is made from a good one.
+type Craft = Box<dyn Fn(&mut ShardIndex)>;
+
 /// Every crafted layout: name and how to craft it from a good index.
-fn crafts() -> Vec<(&'static str, Box<dyn Fn(&mut ShardIndex)>)> {
+fn crafts() -> Vec<(&'static str, Craft)> {
     vec![
         (
             "members out of order",
