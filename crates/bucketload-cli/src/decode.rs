@@ -224,7 +224,7 @@ impl EpochDecode {
 
     async fn finish_error(&mut self) -> anyhow::Result<()> {
         let worker = &mut self.worker;
-        match worker.await.context("the decode thread panicked")? {
+        match worker.await.map_err(decode_panic)? {
             Err(e) => Err(e.into()),
             Ok(_) => bail!("the decode thread stopped before the epoch ended"),
         }
@@ -233,8 +233,13 @@ impl EpochDecode {
     /// Waits for the last batch.
     pub async fn finish(mut self) -> anyhow::Result<DecodeEpoch> {
         self.tx = None;
-        Ok(self.worker.await.context("the decode thread panicked")??)
+        Ok(self.worker.await.map_err(decode_panic)??)
     }
+}
+
+/// The error of a decode thread that panicked (in a rayon task or the thread itself).
+fn decode_panic(e: tokio::task::JoinError) -> bucketload::Error {
+    bucketload::panics::join_error("the decode thread", e)
 }
 
 /// The loader's sample as the image pipeline's: its image member, its label (-1 when the

@@ -1,7 +1,8 @@
 //! Error reporting and exit codes.
 //!
 //! `main` prints `error: <message>` and each cause as `  caused by: <cause>` on stderr, never a
-//! panic or a backtrace. The exit code comes from the first classified error in the chain:
+//! backtrace; a panic (a bug) is caught, reported as an error with its message, and exits 1,
+//! never Rust's 101. The exit code comes from the first classified error in the chain:
 //!
 //! | code | meaning |
 //! |------|---------|
@@ -110,7 +111,9 @@ fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<u8> {
 fn engine_code(err: &bucketload::Error) -> Option<u8> {
     match err {
         bucketload::Error::Store(e) | bucketload::Error::Copy { source: e, .. } => store_code(e),
-        bucketload::Error::InvalidInput { .. } | bucketload::Error::Corrupt { .. } => Some(INVALID),
+        bucketload::Error::InvalidInput { .. }
+        | bucketload::Error::Corrupt { .. }
+        | bucketload::Error::Format(_) => Some(INVALID),
         _ => None,
     }
 }

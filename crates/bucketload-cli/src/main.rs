@@ -122,13 +122,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// Runs the command; a panic in it (a bug) is an error carrying its message, never exit 101.
+async fn run_caught(cli: Cli) -> anyhow::Result<()> {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(run(cli)).catch_unwind().await {
+        Ok(result) => result,
+        Err(payload) => Err(bucketload::panics::error("the command", payload.as_ref()).into()),
+    }
+}
+
 /// Runs the command; `None` when Ctrl-C arrived first (`serve` handles its own signals).
 async fn run_until_interrupted(cli: Cli) -> Option<anyhow::Result<()>> {
     if matches!(cli.command, Command::Serve(_)) {
-        return Some(run(cli).await);
+        return Some(run_caught(cli).await);
     }
     tokio::select! {
-        result = run(cli) => Some(result),
+        result = run_caught(cli) => Some(result),
         _ = tokio::signal::ctrl_c() => None,
     }
 }

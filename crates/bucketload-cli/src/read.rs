@@ -5,7 +5,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use bucketload::dataset::Progress;
 use bucketload::loader::{
     CacheBuilder, DEFAULT_CONCURRENCY, Delivery, Format, Loader, LoaderConfig, LoaderStats,
@@ -245,11 +245,17 @@ async fn run_epoch(
     let started = Instant::now();
     let mut decode = decoder.map(|d| d.start(epoch));
     let mut samples = loader.epoch(epoch)?;
+    let mut delivered = 0u64;
     while let Some(sample) = samples.try_next().await? {
         if let Some(decode) = &mut decode {
             decode.push(&sample).await?;
         }
+        delivered += 1;
         bar.advance(1, sample.bytes());
+    }
+    // The loader errs on a short epoch itself; the report must agree with the plan too.
+    if delivered != expected {
+        bail!("epoch {epoch} delivered {delivered} samples, its plan {expected}");
     }
     let decoded = match decode {
         Some(decode) => Some(decode.finish().await?),

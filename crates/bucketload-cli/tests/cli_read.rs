@@ -239,3 +239,75 @@ fn decode_turns_every_sample_into_batches_and_names_a_corrupt_image() {
     assert_eq!(epoch(&report, 0)["decode"]["images"], 40);
     assert_eq!(epoch(&report, 0)["decode"]["skipped"], 1);
 }
+
+const CRAFTED_INDEX: &str = "shard-000000.tar.idx";
+
+/// The first shard's index below `uri`.
+fn first_index(fx: &Fixture, uri: &str) -> bucketload_format::ShardIndex {
+    use bucketload_store::object_store::{ObjectStoreExt, path::Path};
+    let store = fx.store(uri);
+    let key = Path::from(CRAFTED_INDEX);
+    let bytes = fx.block_on(async { store.object_store().get(&key).await?.bytes().await });
+    bucketload_format::ShardIndex::parse("x.idx", &bytes.unwrap()).unwrap()
+}
+
+/// Writes `index` as the first shard's index below `uri`, with a valid checksum.
+fn put_index(fx: &Fixture, uri: &str, index: &bucketload_format::ShardIndex) {
+    use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
+    let store = fx.store(uri);
+    let put = PutPayload::from(index.to_bytes("x.idx").unwrap());
+    let key = Path::from(CRAFTED_INDEX);
+    fx.block_on(store.object_store().put(&key, put)).unwrap();
+}
+
+#[test]
+fn a_crafted_index_is_an_error_naming_it_never_a_panic() {
+    type Craft = Box<dyn Fn(&mut bucketload_format::ShardIndex)>;
+    let crafts: Vec<(&str, Craft)> = vec![
+        (
+            "members out of order",
+            Box::new(|i| i.samples[0].members.reverse()),
+        ),
+        ("samples out of order", Box::new(|i| i.samples.swap(1, 2))),
+        (
+            "samples overlapping",
+            Box::new(|i| i.samples[1] = i.samples[0].clone()),
+        ),
+        (
+            "size past the end",
+            Box::new(|i| i.samples[0].members[0].size = i.shard_size),
+        ),
+        (
+            "unaligned data",
+            Box::new(|i| i.samples[1].members[0].data_offset += 1),
+        ),
+        ("larger shard", Box::new(|i| i.shard_size += 512)),
+    ];
+    let fx = Fixture::start();
+    fx.generate("s3://read-crafted/src", 24, 4, "2KB");
+    let shard = [
+        "shard",
+        "s3://read-crafted/src",
+        "s3://read-crafted/wds",
+        "--samples-per-shard",
+        "6",
+    ];
+    fx.run(&shard).ok();
+    let uri = "s3://read-crafted/wds";
+    let good = first_index(&fx, uri);
+    for (name, craft) in crafts {
+        let mut index = good.clone();
+        craft(&mut index);
+        put_index(&fx, uri, &index);
+        let run = fx.run(&["read", uri, "--format", "indexed"]);
+        assert_eq!(run.code, 6, "{name}: {run:#?}");
+        let line = run.error_line();
+        assert!(
+            line.contains(&format!("{uri}/{CRAFTED_INDEX}")),
+            "{name}: {line}"
+        );
+        assert!(line.contains("bucketload index"), "{name}: {line}");
+    }
+    put_index(&fx, uri, &good);
+    fx.run(&["read", uri, "--format", "indexed"]).ok();
+}

@@ -140,6 +140,20 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A shard index parses but does not describe its shard: members out of order or
+    /// overlapping, outside the shard, or for a shard of another size.
+    #[error(
+        "{index}: the index does not describe {shard}: {reason}; rebuild it with \
+         `bucketload index` (or re-create the shards with `bucketload shard`)"
+    )]
+    IndexLayout {
+        /// Index name or URI.
+        index: String,
+        /// Shard name or URI.
+        shard: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A manifest could not be parsed.
     #[error("{manifest}: invalid manifest: {source}")]
     ManifestJson {
@@ -185,9 +199,10 @@ impl Error {
             | Error::WriterState { offset, .. }
             | Error::CorruptIndex { offset, .. }
             | Error::Io { offset, .. } => Some(*offset),
-            Error::InvalidMember { .. } | Error::ManifestJson { .. } | Error::Manifest { .. } => {
-                None
-            }
+            Error::InvalidMember { .. }
+            | Error::IndexLayout { .. }
+            | Error::ManifestJson { .. }
+            | Error::Manifest { .. } => None,
         }
     }
 }

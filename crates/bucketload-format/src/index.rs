@@ -1,6 +1,7 @@
 //! The binary shard index (`<shard>.idx`), specified in `docs/FORMATS.md`.
 
 use crate::Error;
+use crate::header::BLOCK;
 use crate::wds::split_key;
 use crate::writer::{MemberLocation, ShardSummary};
 
@@ -98,6 +99,36 @@ impl ShardIndex {
         Ok(out)
     }
 
+    /// Checks that the index describes the shard `shard` (name or URI, for errors) of
+    /// `shard_size` bytes, before any of its offsets is used to read it: the sizes agree, every
+    /// sample has members, every member's header and data start on a tar block, its data
+    /// follows its header and ends inside the shard, and members follow one another in shard
+    /// order without overlapping. [`ShardIndex::parse`] checks only what the index says of
+    /// itself; a loader calls this too.
+    pub fn validate(&self, index_name: &str, shard: &str, shard_size: u64) -> Result<(), Error> {
+        let fail = |reason: String| Error::IndexLayout {
+            index: index_name.to_owned(),
+            shard: shard.to_owned(),
+            reason,
+        };
+        if self.shard_size != shard_size {
+            return Err(fail(format!(
+                "it describes a {}-byte shard, the shard is {shard_size} bytes",
+                self.shard_size
+            )));
+        }
+        let mut end = 0;
+        for sample in &self.samples {
+            if sample.members.is_empty() {
+                return Err(fail(format!("sample {:?} has no members", sample.key)));
+            }
+            for m in &sample.members {
+                end = check_member(&sample.key, m, end, shard_size).map_err(fail)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Parses and validates an index named `index_name` (used in errors).
     pub fn parse(index_name: &str, bytes: &[u8]) -> Result<ShardIndex, Error> {
         Parser {
@@ -106,6 +137,41 @@ impl ShardIndex {
             pos: 0,
         }
         .index()
+    }
+}
+
+/// Checks one member against the end of the member before it; returns the end of its data.
+fn check_member(key: &str, m: &IndexMember, prev_end: u64, shard_size: u64) -> Result<u64, String> {
+    let name = format!("member {key}.{}", m.ext);
+    let block = BLOCK as u64;
+    if !m.header_offset.is_multiple_of(block) || !m.data_offset.is_multiple_of(block) {
+        return Err(format!(
+            "{name} (header at byte {}, data at byte {}) does not start on a {block}-byte tar block",
+            m.header_offset, m.data_offset
+        ));
+    }
+    if m.header_offset < prev_end {
+        return Err(format!(
+            "{name} starts at byte {} but the member before it in the index ends at byte \
+             {prev_end}: members are out of order or overlap",
+            m.header_offset
+        ));
+    }
+    if m.header_offset
+        .checked_add(block)
+        .is_none_or(|h| h > m.data_offset)
+    {
+        return Err(format!(
+            "{name} has its data at byte {}, inside its header at byte {}",
+            m.data_offset, m.header_offset
+        ));
+    }
+    match m.data_offset.checked_add(m.size) {
+        Some(end) if end <= shard_size => Ok(end),
+        _ => Err(format!(
+            "{name} ({} bytes at byte {}) ends past the shard's {shard_size} bytes",
+            m.size, m.data_offset
+        )),
     }
 }
 

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use bucketload::loader::{
     CacheBuilder, Delivery, Format, Loader, LoaderConfig, Sample, SampleStream, StateTracker,
 };
+use bucketload::panics;
 use bucketload::source::{Order, Partition, Remainder, SampleRef, SourceState};
 use bucketload_image::{Batch, BatchData, ImagePipeline, LastBatch};
 use futures::StreamExt;
@@ -202,26 +203,26 @@ impl NativeLoader {
         .map_err(errors::engine)?;
         let epoch = stream.epoch();
         let tracker = stream.tracker();
-        let flow = match &parts.pipeline {
-            Some(pipeline) => decoding(&self.rt, stream, Arc::clone(pipeline), epoch)?,
-            None => {
-                let (tx, rx) = tokio::sync::mpsc::channel(SAMPLES_AHEAD);
-                let feeder = self.rt.spawn(async move {
-                    let mut stream = stream;
-                    while let Some(item) = stream.next().await {
-                        let stop = item.is_err();
-                        if tx.send(item).await.is_err() || stop {
-                            break;
-                        }
-                    }
-                });
-                Flow::Samples { rx, feeder }
+        let planned = stream.remaining();
+        let dataset = parts.loader.store().uri().to_string();
+        let (flow, expected) = match &parts.pipeline {
+            Some(pipeline) => {
+                // A short last batch is left out with drop_last: its samples are not handed out.
+                let expected = match self.drop_last {
+                    true => planned - planned % self.batch_size as u64,
+                    false => planned,
+                };
+                let flow = decoding(&self.rt, stream, Arc::clone(pipeline), epoch)?;
+                (flow, expected)
             }
+            None => (feed_samples(&self.rt, stream), planned),
         };
         Ok(NativeEpoch {
             flow: ForkSafe::new(flow),
             tracker,
             consumed: 0,
+            expected,
+            dataset,
             epoch,
             pending: None,
         })
@@ -262,17 +263,40 @@ enum Flow {
     Done,
 }
 
+/// The epoch's samples, undecoded, sent to a channel by a task; a panic in the task is sent as
+/// its error, never a channel that closes early.
+fn feed_samples(rt: &Runtime, stream: SampleStream) -> Flow {
+    let (tx, rx) = tokio::sync::mpsc::channel(SAMPLES_AHEAD);
+    let report = tx.clone();
+    let feeder = rt.spawn(async move {
+        let feed = async move {
+            let mut stream = stream;
+            while let Some(item) = stream.next().await {
+                let stop = item.is_err();
+                if tx.send(item).await.is_err() || stop {
+                    break;
+                }
+            }
+            Ok(())
+        };
+        if let Err(e) = panics::catch("the sample feeder", feed).await {
+            let _ = report.send(Err(e)).await;
+        }
+    });
+    Flow::Samples { rx, feeder }
+}
+
 fn decoding(
     rt: &Runtime,
     stream: SampleStream,
     pipeline: Arc<ImagePipeline>,
     epoch: u64,
 ) -> PyResult<Flow> {
-    let (tx, mut samples_rx) =
+    let (tx, samples_rx) =
         tokio::sync::mpsc::channel::<bucketload_image::Sample>(2 * pipeline.batch_size());
     let failed: Arc<Mutex<Option<Failure>>> = Arc::default();
     let fail = Arc::clone(&failed);
-    let feeder = rt.spawn(async move {
+    let feed = async move {
         let mut stream = stream;
         while let Some(item) = stream.next().await {
             let sample = match item {
@@ -302,27 +326,26 @@ fn decoding(
                 break;
             }
         }
+        Ok(())
+    };
+    let fail = Arc::clone(&failed);
+    let feeder = rt.spawn(async move {
+        // A panic is the epoch's failure, never an early end of the samples.
+        if let Err(e) = panics::catch("the sample feeder", feed).await {
+            *fail.lock().unwrap_or_else(|e| e.into_inner()) = Some(Failure::Engine(e));
+        }
     });
     let (out_tx, rx): (SyncSender<Out>, Receiver<Out>) = sync_channel(PREFETCH_BATCHES);
     std::thread::Builder::new()
         .name("bucketload-batches".to_owned())
         .spawn(move || {
-            let samples = std::iter::from_fn(|| samples_rx.blocking_recv());
-            for batch in pipeline.batches(epoch, samples) {
-                let out = match batch {
-                    Ok(batch) => Out::Batch(batch),
-                    Err(e) => {
-                        let _ = out_tx.send(Out::Failed(Failure::Image(e)));
-                        return;
-                    }
-                };
-                if out_tx.send(out).is_err() {
-                    return;
-                }
-            }
-            let failure = failed.lock().unwrap_or_else(|e| e.into_inner()).take();
-            if let Some(failure) = failure {
-                let _ = out_tx.send(Out::Failed(failure));
+            let report = out_tx.clone();
+            let run = || {
+                batch_thread(&pipeline, epoch, samples_rx, &out_tx, &failed);
+                Ok(())
+            };
+            if let Err(e) = panics::catch_sync("the batch thread", run) {
+                let _ = report.send(Out::Failed(Failure::Engine(e)));
             }
         })
         .map_err(|e| {
@@ -335,12 +358,44 @@ fn decoding(
     })
 }
 
+/// Decodes the samples of `samples_rx` into batches sent to `out_tx`; after the last one, the
+/// feeder's failure if it had one.
+fn batch_thread(
+    pipeline: &ImagePipeline,
+    epoch: u64,
+    mut samples_rx: tokio::sync::mpsc::Receiver<bucketload_image::Sample>,
+    out_tx: &SyncSender<Out>,
+    failed: &Mutex<Option<Failure>>,
+) {
+    let samples = std::iter::from_fn(|| samples_rx.blocking_recv());
+    for batch in pipeline.batches(epoch, samples) {
+        let out = match batch {
+            Ok(batch) => Out::Batch(batch),
+            Err(e) => {
+                let _ = out_tx.send(Out::Failed(Failure::Image(e)));
+                return;
+            }
+        };
+        if out_tx.send(out).is_err() {
+            return;
+        }
+    }
+    let failure = failed.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(failure) = failure {
+        let _ = out_tx.send(Out::Failed(failure));
+    }
+}
+
 /// One epoch of one worker: batches (or samples) in order, and the state to resume from.
 #[pyclass(module = "bucketload._native")]
 pub struct NativeEpoch {
     flow: ForkSafe<Flow>,
     tracker: StateTracker,
     consumed: u64,
+    /// Samples the epoch hands out (decoded or skipped) before its end.
+    expected: u64,
+    /// The dataset's URI, for errors.
+    dataset: String,
     epoch: u64,
     /// An error that follows samples already handed out.
     pending: Option<bucketload::Error>,
@@ -384,6 +439,18 @@ pub(crate) fn batch_tuple<'py>(py: Python<'py>, batch: Batch) -> PyResult<Bound<
     (images, labels, indices, skipped).into_pyobject(py)
 }
 
+impl NativeEpoch {
+    /// The error of an epoch that ended before handing out every sample it planned (the
+    /// engine raises its own first; this holds every part of the way to Python to the same).
+    fn shortfall(&self) -> Option<bucketload::Error> {
+        (self.consumed < self.expected).then(|| bucketload::Error::Incomplete {
+            dataset: self.dataset.clone(),
+            delivered: self.consumed,
+            planned: self.expected,
+        })
+    }
+}
+
 #[pymethods]
 impl NativeEpoch {
     /// The epoch.
@@ -411,7 +478,10 @@ impl NativeEpoch {
             }
             Err(_) => {
                 *self.flow.get_mut("epoch")? = Flow::Done;
-                Err(PyStopIteration::new_err(()))
+                match self.shortfall() {
+                    Some(e) => Err(errors::engine(e)),
+                    None => Err(PyStopIteration::new_err(())),
+                }
             }
         }
     }
@@ -472,6 +542,12 @@ impl NativeEpoch {
             self.pending = Some(e);
         } else if ended {
             *self.flow.get_mut("epoch")? = Flow::Done;
+            if let Some(e) = self.shortfall() {
+                if out.is_empty() {
+                    return Err(errors::engine(e));
+                }
+                self.pending = Some(e);
+            }
         }
         Ok(out)
     }

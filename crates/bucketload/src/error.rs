@@ -71,6 +71,20 @@ pub enum Error {
         /// Whether the checkpoint may have been written after all (the store's answer was lost).
         unconfirmed: bool,
     },
+    /// An epoch ended before it delivered every sample its plan holds, with no other error:
+    /// never a normal end.
+    #[error(
+        "{dataset}: the epoch ended after {delivered} of its {planned} samples without an error; \
+         the data read so far is incomplete, start the epoch again"
+    )]
+    Incomplete {
+        /// The dataset's URI.
+        dataset: String,
+        /// Samples delivered.
+        delivered: u64,
+        /// Samples the epoch should have delivered.
+        planned: u64,
+    },
     /// A background task panicked or was cancelled.
     #[error("a background task failed: {reason}")]
     Task {

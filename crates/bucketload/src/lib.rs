@@ -24,7 +24,10 @@
 pub mod checkpoint;
 pub mod dataset;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod loader;
+pub mod panics;
 pub mod shards;
 pub mod source;
 

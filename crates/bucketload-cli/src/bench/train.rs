@@ -10,7 +10,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use bucketload::dataset::Progress;
 use bucketload::loader::{Loader, LoaderStats, Sample};
 use futures::TryStreamExt;
@@ -112,7 +111,9 @@ impl Trainer<'_> {
             }
         }
         drop(rx);
-        let skipped = producer.await.context("the loader task panicked")??;
+        let skipped = producer
+            .await
+            .map_err(|e| bucketload::panics::join_error("the loader task", e))??;
         bar.finish();
         let seconds = started.elapsed().as_secs_f64();
         self.finish(&mut run, seconds, skipped, &before, decode_before);

@@ -226,6 +226,7 @@ async fn with_indexes(location: &Location, shards: Vec<DataShard>) -> Result<Vec
                     location.uri_of(&index_key(&shard.key))
                 )));
             };
+            checked(location, &shard, &index)?;
             let samples = index.samples.len() as u64;
             if shard.samples != 0 && shard.samples != samples {
                 return Err(Error::Corrupt {
@@ -241,6 +242,14 @@ async fn with_indexes(location: &Location, shards: Vec<DataShard>) -> Result<Vec
             Ok(shard)
         })
         .collect()
+}
+
+/// Checks that `index` describes `shard` as the manifest or listing sized it, before any of its
+/// offsets is used: a bad index is an error naming it, never a panic or a wrong sample.
+pub(crate) fn checked(location: &Location, shard: &DataShard, index: &ShardIndex) -> Result<()> {
+    let index_uri = location.uri_of(&index_key(&shard.key));
+    let shard_uri = location.uri_of(&shard.key);
+    Ok(index.validate(&index_uri, &shard_uri, shard.size)?)
 }
 
 /// Class labels from folders, as `bucketload shard` assigns them: when every key has a folder,

@@ -51,6 +51,7 @@ mod stream;
 mod streamed;
 
 use std::collections::BTreeSet;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -350,6 +351,8 @@ impl Loader {
             prefix: start,
             ahead: BTreeSet::new(),
             remaining,
+            planned: remaining,
+            ended: false,
             waiting_since: None,
         })
     }
@@ -373,6 +376,10 @@ pub struct SampleStream {
     /// Positions yielded beyond `prefix` (completion order).
     ahead: BTreeSet<u64>,
     remaining: u64,
+    /// Samples this stream must yield (`remaining` at its start).
+    planned: u64,
+    /// Set once the stream yielded its end or an error that ends it.
+    ended: bool,
     waiting_since: Option<Instant>,
 }
 
@@ -428,6 +435,36 @@ impl SampleStream {
         }
     }
 
+    /// Polls the samples; a panic in them ends the stream with an error naming the dataset
+    /// and carrying the panic's message (the stream is not polled again).
+    fn poll_items(&mut self, cx: &mut Context<'_>) -> Result<Poll<Option<Result<Item>>>> {
+        let items = &mut self.items;
+        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| items.as_mut().poll_next(cx)));
+        polled.map_err(|payload| {
+            self.ended = true;
+            let what = format!("reading {}", self.inner.location);
+            crate::panics::error(what, payload.as_ref())
+        })
+    }
+
+    /// The end of the inner stream: an [`Error::Incomplete`](crate::Error::Incomplete) if
+    /// samples are missing (once), then the end.
+    fn end(&mut self) -> Option<Result<Sample>> {
+        if std::mem::replace(&mut self.ended, true) || self.remaining == 0 {
+            return None;
+        }
+        tracing::error!(
+            dataset = %self.inner.location,
+            missing = self.remaining,
+            "loader: an epoch ended early"
+        );
+        Some(Err(crate::Error::Incomplete {
+            dataset: self.inner.location.to_string(),
+            delivered: self.planned - self.remaining,
+            planned: self.planned,
+        }))
+    }
+
     fn mark(&mut self, position: u64) {
         if position != self.prefix {
             self.ahead.insert(position);
@@ -445,8 +482,14 @@ impl Stream for SampleStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
+        if this.ended {
+            return Poll::Ready(None);
+        }
         this.inner.counters.start();
-        let polled = this.items.as_mut().poll_next(cx);
+        let polled = match this.poll_items(cx) {
+            Ok(polled) => polled,
+            Err(e) => return Poll::Ready(Some(Err(e))),
+        };
         if polled.is_pending() {
             this.waiting_since.get_or_insert_with(Instant::now);
             return Poll::Pending;
@@ -464,7 +507,7 @@ impl Stream for SampleStream {
                 Some(Ok(sample))
             }
             Poll::Ready(Some(Err(e))) => Some(Err(e)),
-            _ => None,
+            _ => this.end(),
         })
     }
 
@@ -477,6 +520,48 @@ impl Stream for SampleStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bucketload_store::StoreConfig;
+    use bucketload_store::object_store::{ObjectStoreExt, PutPayload};
+    use futures::TryStreamExt;
+
+    /// An epoch of three objects in a memory store, not yet polled.
+    async fn epoch_of_three(name: &str) -> SampleStream {
+        let store = Store::open(&format!("mem://{name}"), &StoreConfig::default()).unwrap();
+        for key in ["a/1.jpg", "a/2.jpg", "b/3.jpg"] {
+            let path = bucketload_store::key_path(key);
+            let put = PutPayload::from_static(b"jpeg");
+            store.object_store().put(&path, put).await.unwrap();
+        }
+        let config = LoaderConfig::for_store(store).build().unwrap();
+        Loader::open(config).await.unwrap().epoch(0).unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_epoch_that_ends_short_is_an_error_naming_the_dataset() {
+        let mut stream = epoch_of_three("short-epoch").await;
+        assert!(stream.try_next().await.unwrap().is_some());
+        // The fetching ends after one sample of three, without an error of its own.
+        stream.items = futures::stream::empty().boxed();
+        let err = stream.try_next().await.unwrap_err().to_string();
+        assert!(err.contains("mem://short-epoch"), "{err}");
+        assert!(err.contains("after 1 of its 3 samples"), "{err}");
+        assert!(
+            stream.try_next().await.unwrap().is_none(),
+            "the error ends it"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_panic_while_fetching_is_an_error_naming_the_dataset() {
+        let mut stream = epoch_of_three("panic-epoch").await;
+        stream.items = futures::stream::poll_fn(|_| panic!("index math")).boxed();
+        let err = stream.try_next().await.unwrap_err().to_string();
+        assert!(
+            err.contains("reading mem://panic-epoch panicked: index math"),
+            "{err}"
+        );
+        assert!(stream.try_next().await.unwrap().is_none());
+    }
 
     #[test]
     fn labels_come_from_the_cls_member() {

@@ -42,8 +42,8 @@ use std::time::Duration;
 use bucketload_store::object_store::path::Path;
 use bucketload_store::object_store::{GetOptions, GetRange};
 use bytes::Bytes;
-use futures::StreamExt;
 use futures::stream::{self, BoxStream};
+use futures::{FutureExt, StreamExt};
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -472,7 +472,15 @@ fn spawn_part(object: &Arc<Object>, range: Range<u64>) -> Part {
     let (start, end) = (range.start, range.end);
     // Counted from now, so that an epoch starting next waits for it.
     let fill = object.blocks.as_ref().and_then(|b| b.fill());
-    let task = tokio::spawn(fetch_part(Arc::clone(object), range, tx, fill));
+    let what = format!("reading bytes {start}..{end} of {}", object.uri);
+    let report = tx.clone();
+    let fetch = fetch_part(Arc::clone(object), range, tx, fill);
+    // A panic is the part's error, not a body that stops early.
+    let task = tokio::spawn(async move {
+        if let Err(e) = crate::panics::catch(what, fetch.map(Ok)).await {
+            let _ = report.send(Err(e));
+        }
+    });
     Part {
         start,
         end,

@@ -23,6 +23,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::catalog::{Catalog, DataShard};
 use super::config::{Delivery, MAX_COALESCED_BYTES};
 use super::{Inner, Item, Sample};
+use crate::shards::index_key;
 use crate::source::{SampleRef, WorkerIter};
 use crate::{Error, Result};
 
@@ -241,10 +242,16 @@ fn locate(inner: &Inner, position: u64, sref: SampleRef) -> Result<Wanted> {
     };
     let s = usize::try_from(shard).unwrap_or(usize::MAX);
     let entry = index_sample(inner, s, sample)?;
-    let range = entry.byte_range().ok_or_else(|| Error::Corrupt {
-        uri: inner.location.uri_of(&inner.shards()[s].key),
-        reason: format!("the index lists sample {sample} without members; rebuild the index"),
-    })?;
+    let range = entry
+        .byte_range()
+        .filter(|(start, end)| start <= end)
+        .ok_or_else(|| Error::Corrupt {
+            uri: inner.location.uri_of(&index_key(&inner.shards()[s].key)),
+            reason: format!(
+                "sample {sample} has no members or its members are out of order; rebuild the \
+                 index with `bucketload index`"
+            ),
+        })?;
     Ok(Wanted {
         position,
         sref,
@@ -266,7 +273,9 @@ fn index_sample(inner: &Inner, shard: usize, sample: u64) -> Result<&IndexSample
 
 /// Fetches a group: cached samples from disk, the others with one ranged GET covering them.
 async fn fetch_group(inner: Arc<Inner>, group: Vec<Wanted>) -> Result<Vec<Item>> {
-    let bytes: u64 = group.iter().map(|w| w.range.1 - w.range.0).sum();
+    let bytes = group.iter().fold(0u64, |sum, w| {
+        sum.saturating_add(w.range.1.saturating_sub(w.range.0))
+    });
     let permit = reserve(&inner, bytes).await?;
     let mut found: Vec<Option<Bytes>> = vec![None; group.len()];
     if let Some(cache) = &inner.cache {
@@ -281,13 +290,14 @@ async fn fetch_group(inner: Arc<Inner>, group: Vec<Wanted>) -> Result<Vec<Item>>
         .filter(|(_, f)| f.is_none())
         .map(|(w, _)| w)
         .collect();
-    if let (Some(first), Some(last)) = (missing.first(), missing.last()) {
-        let (start, end) = (first.range.0, last.range.1);
+    if let Some(first) = missing.first() {
+        let start = first.range.0;
+        let end = missing.iter().map(|w| w.range.1).max().unwrap_or(start);
         let body = get_range(&inner, first.shard, start..end).await?;
         super::stats::add(&inner.counters.coalesced, missing.len() as u64 - 1);
         for (slot, w) in found.iter_mut().zip(&group) {
             if slot.is_none() {
-                let piece = body.slice((w.range.0 - start) as usize..(w.range.1 - start) as usize);
+                let piece = cut(&inner, w, &body, start)?;
                 if let Some(cache) = &inner.cache {
                     let (key, version) = range_key(&inner, w);
                     cache
@@ -314,6 +324,25 @@ async fn fetch_group(inner: Arc<Inner>, group: Vec<Wanted>) -> Result<Vec<Item>>
     Ok(items)
 }
 
+/// The bytes of `w` in `body`, the shard's bytes from `start`; an error, never a panic, when
+/// they are not all there.
+fn cut(inner: &Inner, w: &Wanted, body: &Bytes, start: u64) -> Result<Bytes> {
+    let offset = |at: u64| at.checked_sub(start).and_then(|o| usize::try_from(o).ok());
+    match (offset(w.range.0), offset(w.range.1)) {
+        (Some(from), Some(to)) if from <= to && to <= body.len() => Ok(body.slice(from..to)),
+        _ => Err(Error::Corrupt {
+            uri: inner.location.uri_of(&inner.shards()[w.shard].key),
+            reason: format!(
+                "bytes {}..{} of a sample are not within the {} bytes read from byte {start}; \
+                 rebuild the index with `bucketload index`",
+                w.range.0,
+                w.range.1,
+                body.len()
+            ),
+        }),
+    }
+}
+
 fn range_key(inner: &Inner, w: &Wanted) -> (CacheKey, ObjectVersion) {
     let shard = &inner.shards()[w.shard];
     let key =
@@ -331,7 +360,7 @@ async fn get_range(inner: &Inner, shard: usize, range: std::ops::Range<u64>) -> 
     };
     let body = async { loc.store().get_opts(key, options).await?.bytes().await }.await;
     let body = body.map_err(|e| loc.error(key, e))?;
-    if body.len() as u64 != range.end - range.start {
+    if Some(body.len() as u64) != range.end.checked_sub(range.start) {
         return Err(Error::Corrupt {
             uri: loc.uri_of(key),
             reason: format!(
@@ -356,10 +385,12 @@ fn parse_sample(inner: &Inner, w: &Wanted, bytes: Bytes) -> Result<Sample> {
     let uri = || inner.location.uri_of(&inner.shards()[w.shard].key);
     let mut members = Vec::with_capacity(entry.members.len());
     for m in &entry.members {
-        let at = m.data_offset.checked_sub(w.range.0).map(|s| s as usize);
+        let at = m.data_offset.checked_sub(w.range.0);
         let piece = at
-            .and_then(|s| bytes.get(s..s + m.size as usize).map(|_| s))
-            .map(|s| bytes.slice(s..s + m.size as usize));
+            .and_then(|s| Some((usize::try_from(s).ok()?, usize::try_from(m.size).ok()?)))
+            .and_then(|(s, len)| Some(s..s.checked_add(len)?))
+            .filter(|r| r.end <= bytes.len())
+            .map(|r| bytes.slice(r));
         let Some(piece) = piece else {
             return Err(Error::Corrupt {
                 uri: uri(),

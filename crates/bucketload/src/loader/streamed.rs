@@ -17,8 +17,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use futures::stream::{self, BoxStream};
+use futures::{FutureExt, StreamExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use super::cached::Blocks;
@@ -124,7 +124,13 @@ impl Drop for AbortOnDrop {
 fn spawn_span(inner: Arc<Inner>, item: WorkItem) -> BoxStream<'static, Result<ShardSample>> {
     let (tx, rx) = mpsc::channel::<Parsed>(SPAN_CHANNEL);
     let share = (inner.budget_kib / inner.config.shards_in_flight.max(1) as u32).max(1);
-    let task = tokio::spawn(async move {
+    let shard = usize::try_from(item.shard).ok();
+    let what = match shard.and_then(|s| inner.shards().get(s)) {
+        Some(shard) => format!("reading {}", inner.location.uri_of(&shard.key)),
+        None => format!("reading shard {} of {}", item.shard, inner.location),
+    };
+    let report = tx.clone();
+    let run = async move {
         let _active = inner.counters.busy();
         let budget = Arc::new(Semaphore::new(share as usize));
         let mut samples = match open_span(&inner, &item).await {
@@ -147,6 +153,12 @@ fn spawn_span(inner: Arc<Inner>, item: WorkItem) -> BoxStream<'static, Result<Sh
             if tx.send((sample, Some(permit))).await.is_err() {
                 return;
             }
+        }
+    };
+    let task = tokio::spawn(async move {
+        // A panic while reading is sent on as the span's error, never a span that ends early.
+        if let Err(e) = crate::panics::catch(what, run.map(Ok)).await {
+            let _ = report.send((Err(e), None)).await;
         }
     });
     let guard = AbortOnDrop(task);
@@ -204,8 +216,11 @@ async fn first_header(inner: &Inner, shard: usize, sample: u64) -> Result<u64> {
     if !entry.has_index {
         return Ok(0);
     }
-    let index = read_index(&inner.location, &entry.key).await?;
-    Ok(index.map_or(0, |i| offset_in(&i, sample)))
+    let Some(index) = read_index(&inner.location, &entry.key).await? else {
+        return Ok(0);
+    };
+    super::catalog::checked(&inner.location, entry, &index)?;
+    Ok(offset_in(&index, sample))
 }
 
 fn offset_in(index: &bucketload_format::ShardIndex, sample: u64) -> u64 {
