@@ -5,7 +5,7 @@
 //! backend (S3/GCS/Azure with the counting HTTP connector, local files, or a
 //! named in-process memory store).
 
-use crate::Error;
+use crate::{ETag, Error};
 use crate::config::{Addressing, StoreConfig};
 use crate::error::ErrorContext;
 use crate::http::MeteredConnector;
@@ -138,6 +138,16 @@ impl Store {
     /// The configuration the store was opened with.
     pub fn config(&self) -> &StoreConfig {
         &self.inner.config
+    }
+
+    /// `etag` spelled as this store's `If-Match` expects it: quoted for the HTTP stores (S3,
+    /// GCS, Azure), bare for local directories and memory stores, whose ETags have no quotes
+    /// and whose conditions compare the strings as they are.
+    pub fn if_match(&self, etag: &ETag) -> String {
+        match self.inner.uri.scheme() {
+            Scheme::S3 | Scheme::Gcs | Scheme::Azure => etag.quoted(),
+            Scheme::File | Scheme::Memory => etag.as_str().to_owned(),
+        }
     }
 
     /// The full URI of `key`, for messages.
