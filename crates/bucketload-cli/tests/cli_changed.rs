@@ -103,7 +103,10 @@ fn read_and_read_decode_fail_naming_a_changed_object_or_skip_it_when_asked() {
             .contains("skipped   1 samples whose objects changed"),
         "{run:#?}"
     );
-    assert!(run.stdout.contains("incomplete: 1 samples skipped"), "{run:#?}");
+    assert!(
+        run.stdout.contains("incomplete: 1 samples skipped"),
+        "{run:#?}"
+    );
 }
 
 #[test]

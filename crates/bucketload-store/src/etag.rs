@@ -88,7 +88,12 @@ mod tests {
     #[test]
     fn quotes_and_the_weak_prefix_do_not_change_the_version() {
         let bare = ETag::parse("9b2cf535");
-        for spelling in ["\"9b2cf535\"", "W/\"9b2cf535\"", " \"9b2cf535\" ", "W/9b2cf535"] {
+        for spelling in [
+            "\"9b2cf535\"",
+            "W/\"9b2cf535\"",
+            " \"9b2cf535\" ",
+            "W/9b2cf535",
+        ] {
             assert_eq!(ETag::parse(spelling), bare, "{spelling}");
         }
         assert_ne!(ETag::parse("\"9b2cf536\""), bare);

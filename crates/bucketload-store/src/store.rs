@@ -5,13 +5,13 @@
 //! backend (S3/GCS/Azure with the counting HTTP connector, local files, or a
 //! named in-process memory store).
 
-use crate::{ETag, Error};
 use crate::config::{Addressing, StoreConfig};
 use crate::error::ErrorContext;
 use crate::http::MeteredConnector;
 use crate::metered::MeteredStore;
 use crate::metrics::Metrics;
 use crate::uri::{Scheme, StoreUri};
+use crate::{ETag, Error};
 use object_store::aws::AmazonS3Builder;
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::client::{HttpClient, HttpConnector};

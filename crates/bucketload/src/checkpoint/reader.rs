@@ -8,9 +8,9 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bucketload_store::{ETag, Store};
 use bucketload_store::object_store::path::Path;
 use bucketload_store::object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
+use bucketload_store::{ETag, Store};
 use bytes::{Bytes, BytesMut};
 use futures::{StreamExt, TryStreamExt, stream};
 use tokio::task::JoinHandle;

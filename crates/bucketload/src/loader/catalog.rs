@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use bucketload_format::{DatasetKind, Manifest, ShardIndex, class_of_key};
-use bucketload_store::{ETag, key_path};
 use bucketload_store::object_store::{ObjectMeta, path::Path};
+use bucketload_store::{ETag, key_path};
 
 use super::config::Format;
 use crate::dataset::{Location, list_all, read_all_indexes};

@@ -60,10 +60,9 @@ async fn get_file(inner: &Inner, file: &FileObject) -> Result<(Bytes, ObjectVers
     let _request = inner.counters.request(false);
     let got = async {
         let response = loc.store().get(key).await?;
-        let version =
-            ObjectVersion::with_etag(ETag::from_store(response.meta.e_tag.as_deref()), {
-                response.meta.size
-            });
+        let version = ObjectVersion::with_etag(ETag::from_store(response.meta.e_tag.as_deref()), {
+            response.meta.size
+        });
         Ok((response.bytes().await?, version))
     };
     let (body, version) = got.await.map_err(|e| loc.error(key, e))?;

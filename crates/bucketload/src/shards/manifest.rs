@@ -9,8 +9,8 @@ use bucketload_format::{
     ClassCount, DatasetKind, FileEntry, MANIFEST_PATH, MANIFEST_VERSION, Manifest, Parameters,
     class_of_key,
 };
-use bucketload_store::{ETag, Store};
 use bucketload_store::object_store::{ObjectMeta, ObjectStoreExt, PutPayload, path::Path};
+use bucketload_store::{ETag, Store};
 use futures::{StreamExt, TryStreamExt};
 
 use crate::dataset::{Location, Progress, list_all};

@@ -20,12 +20,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use super::{Plan, ShardOptions, SourceObject};
-use crate::loader::checked::{Change, Promise, compare};
-use bucketload_cache::ObjectVersion;
-use bucketload_store::ETag;
 use crate::dataset::{Location, Progress};
 use crate::error::{Error, Result};
+use crate::loader::checked::{Change, Promise, compare};
 use crate::shards::index_key;
+use bucketload_cache::ObjectVersion;
+use bucketload_store::ETag;
 
 /// Bytes gathered before they are handed to the multipart writer.
 const FLUSH_BYTES: usize = 1 << 20;
@@ -154,9 +154,7 @@ async fn fetch(
     };
     let data = match got {
         Ok((bytes, version)) => Some(checked(&source, &object, &version, bytes).await?),
-        Err(bucketload_store::object_store::Error::NotFound { .. }) if skip_missing => {
-            None
-        }
+        Err(bucketload_store::object_store::Error::NotFound { .. }) if skip_missing => None,
         Err(bucketload_store::object_store::Error::NotFound { .. }) => {
             return Err(Error::Store(bucketload_store::Error::NotFound {
                 uri: source.uri_of(&path),
@@ -315,7 +313,12 @@ impl<'a> Sink<'a> {
 
     /// Appends one member (or notes it missing or `changed`), closing the previous sample
     /// first.
-    async fn add(&mut self, slot: Slot, data: Option<Bytes>, changed: Option<String>) -> Result<()> {
+    async fn add(
+        &mut self,
+        slot: Slot,
+        data: Option<Bytes>,
+        changed: Option<String>,
+    ) -> Result<()> {
         let plan = self.plan;
         let Some(open) = self.open.as_mut() else {
             return Ok(());
