@@ -140,14 +140,11 @@ impl Store {
         &self.inner.config
     }
 
-    /// `etag` spelled as this store's `If-Match` expects it: quoted for the HTTP stores (S3,
-    /// GCS, Azure), bare for local directories and memory stores, whose ETags have no quotes
-    /// and whose conditions compare the strings as they are.
+    /// `etag` spelled as this store's `If-Match` expects it: in double quotes, as every
+    /// backend (S3, GCS, Azure, and object_store's local and memory stores, which compare the
+    /// condition with their own quoted spelling as a string) sends and expects it.
     pub fn if_match(&self, etag: &ETag) -> String {
-        match self.inner.uri.scheme() {
-            Scheme::S3 | Scheme::Gcs | Scheme::Azure => etag.quoted(),
-            Scheme::File | Scheme::Memory => etag.as_str().to_owned(),
-        }
+        etag.quoted()
     }
 
     /// The full URI of `key`, for messages.
@@ -348,6 +345,24 @@ fn azure(
 mod tests {
     use super::*;
     use object_store::ObjectStoreExt;
+
+    #[tokio::test]
+    async fn if_match_is_spelled_as_local_and_memory_stores_expect() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = format!("file://{}", dir.path().display());
+        for uri in ["mem://if-match-test/p", local.as_str()] {
+            let store = Store::open(uri, &StoreConfig::default()).unwrap();
+            let (os, key) = (store.object_store(), Path::from("k"));
+            os.put(&key, "v".into()).await.unwrap();
+            let meta = os.head(&key).await.unwrap();
+            let etag = ETag::from_store(meta.e_tag.as_deref()).unwrap();
+            let options = object_store::GetOptions {
+                if_match: Some(store.if_match(&etag)),
+                ..Default::default()
+            };
+            os.get_opts(&key, options).await.unwrap();
+        }
+    }
 
     #[test]
     fn display_names_endpoint() {
