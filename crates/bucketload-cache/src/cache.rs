@@ -120,7 +120,7 @@ impl Cache {
                 return Ok(self.miss(Miss::Corrupt));
             }
         };
-        if !header.is_for(key) || !header.version.serves(version) {
+        if !header.is_for(key) || !header.version.serves(version, header.body_crc) {
             tracing::debug!(%key, cached = ?header.version, wanted = ?version, "stale cache entry removed");
             self.discard(&path, &file);
             return Ok(self.miss(Miss::Stale));

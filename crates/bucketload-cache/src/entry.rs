@@ -56,7 +56,7 @@ impl Header {
 
 /// The header for `body` filed under `key` and `version`.
 pub(crate) fn encode_header(key: &CacheKey, version: &ObjectVersion, body: &[u8]) -> Vec<u8> {
-    let etag = version.etag.as_deref().unwrap_or("");
+    let etag = version.etag.as_ref().map_or("", |e| e.as_str());
     let names = [
         key.store().as_bytes(),
         key.key().as_bytes(),
@@ -144,15 +144,13 @@ fn decode_header(file: &[u8]) -> Result<Header, Damage> {
     };
     let flags = u32_at(file, 48);
     let range = (flags & FLAG_RANGE != 0).then(|| u64_at(file, 32)..u64_at(file, 40));
-    let etag = (flags & FLAG_ETAG != 0).then_some(etag);
+    // Parsed, so an entry written with a quoted ETag serves a lookup with a bare one.
+    let etag = (flags & FLAG_ETAG != 0).then(|| bucketload_store::ETag::parse(&etag));
     Ok(Header {
         store,
         key,
         range,
-        version: ObjectVersion {
-            etag,
-            size: u64_at(file, 24),
-        },
+        version: ObjectVersion::with_etag(etag, u64_at(file, 24)),
         header_len,
         body_len: u64_at(file, 16),
         body_crc: u32_at(file, 52),

@@ -4,6 +4,8 @@
 use std::fmt;
 use std::ops::Range;
 
+use bucketload_store::ETag;
+
 use sha2::{Digest, Sha256};
 
 /// The identity of cached bytes: a store, an object key in it and optionally
@@ -84,40 +86,75 @@ impl fmt::Display for CacheKey {
 }
 
 /// The version of the object that cached bytes came from: its ETag (when
-/// the store gives one) and its size in bytes (of the whole object, also for
-/// a range entry).
+/// the store gives one), its size in bytes (of the whole object, also for
+/// a range entry) and, for a lookup, optionally the CRC32C its bytes must
+/// have.
 ///
 /// An entry is served only to a lookup that presents the same version: a
 /// different size, or a different ETag when both sides know one, means the
-/// object changed, and the entry is a stale miss.
+/// object changed, and the entry is a stale miss. ETags are compared as
+/// [`ETag`]s, so `"abc"` (S3's spelling) and `abc` (a manifest's) are one
+/// version. A lookup that knows the object's CRC32C (a manifest records
+/// it) is served only an entry whose body has that CRC32C.
+///
+/// Insert an entry under the version the store *returned* for its bytes
+/// (the GET response's ETag and size), never under the version a manifest
+/// expected: then an entry is served only as the version it was fetched as.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ObjectVersion {
-    /// The object's ETag as the store reports it, quotes included or not,
-    /// as long as the caller is consistent.
-    pub etag: Option<String>,
+    /// The object's ETag, if the store gives one.
+    pub etag: Option<ETag>,
     /// The size of the whole object in bytes.
     pub size: u64,
+    /// For lookups: the CRC32C the entry's body must have (of the whole
+    /// object for whole-object entries). Not stored: an entry's CRC32C is
+    /// that of its body, checked on every read.
+    pub crc32c: Option<u32>,
 }
 
 impl ObjectVersion {
-    /// A version with an ETag.
-    pub fn new(etag: impl Into<String>, size: u64) -> Self {
+    /// A version with an ETag (any spelling: quotes and `W/` are ignored).
+    pub fn new(etag: impl Into<ETag>, size: u64) -> Self {
         Self {
             etag: Some(etag.into()),
             size,
+            crc32c: None,
         }
     }
 
     /// A version known only by its size (stores without ETags, such as
     /// some local file systems).
     pub fn size_only(size: u64) -> Self {
-        Self { etag: None, size }
+        Self {
+            etag: None,
+            size,
+            crc32c: None,
+        }
     }
 
-    /// Whether an entry stored as `self` may be served to a lookup for
-    /// `wanted`: same size, and same ETag unless the lookup has none.
-    pub(crate) fn serves(&self, wanted: &ObjectVersion) -> bool {
+    /// A version with the ETag `etag` if there is one.
+    pub fn with_etag(etag: Option<ETag>, size: u64) -> Self {
+        Self {
+            etag,
+            size,
+            crc32c: None,
+        }
+    }
+
+    /// The same version, serving only an entry whose body has CRC32C `crc32c`
+    /// (default: any).
+    #[must_use]
+    pub fn with_crc32c(mut self, crc32c: Option<u32>) -> Self {
+        self.crc32c = crc32c;
+        self
+    }
+
+    /// Whether an entry stored as `self`, whose body has CRC32C `body_crc`,
+    /// may be served to a lookup for `wanted`: same size, same ETag unless
+    /// the lookup has none, and the CRC32C the lookup asks for, if any.
+    pub(crate) fn serves(&self, wanted: &ObjectVersion, body_crc: u32) -> bool {
         self.size == wanted.size
+            && wanted.crc32c.is_none_or(|c| c == body_crc)
             && match (&wanted.etag, &self.etag) {
                 (None, _) => true,
                 (Some(w), Some(s)) => w == s,
@@ -150,13 +187,29 @@ mod tests {
     #[test]
     fn version_matching() {
         let stored = ObjectVersion::new("\"abc\"", 10);
-        assert!(stored.serves(&ObjectVersion::new("\"abc\"", 10)));
-        assert!(stored.serves(&ObjectVersion::size_only(10)));
-        assert!(!stored.serves(&ObjectVersion::new("\"abd\"", 10)));
-        assert!(!stored.serves(&ObjectVersion::size_only(11)));
+        assert!(stored.serves(&ObjectVersion::new("\"abc\"", 10), 0));
+        assert!(stored.serves(&ObjectVersion::size_only(10), 0));
+        assert!(!stored.serves(&ObjectVersion::new("\"abd\"", 10), 0));
+        assert!(!stored.serves(&ObjectVersion::size_only(11), 0));
         let no_etag = ObjectVersion::size_only(10);
-        assert!(!no_etag.serves(&ObjectVersion::new("\"abc\"", 10)));
-        assert!(no_etag.serves(&ObjectVersion::size_only(10)));
+        assert!(!no_etag.serves(&ObjectVersion::new("\"abc\"", 10), 0));
+        assert!(no_etag.serves(&ObjectVersion::size_only(10), 0));
+    }
+
+    #[test]
+    fn quoted_and_bare_etags_are_one_version() {
+        let stored = ObjectVersion::new("\"abc\"", 10);
+        assert!(stored.serves(&ObjectVersion::new("abc", 10), 0));
+        assert!(ObjectVersion::new("abc", 10).serves(&stored, 0));
+        assert!(stored.serves(&ObjectVersion::new("W/\"abc\"", 10), 0));
+    }
+
+    #[test]
+    fn a_wanted_crc32c_must_be_the_bodys() {
+        let stored = ObjectVersion::new("abc", 10);
+        let wanted = ObjectVersion::new("abc", 10).with_crc32c(Some(7));
+        assert!(stored.serves(&wanted, 7));
+        assert!(!stored.serves(&wanted, 8));
     }
 
     #[test]

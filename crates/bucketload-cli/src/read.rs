@@ -84,6 +84,10 @@ pub struct LoaderArgs {
     /// Deliver samples in the source's exact order rather than as they complete
     #[arg(long)]
     pub strict_order: bool,
+    /// Leave out samples whose object differs from the dataset's manifest or listing (size,
+    /// ETag, CRC32C), counted and reported, instead of failing
+    #[arg(long)]
+    pub skip_changed: bool,
 }
 
 /// `--format`.
@@ -113,6 +117,9 @@ pub enum RemainderArg {
 struct EpochReport {
     epoch: u64,
     samples: u64,
+    /// Samples left out because their object changed (`--skip-changed`): the epoch delivered
+    /// `samples` of `samples + skipped_changed`.
+    skipped_changed: u64,
     bytes: u64,
     seconds: f64,
     samples_per_s: f64,
@@ -206,6 +213,7 @@ pub fn loader_config(
         .with_format(format)
         .with_concurrency(concurrency)
         .with_epochs(epochs)
+        .with_skip_changed(a.skip_changed)
         .with_order(order)
         .with_partition(Partition::new(a.rank, a.world_size).with_remainder(remainder));
     if a.strict_order {
@@ -278,6 +286,7 @@ fn epoch_report(epoch: u64, seconds: f64, a: &LoaderStats, b: &LoaderStats) -> E
     EpochReport {
         epoch,
         samples,
+        skipped_changed: b.skipped_changed - a.skipped_changed,
         bytes,
         seconds,
         samples_per_s: share(samples as f64),
@@ -333,6 +342,14 @@ fn print_epoch(
             }
         )?;
     }
+    if e.skipped_changed > 0 {
+        writeln!(
+            out,
+            "  skipped   {} samples whose objects changed since the manifest or listing: the \
+             epoch is incomplete",
+            e.skipped_changed
+        )?;
+    }
     if e.cache_hits + e.cache_misses > 0 {
         writeln!(
             out,
@@ -362,5 +379,13 @@ fn print_summary(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
         samples,
         total,
         r.loader.in_flight.max
-    )
+    )?;
+    if r.loader.skipped_changed > 0 {
+        writeln!(
+            out,
+            "incomplete: {} samples skipped because their objects changed (--skip-changed)",
+            r.loader.skipped_changed
+        )?;
+    }
+    Ok(())
 }

@@ -43,6 +43,10 @@ pub struct ShardArgs {
     /// Leave out objects deleted since the listing (counted and reported) instead of failing
     #[arg(long)]
     skip_missing: bool,
+    /// Leave out objects that differ from the source's manifest or listing (size, ETag,
+    /// CRC32C), counted and reported, instead of failing; a changed object is never packaged
+    #[arg(long)]
+    skip_changed: bool,
     /// Delete what a run with another plan left at DST and start over
     #[arg(long)]
     overwrite: bool,
@@ -104,6 +108,7 @@ pub async fn shard(args: &StoreArgs, a: ShardArgs) -> anyhow::Result<()> {
         .with_gets_in_flight(config.concurrency())
         .with_buffer_bytes(a.buffer)
         .with_skip_missing(a.skip_missing)
+        .with_skip_changed(a.skip_changed)
         .with_overwrite(a.overwrite)
         .with_md5(a.md5)
         .build()?;
@@ -124,6 +129,9 @@ fn print_report(r: &ShardReport, json: bool) -> anyhow::Result<()> {
     }
     for uri in &r.missing {
         writeln!(out, "left out (gone since listed): {uri}")?;
+    }
+    for change in &r.changed {
+        writeln!(out, "left out (changed since listed): {change}")?;
     }
     let secs = r.seconds.max(1e-3);
     let kept = match r.kept {
@@ -149,6 +157,13 @@ fn print_report(r: &ShardReport, json: bool) -> anyhow::Result<()> {
             out,
             "left out {} objects gone since the listing",
             r.missing.len()
+        )?;
+    }
+    if !r.changed.is_empty() {
+        writeln!(
+            out,
+            "left out {} objects changed since the manifest or listing",
+            r.changed.len()
         )?;
     }
     writeln!(out, "manifest: {} (plan {})", r.manifest, r.plan)?;

@@ -407,7 +407,10 @@ impl Fs {
             return self.start_writer(ino, &key, pid).await;
         }
         let stat = self.getattr(ino).await?;
-        let etag = self.tree().get(ino).and_then(|n| n.etag.clone());
+        let etag = self
+            .tree()
+            .get(ino)
+            .and_then(|n| bucketload_store::ETag::from_store(n.etag.as_deref()));
         let reader = FileReader::new(self.inner.read.clone(), &key, stat.size, etag);
         Ok(self.add_handle(Handle::Read(Arc::new(AsyncMutex::new(reader)))))
     }
@@ -632,11 +635,8 @@ fn fill_from_manifest(tree: &mut Tree, manifest: &Manifest) {
     match manifest.kind {
         DatasetKind::Files => {
             for f in &manifest.files {
-                let etag = f
-                    .etag
-                    .as_ref()
-                    .map(|e| format!("\"{}\"", e.trim_matches('"')));
-                add(tree, &f.key, f.size, etag, Checked::Forever);
+                // Compared as an `ETag` when read: the manifest's bare spelling is the store's.
+                add(tree, &f.key, f.size, f.etag.clone(), Checked::Forever);
             }
         }
         DatasetKind::Shards => {

@@ -20,9 +20,9 @@ use std::sync::Arc;
 use bucketload::dataset::Location;
 use bucketload::loader::{Cache, PrefetchConfig, PrefetchCounters, read_range};
 use bucketload_cache::{CacheKey, ObjectVersion};
-use bucketload_store::Store;
 use bucketload_store::object_store::path::Path;
-use bucketload_store::object_store::{GetOptions, GetRange, ObjectStoreExt};
+use bucketload_store::object_store::{GetOptions, GetRange};
+use bucketload_store::{ETag, Store};
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -57,7 +57,8 @@ pub(crate) struct FileReader {
     ctx: ReadContext,
     key: Path,
     size: u64,
-    etag: Option<String>,
+    /// The version opened: reads ask the store for it (`If-Match`) and fail if it changed.
+    etag: Option<ETag>,
     whole: Option<(Bytes, Reservation)>,
     seq: Option<Seq>,
     /// End of the previous read: a read starting here is sequential.
@@ -86,7 +87,7 @@ impl std::fmt::Debug for Seq {
 }
 
 impl FileReader {
-    pub(crate) fn new(ctx: ReadContext, key: &str, size: u64, etag: Option<String>) -> Self {
+    pub(crate) fn new(ctx: ReadContext, key: &str, size: u64, etag: Option<ETag>) -> Self {
         FileReader {
             ctx,
             key: bucketload_store::key_path(key),
@@ -132,11 +133,14 @@ impl FileReader {
         Ok(bytes.slice(start.min(end)..end))
     }
 
+    /// The version a cache entry must have been fetched as to be served.
     fn version(&self) -> ObjectVersion {
-        match &self.etag {
-            Some(etag) => ObjectVersion::new(etag.clone(), self.size),
-            None => ObjectVersion::size_only(self.size),
-        }
+        ObjectVersion::with_etag(self.etag.clone(), self.size)
+    }
+
+    /// `If-Match` of the version opened, spelled as the store expects it.
+    fn if_match(&self) -> Option<String> {
+        self.etag.as_ref().map(|e| self.ctx.store.if_match(e))
     }
 
     fn cache_key(&self) -> CacheKey {
@@ -163,17 +167,22 @@ impl FileReader {
             }
         }
         let opts = GetOptions {
-            if_match: self.etag.clone(),
+            if_match: self.if_match(),
             ..GetOptions::default()
         };
         let store = self.ctx.store.object_store();
-        let got = async { store.get_opts(&self.key, opts).await?.bytes().await }.await;
-        let bytes = got.map_err(|e| self.store_error(e))?;
-        if bytes.len() as u64 != self.size {
+        let got = async {
+            let response = store.get_opts(&self.key, opts).await?;
+            let version = returned(&response.meta);
+            Ok((response.bytes().await?, version))
+        };
+        let (bytes, version) = got.await.map_err(|e| self.store_error(e))?;
+        if bytes.len() as u64 != self.size || version.size != self.size {
             return Err(self.changed());
         }
         if let Some(cache) = &self.ctx.cache {
-            let (cache, key, version) = (Arc::clone(cache), self.cache_key(), self.version());
+            // Filed under the version the store returned, never the one expected.
+            let (cache, key) = (Arc::clone(cache), self.cache_key());
             let body = bytes.clone();
             let stored =
                 tokio::task::spawn_blocking(move || cache.insert(&key, &version, body)).await;
@@ -259,7 +268,7 @@ impl FileReader {
         let block = Block {
             store: self.ctx.store.clone(),
             key: self.key.clone(),
-            etag: self.etag.clone(),
+            if_match: self.if_match(),
             version: self.version(),
             cache,
         };
@@ -284,11 +293,14 @@ impl FileReader {
             .reserve(len)
             .await
             .ok_or_else(|| self.no_memory(len))?;
+        let opts = GetOptions {
+            range: Some(GetRange::Bounded(range.clone())),
+            if_match: self.if_match(),
+            ..GetOptions::default()
+        };
         let store = self.ctx.store.object_store();
-        let bytes = store
-            .get_range(&self.key, range.clone())
-            .await
-            .map_err(|e| self.store_error(e))?;
+        let got = async { store.get_opts(&self.key, opts).await?.bytes().await }.await;
+        let bytes = got.map_err(|e| self.store_error(e))?;
         if bytes.len() as u64 != len {
             return Err(self.changed());
         }
@@ -310,8 +322,11 @@ impl FileReader {
             self.key.as_ref(),
             errno::EIO,
             format!(
-                "{} changed in the store while it was open; open it again",
-                self.ctx.store.object_uri(&self.key)
+                "{} is no longer the version the mount knows ({} bytes, ETag {}): it changed in \
+                 the store; open it again, or remount if the dataset's manifest is stale",
+                self.ctx.store.object_uri(&self.key),
+                self.size,
+                self.etag.as_ref().map_or("unknown", ETag::as_str)
             ),
         )
     }
@@ -334,7 +349,7 @@ impl FileReader {
 struct Block {
     store: Store,
     key: Path,
-    etag: Option<String>,
+    if_match: Option<String>,
     version: ObjectVersion,
     cache: Arc<Cache>,
 }
@@ -351,13 +366,18 @@ impl Block {
         }
         let opts = GetOptions {
             range: Some(GetRange::Bounded(range.clone())),
-            if_match: self.etag.clone(),
+            if_match: self.if_match.clone(),
             ..GetOptions::default()
         };
         let store = self.store.object_store();
-        let got = async { store.get_opts(&self.key, opts).await?.bytes().await }.await;
-        let bytes =
-            got.map_err(|e| bucketload::Error::Store(self.store.map_error(e, &self.key)))?;
+        let got = async {
+            let response = store.get_opts(&self.key, opts).await?;
+            let version = returned(&response.meta);
+            Ok((response.bytes().await?, version))
+        };
+        let (bytes, version) = got
+            .await
+            .map_err(|e| bucketload::Error::Store(self.store.map_error(e, &self.key)))?;
         if bytes.len() as u64 != range.end - range.start {
             return Err(bucketload::Error::Store(bucketload_store::Error::Corrupt {
                 uri: self.store.object_uri(&self.key),
@@ -370,8 +390,8 @@ impl Block {
                 ),
             }));
         }
+        // Filed under the version the store returned, never the one expected.
         let (cache, body) = (Arc::clone(&self.cache), bytes.clone());
-        let version = self.version;
         let stored = tokio::task::spawn_blocking(move || cache.insert(&key, &version, body)).await;
         if let Ok(Err(e)) = stored {
             tracing::warn!(error = %e, "mount: cache insert failed");
@@ -438,6 +458,11 @@ impl Seq {
         }
         out.map(BytesMut::freeze).unwrap_or_default()
     }
+}
+
+/// The version a response's bytes are: its ETag and the whole object's size.
+fn returned(meta: &bucketload_store::object_store::ObjectMeta) -> ObjectVersion {
+    ObjectVersion::with_etag(ETag::from_store(meta.e_tag.as_deref()), meta.size)
 }
 
 fn to_usize(n: u64) -> usize {

@@ -34,6 +34,7 @@ pub use object_store;
 mod bucket;
 mod config;
 mod error;
+mod etag;
 mod http;
 mod ini;
 mod metered;
@@ -51,6 +52,7 @@ pub use config::{
     DEFAULT_PART_SIZE, DEFAULT_REGION, DEFAULT_RETRY_TIMEOUT, StoreConfig,
 };
 pub use error::{BoxError, Error};
+pub use etag::ETag;
 pub use metered::MeteredStore;
 pub use metrics::{
     Cost, ErrorCounts, Latency, METRICS, MetricDef, Metrics, MetricsSnapshot, Percentiles,

@@ -5,13 +5,13 @@
 //! backend (S3/GCS/Azure with the counting HTTP connector, local files, or a
 //! named in-process memory store).
 
-use crate::Error;
 use crate::config::{Addressing, StoreConfig};
 use crate::error::ErrorContext;
 use crate::http::MeteredConnector;
 use crate::metered::MeteredStore;
 use crate::metrics::Metrics;
 use crate::uri::{Scheme, StoreUri};
+use crate::{ETag, Error};
 use object_store::aws::AmazonS3Builder;
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::client::{HttpClient, HttpConnector};
@@ -138,6 +138,13 @@ impl Store {
     /// The configuration the store was opened with.
     pub fn config(&self) -> &StoreConfig {
         &self.inner.config
+    }
+
+    /// `etag` spelled as this store's `If-Match` expects it: in double quotes, as every
+    /// backend (S3, GCS, Azure, and object_store's local and memory stores, which compare the
+    /// condition with their own quoted spelling as a string) sends and expects it.
+    pub fn if_match(&self, etag: &ETag) -> String {
+        etag.quoted()
     }
 
     /// The full URI of `key`, for messages.
@@ -338,6 +345,24 @@ fn azure(
 mod tests {
     use super::*;
     use object_store::ObjectStoreExt;
+
+    #[tokio::test]
+    async fn if_match_is_spelled_as_local_and_memory_stores_expect() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = format!("file://{}", dir.path().display());
+        for uri in ["mem://if-match-test/p", local.as_str()] {
+            let store = Store::open(uri, &StoreConfig::default()).unwrap();
+            let (os, key) = (store.object_store(), Path::from("k"));
+            os.put(&key, "v".into()).await.unwrap();
+            let meta = os.head(&key).await.unwrap();
+            let etag = ETag::from_store(meta.e_tag.as_deref()).unwrap();
+            let options = object_store::GetOptions {
+                if_match: Some(store.if_match(&etag)),
+                ..Default::default()
+            };
+            os.get_opts(&key, options).await.unwrap();
+        }
+    }
 
     #[test]
     fn display_names_endpoint() {

@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use bucketload::loader::{Format, Loader};
 use bucketload_cache::CacheBuilder;
+use bucketload_store::object_store::ObjectStoreExt as _;
+use futures::TryStreamExt;
 use loader_support::{TestData, drain, keys};
 
 fn entry_files(dir: &Path) -> Vec<PathBuf> {
@@ -83,4 +85,91 @@ async fn a_damaged_entry_is_not_served() {
         "the damaged entries were read from the store"
     );
     assert_eq!(loader.stats().cache.hits, 17);
+}
+
+/// Replaces `key`'s bytes in `store` (same size, so only the ETag and CRC32C tell).
+async fn overwrite(store: &bucketload_store::Store, key: &str, bytes: bytes::Bytes) {
+    use bucketload_store::object_store::PutPayload;
+    let path = bucketload_store::key_path(key);
+    let os = store.object_store();
+    os.put(&path, PutPayload::from(bytes)).await.unwrap();
+}
+
+fn flipped(bytes: &bytes::Bytes) -> bytes::Bytes {
+    bytes.iter().map(|b| b ^ 0x20).collect::<Vec<u8>>().into()
+}
+
+#[tokio::test]
+async fn bytes_read_while_an_object_was_changed_are_never_served_after_it_is_restored() {
+    let data = TestData::files(20, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Arc::new(CacheBuilder::new(dir.path(), 64 << 20).build().unwrap());
+    let (key, original) = {
+        let (k, e) = data.objects.iter().min_by_key(|(k, _)| *k).unwrap();
+        (k.clone(), e.bytes.clone())
+    };
+    let src = data.store("src");
+    overwrite(&src, &key, flipped(&original)).await;
+
+    let skipping = data
+        .loader("src")
+        .with_cache(cache.clone())
+        .with_skip_changed(true);
+    let loader = Loader::open(skipping.build().unwrap()).await.unwrap();
+    let samples = drain(&loader, 0).await;
+    assert_eq!(samples.len(), 19, "the changed sample is left out");
+    assert!(samples.iter().all(|s| s.key != key));
+    samples.iter().for_each(|s| data.check(s));
+    assert_eq!(loader.stats().skipped_changed, 1);
+
+    let failing = data.loader("src").with_cache(cache.clone());
+    let loader = Loader::open(failing.build().unwrap()).await.unwrap();
+    let err = loader.epoch(0).unwrap().try_collect::<Vec<_>>().await;
+    let err = err.unwrap_err().to_string();
+    assert!(err.contains(&key) && err.contains("has ETag"), "{err}");
+
+    overwrite(&src, &key, original).await;
+    let gets = data.gets();
+    let loader = Loader::open(data.loader("src").with_cache(cache).build().unwrap())
+        .await
+        .unwrap();
+    let samples = drain(&loader, 0).await;
+    assert_eq!(samples.len(), 20);
+    samples.iter().for_each(|s| data.check(s));
+    let stats = loader.stats();
+    assert_eq!((stats.cache.hits, stats.cache.misses), (19, 1), "{stats:?}");
+    // The manifest and the restored object.
+    assert_eq!(data.gets() - gets, 2);
+}
+
+#[tokio::test]
+async fn an_indexed_shards_changed_bytes_are_never_cached() {
+    let data = TestData::shards(12, 4).await;
+    let shards = data.store("shards");
+    let os = shards.object_store();
+    let listed: Vec<_> = os.list(None).try_collect().await.unwrap();
+    let shard = listed
+        .iter()
+        .find(|m| m.location.as_ref().ends_with(".tar"))
+        .unwrap()
+        .location
+        .clone();
+    let original = os.get(&shard).await.unwrap().bytes().await.unwrap();
+    overwrite(&shards, shard.as_ref(), flipped(&original)).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Arc::new(CacheBuilder::new(dir.path(), 64 << 20).build().unwrap());
+    let config = data
+        .loader("shards")
+        .with_format(Format::Indexed)
+        .with_cache(cache.clone());
+    let loader = Loader::open(config.clone().build().unwrap()).await.unwrap();
+    let read = loader.epoch(0).unwrap().try_collect::<Vec<_>>().await;
+    assert!(read.is_err(), "a changed shard fails its index check");
+
+    overwrite(&shards, shard.as_ref(), original).await;
+    let loader = Loader::open(config.build().unwrap()).await.unwrap();
+    let samples = drain(&loader, 0).await;
+    assert_eq!(samples.len(), 12);
+    samples.iter().for_each(|s| data.check(s));
 }

@@ -8,9 +8,9 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bucketload_store::Store;
 use bucketload_store::object_store::path::Path;
 use bucketload_store::object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
+use bucketload_store::{ETag, Store};
 use bytes::{Bytes, BytesMut};
 use futures::{StreamExt, TryStreamExt, stream};
 use tokio::task::JoinHandle;
@@ -35,7 +35,8 @@ enum Source {
         store: Store,
         objects: Arc<dyn ObjectStore>,
         key: Path,
-        etag: Option<String>,
+        /// The version opened, in the store's `If-Match` spelling.
+        if_match: Option<String>,
     },
     Local(PathBuf),
 }
@@ -55,7 +56,7 @@ impl CheckpointReader {
                     store: store.clone(),
                     objects,
                     key,
-                    etag: meta.e_tag,
+                    if_match: ETag::from_store(meta.e_tag.as_deref()).map(|e| store.if_match(&e)),
                 };
                 (source, meta.size)
             }
@@ -98,11 +99,11 @@ impl CheckpointReader {
                 store,
                 objects,
                 key,
-                etag,
+                if_match,
             } => {
                 let opts = GetOptions {
                     range: Some(GetRange::Bounded(range.clone())),
-                    if_match: etag.clone(),
+                    if_match: if_match.clone(),
                     ..GetOptions::default()
                 };
                 let got = objects.get_opts(key, opts).await;

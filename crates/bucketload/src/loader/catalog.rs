@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use bucketload_format::{DatasetKind, Manifest, ShardIndex, class_of_key};
-use bucketload_store::key_path;
 use bucketload_store::object_store::{ObjectMeta, path::Path};
+use bucketload_store::{ETag, key_path};
 
 use super::config::Format;
 use crate::dataset::{Location, list_all, read_all_indexes};
@@ -25,8 +25,10 @@ const INDEX_READS_IN_FLIGHT: usize = 64;
 pub(crate) struct FileObject {
     pub(crate) key: Path,
     pub(crate) size: u64,
-    /// ETag without quotes, when known.
-    pub(crate) etag: Option<String>,
+    /// ETag, when known.
+    pub(crate) etag: Option<ETag>,
+    /// CRC32C of the whole object, when the manifest records it.
+    pub(crate) crc32c: Option<u32>,
     pub(crate) label: Option<u32>,
 }
 
@@ -106,7 +108,11 @@ fn from_manifest(location: &Location, manifest: &Manifest, format: Format) -> Re
                 .map(|(f, label)| FileObject {
                     key: key_path(&f.key),
                     size: f.size,
-                    etag: f.etag.clone(),
+                    etag: ETag::from_store(f.etag.as_deref()),
+                    crc32c: f
+                        .crc32c
+                        .as_deref()
+                        .and_then(|c| u32::from_str_radix(c, 16).ok()),
                     label,
                 });
             Ok(Catalog::Files(files.collect()))
@@ -164,7 +170,8 @@ fn files_of(metas: Vec<ObjectMeta>) -> Catalog {
     let files = metas.iter().zip(labels).map(|(m, label)| FileObject {
         key: m.location.clone(),
         size: m.size,
-        etag: m.e_tag.as_ref().map(|e| e.trim_matches('"').to_owned()),
+        etag: ETag::from_store(m.e_tag.as_deref()),
+        crc32c: None,
         label,
     });
     Catalog::Files(files.collect())

@@ -104,6 +104,7 @@ pub struct LoaderConfig {
     pub(crate) coalesce_window: usize,
     pub(crate) coalesce_gap: u64,
     pub(crate) cache: Option<Arc<Cache>>,
+    pub(crate) skip_changed: bool,
 }
 
 impl LoaderConfig {
@@ -132,6 +133,11 @@ impl LoaderConfig {
     /// Epochs [`super::Loader::epochs`] runs.
     pub fn epochs(&self) -> u64 {
         self.epochs
+    }
+
+    /// Whether changed objects are skipped (see [`LoaderBuilder::with_skip_changed`]).
+    pub fn skip_changed(&self) -> bool {
+        self.skip_changed
     }
 
     /// This process's worker number and the number of workers of its rank.
@@ -165,6 +171,7 @@ impl LoaderBuilder {
                 coalesce_window: DEFAULT_COALESCE_WINDOW,
                 coalesce_gap: DEFAULT_COALESCE_GAP,
                 cache: None,
+                skip_changed: false,
             },
         }
     }
@@ -255,6 +262,15 @@ impl LoaderBuilder {
     /// samples by byte range; shard streams are not cached.
     pub fn with_cache(mut self, cache: Arc<Cache>) -> Self {
         self.config.cache = Some(cache);
+        self
+    }
+
+    /// What to do with an object that differs from what the dataset's manifest (or the
+    /// listing the loader opened with) says of it — another size, ETag or CRC32C: `false`
+    /// (the default) fails the stream with an error naming the object; `true` leaves the
+    /// sample out, logs it, and counts it in [`LoaderStats::skipped_changed`](super::LoaderStats).
+    pub fn with_skip_changed(mut self, skip: bool) -> Self {
+        self.config.skip_changed = skip;
         self
     }
 

@@ -43,6 +43,7 @@
 
 mod cached;
 mod catalog;
+pub(crate) mod checked;
 mod config;
 mod prefetch;
 mod random;
@@ -162,6 +163,26 @@ impl StateTracker {
 pub(crate) struct Item {
     pub(crate) sample: Sample,
     pub(crate) permit: Option<OwnedSemaphorePermit>,
+    /// The sample was left out (its object changed): the stream counts its position as done
+    /// and yields nothing for it.
+    pub(crate) skipped: bool,
+}
+
+impl Item {
+    /// The place of a sample left out.
+    pub(crate) fn skipped(source: SampleRef, position: u64) -> Item {
+        Item {
+            sample: Sample {
+                key: String::new(),
+                label: None,
+                members: Vec::new(),
+                source,
+                position,
+            },
+            permit: None,
+            skipped: true,
+        }
+    }
 }
 
 /// The label of a WebDataset sample: its `.cls` member as ASCII decimal.
@@ -486,29 +507,35 @@ impl Stream for SampleStream {
             return Poll::Ready(None);
         }
         this.inner.counters.start();
-        let polled = match this.poll_items(cx) {
-            Ok(polled) => polled,
-            Err(e) => return Poll::Ready(Some(Err(e))),
-        };
-        if polled.is_pending() {
-            this.waiting_since.get_or_insert_with(Instant::now);
-            return Poll::Pending;
-        }
-        if let Some(since) = this.waiting_since.take() {
-            this.inner.counters.consumer_waited(since.elapsed());
-        }
-        Poll::Ready(match polled {
-            Poll::Ready(Some(Ok(item))) => {
-                let sample = item.sample;
-                this.mark(sample.position);
-                this.remaining = this.remaining.saturating_sub(1);
-                stats::add(&this.inner.counters.samples, 1);
-                stats::add(&this.inner.counters.bytes, sample.bytes());
-                Some(Ok(sample))
+        loop {
+            let polled = match this.poll_items(cx) {
+                Ok(polled) => polled,
+                Err(e) => return Poll::Ready(Some(Err(e))),
+            };
+            if polled.is_pending() {
+                this.waiting_since.get_or_insert_with(Instant::now);
+                return Poll::Pending;
             }
-            Poll::Ready(Some(Err(e))) => Some(Err(e)),
-            _ => this.end(),
-        })
+            if let Some(since) = this.waiting_since.take() {
+                this.inner.counters.consumer_waited(since.elapsed());
+            }
+            return Poll::Ready(match polled {
+                Poll::Ready(Some(Ok(item))) => {
+                    let sample = item.sample;
+                    this.mark(sample.position);
+                    this.remaining = this.remaining.saturating_sub(1);
+                    if item.skipped {
+                        // Counted where it was skipped; its place is done, nothing is yielded.
+                        continue;
+                    }
+                    stats::add(&this.inner.counters.samples, 1);
+                    stats::add(&this.inner.counters.bytes, sample.bytes());
+                    Some(Ok(sample))
+                }
+                Poll::Ready(Some(Err(e))) => Some(Err(e)),
+                _ => this.end(),
+            });
+        }
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {

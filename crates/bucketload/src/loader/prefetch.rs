@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use bucketload_store::ETag;
 use bucketload_store::object_store::path::Path;
 use bucketload_store::object_store::{GetOptions, GetRange};
 use bytes::Bytes;
@@ -278,7 +279,7 @@ struct Object {
     /// The loader's cache of this object's requests, if any.
     blocks: Option<Blocks>,
     /// The ETag of the first response, compared with every later one.
-    etag: Mutex<Option<String>>,
+    etag: Mutex<Option<ETag>>,
 }
 
 /// A request in flight: its range, the channel its chunks arrive on and its task.
@@ -635,7 +636,7 @@ async fn attempt(
             };
         }
     };
-    check_etag(object, response.meta.e_tag.as_deref())?;
+    check_etag(object, ETag::from_store(response.meta.e_tag.as_deref()))?;
     if response.range.end < end {
         return Err(past_the_end(object, *pos..end, response.meta.size));
     }
@@ -681,15 +682,15 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// Fails if `etag` differs from the first response's: the object changed while being read.
-fn check_etag(object: &Object, etag: Option<&str>) -> Result<()> {
+fn check_etag(object: &Object, etag: Option<ETag>) -> Result<()> {
     let Some(etag) = etag else { return Ok(()) };
     let mut first = object.etag.lock().unwrap_or_else(PoisonError::into_inner);
-    match first.as_deref() {
+    match first.as_ref() {
         None => {
-            *first = Some(etag.to_owned());
+            *first = Some(etag);
             Ok(())
         }
-        Some(seen) if seen == etag => Ok(()),
+        Some(seen) if *seen == etag => Ok(()),
         Some(seen) => Err(Error::Corrupt {
             uri: object.uri.clone(),
             reason: format!(

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use bucketload_cache::{CacheKey, ObjectVersion};
 use bucketload_format::{IndexSample, ShardIndex, split_key};
-use bucketload_store::object_store::{GetOptions, GetRange, ObjectStoreExt};
+use bucketload_store::object_store::{GetOptions, GetRange};
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
 use futures::{FutureExt, StreamExt, TryStreamExt};
@@ -136,26 +136,8 @@ async fn fetch_file(inner: Arc<Inner>, position: u64, sref: SampleRef) -> Result
     };
     let file = &inner.files()[usize::try_from(index).unwrap_or(usize::MAX)];
     let permit = reserve(&inner, file.size).await?;
-    let cache_key = CacheKey::new(inner.store_uri.clone(), file.key.as_ref());
-    let version = match &file.etag {
-        Some(etag) => ObjectVersion::new(etag.clone(), file.size),
-        None => ObjectVersion::size_only(file.size),
-    };
-    let cached = match &inner.cache {
-        Some(cache) => cache.get(&cache_key, &version, &inner.counters).await,
-        None => None,
-    };
-    let bytes = match cached {
-        Some(bytes) => bytes,
-        None => {
-            let bytes = get_file(&inner, file).await?;
-            if let Some(cache) = &inner.cache {
-                cache
-                    .insert(&cache_key, &version, bytes.clone(), &inner.counters)
-                    .await;
-            }
-            bytes
-        }
+    let Some(bytes) = super::checked::file_bytes(&inner, file).await? else {
+        return Ok(vec![Item::skipped(sref, position)]);
     };
     let name = file.key.as_ref();
     let sample = Sample {
@@ -168,27 +150,8 @@ async fn fetch_file(inner: Arc<Inner>, position: u64, sref: SampleRef) -> Result
     Ok(vec![Item {
         sample,
         permit: Some(permit),
+        skipped: false,
     }])
-}
-
-async fn get_file(inner: &Inner, file: &super::catalog::FileObject) -> Result<Bytes> {
-    let loc = &inner.location;
-    let key = &file.key;
-    let _request = inner.counters.request(false);
-    let body = async { loc.store().get(key).await?.bytes().await }.await;
-    let body = body.map_err(|e| loc.error(key, e))?;
-    if body.len() as u64 != file.size {
-        return Err(Error::Corrupt {
-            uri: loc.uri_of(key),
-            reason: format!(
-                "is {} bytes, the dataset's manifest or listing says {}; the object changed: \
-                 rebuild the manifest (`bucketload manifest`) or start the loader again",
-                body.len(),
-                file.size
-            ),
-        });
-    }
-    Ok(body)
 }
 
 /// One sample of an indexed shard with its place in the order.
@@ -290,6 +253,7 @@ async fn fetch_group(inner: Arc<Inner>, group: Vec<Wanted>) -> Result<Vec<Item>>
         .filter(|(_, f)| f.is_none())
         .map(|(w, _)| w)
         .collect();
+    let fresh: Vec<bool> = found.iter().map(Option::is_none).collect();
     if let Some(first) = missing.first() {
         let start = first.range.0;
         let end = missing.iter().map(|w| w.range.1).max().unwrap_or(start);
@@ -298,22 +262,23 @@ async fn fetch_group(inner: Arc<Inner>, group: Vec<Wanted>) -> Result<Vec<Item>>
         for (slot, w) in found.iter_mut().zip(&group) {
             if slot.is_none() {
                 let piece = cut(&inner, w, &body, start)?;
-                if let Some(cache) = &inner.cache {
-                    let (key, version) = range_key(&inner, w);
-                    cache
-                        .insert(&key, &version, piece.clone(), &inner.counters)
-                        .await;
-                }
                 *slot = Some(piece);
             }
         }
     }
     let mut items = Vec::with_capacity(group.len());
-    for (w, bytes) in group.iter().zip(found) {
-        let sample = parse_sample(&inner, w, bytes.unwrap_or_default())?;
+    for ((w, bytes), fresh) in group.iter().zip(found).zip(fresh) {
+        let bytes = bytes.unwrap_or_default();
+        let sample = parse_sample(&inner, w, bytes.clone())?;
+        // Cached only once its members matched the index: bytes of a changed shard never are.
+        if let (true, Some(cache)) = (fresh, &inner.cache) {
+            let (key, version) = range_key(&inner, w);
+            cache.insert(&key, &version, bytes, &inner.counters).await;
+        }
         items.push(Item {
             sample,
             permit: None,
+            skipped: false,
         });
     }
     items.sort_by_key(|i| i.sample.position);

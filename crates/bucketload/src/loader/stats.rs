@@ -35,6 +35,7 @@ pub(crate) struct Counters {
     pub(crate) request_nanos: AtomicU64,
     pub(crate) consumer_wait_nanos: AtomicU64,
     pub(crate) max_held: AtomicU64,
+    pub(crate) skipped_changed: AtomicU64,
     clock: Mutex<Clock>,
 }
 
@@ -108,6 +109,7 @@ impl Counters {
             elapsed_s: secs,
             samples: get(&self.samples),
             bytes: get(&self.bytes),
+            skipped_changed: get(&self.skipped_changed),
             requests: RequestStats {
                 get: get(&self.gets),
                 ranged_get: get(&self.ranged_gets),
@@ -168,6 +170,11 @@ pub struct LoaderStats {
     pub samples: u64,
     /// Member bytes delivered.
     pub bytes: u64,
+    /// Samples left out because their object differs from what the manifest or listing says
+    /// (only with [`LoaderBuilder::with_skip_changed`](super::LoaderBuilder::with_skip_changed);
+    /// otherwise such an object fails the stream). An epoch with skipped samples delivered
+    /// fewer samples than it holds.
+    pub skipped_changed: u64,
     /// Requests by kind.
     pub requests: RequestStats,
     /// Requests in flight (files and indexed sources) or shard streams running (shards).

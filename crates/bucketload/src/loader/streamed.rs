@@ -92,6 +92,7 @@ impl<I: Iterator<Item = (u64, SampleRef)>> Reorder<I> {
                 return Ok(Some(Item {
                     sample,
                     permit: None,
+                    skipped: false,
                 }));
             }
             let Some(arrived) = self.arrivals.next().await else {

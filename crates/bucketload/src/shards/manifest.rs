@@ -9,8 +9,8 @@ use bucketload_format::{
     ClassCount, DatasetKind, FileEntry, MANIFEST_PATH, MANIFEST_VERSION, Manifest, Parameters,
     class_of_key,
 };
-use bucketload_store::Store;
 use bucketload_store::object_store::{ObjectMeta, ObjectStoreExt, PutPayload, path::Path};
+use bucketload_store::{ETag, Store};
 use futures::{StreamExt, TryStreamExt};
 
 use crate::dataset::{Location, Progress, list_all};
@@ -81,11 +81,8 @@ async fn read_entry(
         .get(&key)
         .await
         .map_err(|e| location.error(&key, e))?;
-    let etag = get
-        .meta
-        .e_tag
-        .clone()
-        .map(|e| e.trim_matches('"').to_owned());
+    // Recorded bare (`ETag`'s spelling), whatever quotes the store sends.
+    let etag = ETag::from_store(get.meta.e_tag.as_deref()).map(|e| e.to_string());
     let size = get.meta.size;
     let mut body = get.into_stream();
     let (mut crc, mut read) = (0u32, 0u64);

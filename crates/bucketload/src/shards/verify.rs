@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use bucketload_format::{DatasetKind, FileEntry, MANIFEST_PATH, Manifest, ShardEntry, ShardIndex};
 use bucketload_store::object_store::{ObjectMeta, ObjectStoreExt, path::Path};
-use bucketload_store::{Store, key_path};
+use bucketload_store::{ETag, Store, key_path};
 use futures::{StreamExt, TryStreamExt};
 
 use super::{IndexOptions, SHARD_EXT, ShardObject, find_shards, index_key, index_shard};
@@ -165,8 +165,8 @@ async fn check_file(
         );
         problems.push(problem(uri.clone(), message));
     }
-    if let (Some(want), Some(got)) = (&file.etag, &read.etag)
-        && want != got
+    if let (Some(want), Some(got)) = (ETag::from_store(file.etag.as_deref()), &read.etag)
+        && &want != got
     {
         let message = format!("wrong ETag: {got}, the manifest says {want}");
         problems.push(problem(uri.clone(), message));
@@ -184,7 +184,7 @@ async fn check_file(
 /// What reading one object found.
 struct Read {
     size: u64,
-    etag: Option<String>,
+    etag: Option<ETag>,
     crc: u32,
 }
 
@@ -195,11 +195,7 @@ async fn read_crc(location: &Location, key: &Path) -> Result<Read> {
         .get(key)
         .await
         .map_err(|e| location.error(key, e))?;
-    let etag = get
-        .meta
-        .e_tag
-        .as_ref()
-        .map(|e| e.trim_matches('"').to_owned());
+    let etag = ETag::from_store(get.meta.e_tag.as_deref());
     let mut body = get.into_stream();
     let (mut crc, mut size) = (0u32, 0u64);
     while let Some(chunk) = body.next().await {

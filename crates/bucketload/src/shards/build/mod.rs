@@ -28,7 +28,7 @@ use bucketload_format::{
     ShardEntry, merge_manifests,
 };
 use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
-use bucketload_store::{Store, key_path};
+use bucketload_store::{ETag, Store, key_path};
 use futures::TryStreamExt;
 
 use super::manifest::now_rfc3339;
@@ -82,6 +82,7 @@ pub struct ShardOptions {
     buffer_bytes: u64,
     parts_per_shard: usize,
     skip_missing: bool,
+    skip_changed: bool,
     overwrite: bool,
     md5: bool,
 }
@@ -109,6 +110,7 @@ impl ShardOptions {
                 buffer_bytes: 256 << 20,
                 parts_per_shard: 8,
                 skip_missing: false,
+                skip_changed: false,
                 overwrite: false,
                 md5: false,
             },
@@ -164,6 +166,14 @@ impl ShardOptionsBuilder {
     /// failing.
     pub fn with_skip_missing(mut self, yes: bool) -> Self {
         self.inner.skip_missing = yes;
+        self
+    }
+
+    /// Leave out objects that differ from what the source's manifest or listing says of them
+    /// (size, ETag, CRC32C when recorded), counted and reported, instead of failing (the
+    /// default). A changed object is never packaged.
+    pub fn with_skip_changed(mut self, yes: bool) -> Self {
+        self.inner.skip_changed = yes;
         self
     }
 
@@ -228,6 +238,9 @@ pub struct ShardReport {
     pub shard_bytes: u64,
     /// Source objects left out because they were gone (`--skip-missing`), full URIs.
     pub missing: Vec<String>,
+    /// Source objects left out because they changed since the manifest or listing
+    /// (`--skip-changed`): full URI, then how it differs.
+    pub changed: Vec<String>,
     /// Full URI of the manifest written (the slice's manifest for `--part`).
     pub manifest: String,
     /// Wall time in seconds.
@@ -273,6 +286,7 @@ pub async fn shard_dataset(
         object_bytes: written.iter().map(|w| w.object_bytes).sum(),
         shard_bytes: 0,
         missing: written.iter().flat_map(|w| w.missing.clone()).collect(),
+        changed: written.iter().flat_map(|w| w.changed.clone()).collect(),
         manifest: String::new(),
         seconds: 0.0,
     };
@@ -323,6 +337,11 @@ async fn source_objects(src: &Store) -> Result<Vec<SourceObject>> {
         let files = manifest.files.into_iter();
         return Ok(files
             .map(|f| SourceObject {
+                etag: ETag::from_store(f.etag.as_deref()),
+                crc32c: f
+                    .crc32c
+                    .as_deref()
+                    .and_then(|c| u32::from_str_radix(c, 16).ok()),
                 key: f.key,
                 size: f.size,
             })
@@ -334,6 +353,8 @@ async fn source_objects(src: &Store) -> Result<Vec<SourceObject>> {
         .map(|m| SourceObject {
             key: m.location.to_string(),
             size: m.size,
+            etag: ETag::from_store(m.e_tag.as_deref()),
+            crc32c: None,
         })
         .filter(|o| !o.key.starts_with("_bucketload/"))
         .collect())

@@ -11,6 +11,7 @@ use std::ops::Range;
 use bucketload_format::{
     BLOCK, DEFAULT_MODE, DEFAULT_MTIME, PartSpec, class_of_key, encode_header, split_key,
 };
+use bucketload_store::ETag;
 use sha2::{Digest, Sha256};
 
 use super::{Cut, LabelFrom, ShardOptions};
@@ -27,6 +28,10 @@ pub struct SourceObject {
     pub key: String,
     /// Size in bytes from the listing.
     pub size: u64,
+    /// ETag from the manifest or listing, when known: the object is checked against it.
+    pub etag: Option<ETag>,
+    /// CRC32C from the manifest, when recorded: the object is checked against it.
+    pub crc32c: Option<u32>,
 }
 
 /// One sample: the source objects sharing a WebDataset key, and its label.
@@ -280,6 +285,8 @@ mod tests {
             .map(|(k, s)| SourceObject {
                 key: (*k).to_owned(),
                 size: *s,
+                etag: None,
+                crc32c: None,
             })
             .collect()
     }
@@ -334,6 +341,8 @@ mod tests {
             .map(|i| SourceObject {
                 key: format!("c/{i:03}.jpg"),
                 size: 1,
+                etag: None,
+                crc32c: None,
             })
             .collect();
         let seeded = |seed| {
@@ -381,6 +390,8 @@ mod tests {
             .map(|i| SourceObject {
                 key: format!("{i}.bin"),
                 size: 1,
+                etag: None,
+                crc32c: None,
             })
             .collect();
         let plan = make_plan(objs, &options(Cut::Samples(1))).unwrap();

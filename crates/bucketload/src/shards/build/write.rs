@@ -19,10 +19,13 @@ use md5::{Digest, Md5};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use super::{Plan, ShardOptions};
+use super::{Plan, ShardOptions, SourceObject};
 use crate::dataset::{Location, Progress};
 use crate::error::{Error, Result};
+use crate::loader::checked::{Change, Promise, compare};
 use crate::shards::index_key;
+use bucketload_cache::ObjectVersion;
+use bucketload_store::ETag;
 
 /// Bytes gathered before they are handed to the multipart writer.
 const FLUSH_BYTES: usize = 1 << 20;
@@ -44,6 +47,7 @@ pub(super) struct Written {
     pub objects: u64,
     pub object_bytes: u64,
     pub missing: Vec<String>,
+    pub changed: Vec<String>,
 }
 
 /// One source object to fetch: where it goes.
@@ -54,10 +58,12 @@ struct Slot {
     member: usize,
 }
 
-/// A fetched object (`None`: gone, and `--skip-missing` was given).
+/// A fetched object (`None`: gone, and `--skip-missing` was given, or changed, and
+/// `--skip-changed` was: then `changed` says how).
 struct Fetched {
     slot: Slot,
     data: Option<Bytes>,
+    changed: Option<String>,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -100,14 +106,9 @@ pub(super) async fn write_shards(
         .map_ok(|(slot, permit)| {
             // A task per GET: bodies are collected on the runtime's workers while this task
             // writes tar; the guard cancels the GET if the run stops first.
-            let key = plan.samples[slot.sample].members[slot.member].key.clone();
-            let task = tokio::spawn(fetch(
-                source.clone(),
-                key,
-                slot,
-                permit,
-                options.skip_missing,
-            ));
+            let object = plan.samples[slot.sample].members[slot.member].clone();
+            let skip = (options.skip_missing, options.skip_changed);
+            let task = tokio::spawn(fetch(source.clone(), object, slot, permit, skip));
             let guard = AbortOnDrop(task.abort_handle());
             async move {
                 let fetched = task.await.map_err(|e| Error::Task {
@@ -137,18 +138,22 @@ impl Drop for AbortOnDrop {
 
 async fn fetch(
     source: Location,
-    key: String,
+    object: SourceObject,
     slot: Slot,
     permit: OwnedSemaphorePermit,
-    skip_missing: bool,
+    (skip_missing, skip_changed): (bool, bool),
 ) -> Result<Fetched> {
-    let path = key_path(&key);
+    let path = key_path(&object.key);
     let got = match source.store().get(&path).await {
-        Ok(get) => get.bytes().await,
+        Ok(get) => {
+            let etag = ETag::from_store(get.meta.e_tag.as_deref());
+            let version = ObjectVersion::with_etag(etag, get.meta.size);
+            get.bytes().await.map(|b| (b, version))
+        }
         Err(e) => Err(e),
     };
     let data = match got {
-        Ok(bytes) => Some(bytes),
+        Ok((bytes, version)) => Some(checked(&source, &object, &version, bytes).await?),
         Err(bucketload_store::object_store::Error::NotFound { .. }) if skip_missing => None,
         Err(bucketload_store::object_store::Error::NotFound { .. }) => {
             return Err(Error::Store(bucketload_store::Error::NotFound {
@@ -162,11 +167,59 @@ async fn fetch(
         }
         Err(e) => return Err(source.error(&path, e)),
     };
+    let (data, changed) = match data {
+        Some(Err(change)) if skip_changed => (None, Some(change.to_string())),
+        Some(Err(change)) => return Err(changed_error(&source, &path, &change)),
+        Some(Ok(bytes)) => (Some(bytes), None),
+        None => (None, None),
+    };
     Ok(Fetched {
         slot,
         data,
+        changed,
         _permit: permit,
     })
+}
+
+/// `bytes`, returned as `version`, or how they differ from what the source's manifest or
+/// listing says of `object`: a changed object is never packaged.
+async fn checked(
+    source: &Location,
+    object: &SourceObject,
+    version: &ObjectVersion,
+    bytes: Bytes,
+) -> Result<std::result::Result<Bytes, Change>> {
+    if bytes.len() as u64 != version.size {
+        return Err(Error::Corrupt {
+            uri: source.uri_of(&key_path(&object.key)),
+            reason: format!(
+                "the store said {} bytes and sent {}; run again",
+                version.size,
+                bytes.len()
+            ),
+        });
+    }
+    let promise = Promise {
+        size: object.size,
+        etag: object.etag.clone(),
+        crc32c: object.crc32c,
+    };
+    Ok(match compare(&promise, version, &bytes).await {
+        None => Ok(bytes),
+        Some(change) => Err(change),
+    })
+}
+
+fn changed_error(source: &Location, path: &Path, change: &Change) -> Error {
+    Error::Corrupt {
+        uri: source.uri_of(path),
+        reason: format!(
+            "{change}: the object changed since the source's manifest or listing was read, and \
+             is not packaged; rebuild the manifest (`bucketload manifest`) or restore the \
+             object, or pass --skip-changed to leave such objects out (they are counted and \
+             reported)"
+        ),
+    }
 }
 
 /// The shard being filled.
@@ -182,6 +235,7 @@ struct Open {
     objects: u64,
     object_bytes: u64,
     missing: Vec<String>,
+    changed: Vec<String>,
 }
 
 /// Turns fetched objects into shards.
@@ -229,7 +283,7 @@ impl<'a> Sink<'a> {
                 self.open = Some(self.start(item.slot.shard));
             }
             let size = item.data.as_ref().map_or(0, |d| d.len() as u64);
-            self.add(item.slot, item.data).await?;
+            self.add(item.slot, item.data, item.changed).await?;
             progress.advance(1, size);
         }
         self.close_shard().await
@@ -253,11 +307,18 @@ impl<'a> Sink<'a> {
             objects: 0,
             object_bytes: 0,
             missing: Vec::new(),
+            changed: Vec::new(),
         }
     }
 
-    /// Appends one member (or notes it missing), closing the previous sample first.
-    async fn add(&mut self, slot: Slot, data: Option<Bytes>) -> Result<()> {
+    /// Appends one member (or notes it missing or `changed`), closing the previous sample
+    /// first.
+    async fn add(
+        &mut self,
+        slot: Slot,
+        data: Option<Bytes>,
+        changed: Option<String>,
+    ) -> Result<()> {
         let plan = self.plan;
         let Some(open) = self.open.as_mut() else {
             return Ok(());
@@ -269,8 +330,16 @@ impl<'a> Sink<'a> {
         let object = &plan.samples[slot.sample].members[slot.member];
         let Some(data) = data else {
             let uri = self.source.uri_of(&key_path(&object.key));
-            tracing::warn!(object = %object.key, "gone since listed; left out");
-            open.missing.push(uri);
+            match changed {
+                Some(change) => {
+                    tracing::warn!(%uri, %change, "changed since listed; left out");
+                    open.changed.push(format!("{uri}: {change}"));
+                }
+                None => {
+                    tracing::warn!(object = %object.key, "gone since listed; left out");
+                    open.missing.push(uri);
+                }
+            }
             open.sample = Some((slot.sample, written));
             return Ok(());
         };
@@ -436,5 +505,6 @@ async fn finish(dst: Store, open: Open) -> Result<Written> {
         objects: open.objects,
         object_bytes: open.object_bytes,
         missing: open.missing,
+        changed: open.changed,
     })
 }
