@@ -11,9 +11,12 @@ tarfile. Every run lands in one of:
     false success   exit 0 but data is missing or wrong (a byte mismatch is one)
     false failure   exit non-zero although the operation took effect
     failure         exit non-zero and nothing (or nothing visible) took effect: honest, counted
+    damage          exit non-zero and what was there before is gone or changed (an overwrite
+                    that failed must leave the old object whole)
     crash           a panic (exit 101) or a signal
 
-The matrix fails (exit 1) on any false success, false failure or crash, and prints the counts.
+The matrix fails (exit 1) on any false success, false failure, damage or crash, and prints the
+counts.
 
     .venv/bin/python tests/faults/fault_matrix.py [--seeds 1 2 3] [--rate 0.15] [--bin PATH]
 """
@@ -138,9 +141,10 @@ class Matrix:
     # --- verdicts -----------------------------------------------------------------------
 
     def record(self, op: str, seed: int, done: subprocess.CompletedProcess, whole: bool,
-               detail: str = "", effect: bool = True) -> None:
+               detail: str = "", effect: bool = True, intact: bool = True) -> None:
         """`whole`: the operation's effect is there and byte-exact. `effect`: the operation
-        changes something whose presence makes a non-zero exit false (writes, downloads)."""
+        changes something whose presence makes a non-zero exit false (writes, downloads).
+        `intact`: what was there before is still whole, if the effect is not."""
         code = done.returncode
         if code < 0 or code == 101:
             verdict = "crash"
@@ -148,6 +152,8 @@ class Matrix:
             verdict = "ok" if whole else "false success"
         elif whole and effect:
             verdict = "false failure"
+        elif not whole and not intact:
+            verdict = "damage"
         else:
             verdict = "failure"
         if verdict != "ok":
@@ -255,8 +261,7 @@ class Matrix:
         done = self.run(ep, "ckpt", "save", str(self.local / "big.bin"), f"s3://{bucket}/ckpt/c.pt",
                         "--part-size", PART)
         got = self.object(bucket, "ckpt/c.pt")
-        self.record("ckpt save", seed, done, got == new,
-                    "" if got in (old, new) else "the object is neither the old nor the new one")
+        self.record("ckpt save", seed, done, got == new, intact=got == old)
         self.s3.put_object(Bucket=bucket, Key="ckpt/l.pt", Body=new)
         dst = self.work / f"loaded-{seed}.pt"
         done = self.run(ep, "ckpt", "load", f"s3://{bucket}/ckpt/l.pt", str(dst),
@@ -297,18 +302,20 @@ class Matrix:
             print(f"  seed {seed} mount                  not run: no /dev/fuse or fusermount3")
             return
         big = self.local / "big.bin"
+        old = b"old content"
         for key in ("mnt/big.bin", "mnt/small.jpg"):
-            self.s3.put_object(Bucket=bucket, Key=key, Body=b"old content")
+            self.s3.put_object(Bucket=bucket, Key=key, Body=old)
         small = self.local / "files" / sorted(self.ref_files)[0]
         with Mounted(self, ep, f"s3://{bucket}/mnt", ["--allow-overwrite"]) as mnt:
             done = subprocess.run(["cp", str(big), str(mnt / "big.bin")], capture_output=True,
                                   text=True, timeout=600)
-            self.record("mount cp", seed, done, self.object(bucket, "mnt/big.bin") ==
-                        big.read_bytes())
+            got = self.object(bucket, "mnt/big.bin")
+            self.record("mount cp", seed, done, got == big.read_bytes(), intact=got == old)
             done = subprocess.run(["bash", "-c", f"cat '{small}' > '{mnt / 'small.jpg'}'"],
                                   capture_output=True, text=True, timeout=600)
-            self.record("mount shell redirect", seed, done,
-                        self.object(bucket, "mnt/small.jpg") == small.read_bytes())
+            got = self.object(bucket, "mnt/small.jpg")
+            self.record("mount shell redirect", seed, done, got == small.read_bytes(),
+                        intact=got == old)
         with Mounted(self, ep, "s3://fm-ref/files", ["--read-only"]) as mnt:
             keys = sorted(self.ref_files)
             script = ("import sys, pathlib; r = pathlib.Path(sys.argv[1]); "
@@ -334,12 +341,13 @@ class Matrix:
     def summary(self) -> int:
         counts = collections.Counter(r.verdict for r in self.results)
         print("\nfault matrix:", ", ".join(f"{counts[v]} {v}" for v in VERDICTS))
-        bad = [r for r in self.results if r.verdict in ("false success", "false failure", "crash")]
+        bad = [r for r in self.results if r.verdict in DEFECTS]
         for r in bad:
             print(f"  {r.verdict}: seed {r.seed} {r.op}: {r.detail}")
         mismatches = sum(1 for r in bad if r.verdict == "false success")
         print(f"byte mismatches or missing data with exit 0: {mismatches}; "
-              f"false failures: {counts['false failure']}; crashes: {counts['crash']}; "
+              f"false failures: {counts['false failure']}; damage: {counts['damage']}; "
+              f"crashes: {counts['crash']}; "
               f"honest failures: {counts['failure']}")
         return 1 if bad else 0
 
@@ -368,7 +376,8 @@ class Mounted:
             time.sleep(0.01)
 
 
-VERDICTS = ("ok", "failure", "false success", "false failure", "crash")
+VERDICTS = ("ok", "failure", "false success", "false failure", "damage", "crash")
+DEFECTS = ("false success", "false failure", "damage", "crash")
 
 # The Python side, run in its own process against one endpoint: the decoded batches of
 # `bucketload.Loader` over the shards (deterministic for a seed), the raw objects of
