@@ -261,9 +261,13 @@ async fn run_epoch(
         delivered += 1;
         bar.advance(1, sample.bytes());
     }
-    // The loader errs on a short epoch itself; the report must agree with the plan too.
-    if delivered != expected {
-        bail!("epoch {epoch} delivered {delivered} samples, its plan {expected}");
+    // The loader errs on a short epoch itself; the report must agree with the plan too. Samples
+    // left out with --skip-changed were asked to be left out: they are counted, not missing.
+    let skipped = loader.stats().skipped_changed - before.skipped_changed;
+    if delivered + skipped != expected {
+        bail!(
+            "epoch {epoch} delivered {delivered} samples ({skipped} skipped), its plan {expected}"
+        );
     }
     let decoded = match decode {
         Some(decode) => Some(decode.finish().await?),

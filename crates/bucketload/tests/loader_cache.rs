@@ -173,3 +173,56 @@ async fn an_indexed_shards_changed_bytes_are_never_cached() {
     assert_eq!(samples.len(), 12);
     samples.iter().for_each(|s| data.check(s));
 }
+
+/// A shard rewritten in place to the same size behind a warm cache: the streamed reader's blocks
+/// are filed under the shard's ETag, so the next epoch reads the new bytes from the store rather
+/// than serving the old ones.
+#[tokio::test]
+async fn a_streamed_shard_rewritten_to_the_same_size_is_read_anew() {
+    let data = TestData::shards(12, 4).await;
+    let shards = data.store("shards");
+    let os = shards.object_store();
+    let listed: Vec<_> = os.list(None).try_collect().await.unwrap();
+    let find = |ext: &str| {
+        listed
+            .iter()
+            .find(|m| m.location.as_ref().ends_with(ext))
+            .unwrap()
+            .location
+            .clone()
+    };
+    let (shard, index) = (find(".tar"), find(".tar.idx"));
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Arc::new(CacheBuilder::new(dir.path(), 64 << 20).build().unwrap());
+    let config = data
+        .loader("shards")
+        .with_format(Format::Shards)
+        .with_cache(cache);
+    let loader = Loader::open(config.build().unwrap()).await.unwrap();
+    assert_eq!(drain(&loader, 0).await.len(), 12);
+
+    // Change the data of the shard's first image member, keeping every header and the size.
+    let idx = os.get(&index).await.unwrap().bytes().await.unwrap();
+    let idx = bucketload_format::ShardIndex::parse(index.as_ref(), &idx).unwrap();
+    let (key, member) = (&idx.samples[0].key, &idx.samples[0].members[0]);
+    let mut body = os
+        .get(&shard)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap()
+        .to_vec();
+    let at = usize::try_from(member.data_offset).unwrap();
+    let len = usize::try_from(member.size).unwrap();
+    body[at..at + len].iter_mut().for_each(|b| *b ^= 0x5a);
+    let changed = bytes::Bytes::copy_from_slice(&body[at..at + len]);
+    overwrite(&shards, shard.as_ref(), body.into()).await;
+
+    let samples = drain(&loader, 1).await;
+    let sample = samples.iter().find(|s| &s.key == key).unwrap();
+    assert_eq!(
+        sample.members[0].1, changed,
+        "the old cached block was served for a shard the store no longer has"
+    );
+}

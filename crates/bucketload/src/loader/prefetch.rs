@@ -394,6 +394,8 @@ impl Reader {
     ) -> Reader {
         let window = Window::new(range, &config);
         add(&counters.window, window.size);
+        // Cached blocks are filed under a version known up front: every response must be it.
+        let etag = blocks.as_ref().and_then(|b| b.version.etag.clone());
         let object = Object {
             uri: location.uri_of(&key),
             location,
@@ -401,7 +403,7 @@ impl Reader {
             max_retries: config.max_retries,
             counters,
             blocks,
-            etag: Mutex::new(None),
+            etag: Mutex::new(etag),
         };
         Reader {
             object: Arc::new(object),

@@ -28,6 +28,7 @@ use crate::dataset::read_index;
 use crate::source::{SampleRef, WorkItem, WorkerIter};
 use crate::{Error, Result};
 use bucketload_cache::ObjectVersion;
+use bucketload_store::object_store::ObjectStoreExt;
 
 /// Most samples a shard task may read ahead of the consumer; its byte share of the memory
 /// budget is the real bound.
@@ -191,11 +192,14 @@ async fn open_span(
         offset,
     };
     let counters = inner.prefetch.clone();
-    let blocks = inner.cache.as_ref().map(|_| Blocks {
-        inner: Arc::clone(inner),
-        key: shard.key.to_string(),
-        version: ObjectVersion::size_only(shard.size),
-    });
+    let blocks = match &inner.cache {
+        None => None,
+        Some(_) => Some(Blocks {
+            inner: Arc::clone(inner),
+            key: shard.key.to_string(),
+            version: shard_version(inner, shard).await?,
+        }),
+    };
     let stream = shard_samples_with(
         inner.location.clone(),
         shard.key.clone(),
@@ -205,6 +209,31 @@ async fn open_span(
         blocks,
     );
     Ok(stream)
+}
+
+/// The version a shard's cached blocks are filed and looked up under: its ETag and size now, from
+/// one HEAD per span (shard manifests record no ETag, and a shard rewritten in place to the same
+/// size must never be served from its old blocks). The prefetcher then refuses any response of
+/// another ETag, so no block of another version is cached under this one. A size other than the
+/// manifest's is an error naming the shard.
+async fn shard_version(inner: &Inner, shard: &super::catalog::DataShard) -> Result<ObjectVersion> {
+    let store = inner.location.store();
+    let meta = store
+        .head(&shard.key)
+        .await
+        .map_err(|e| inner.location.error(&shard.key, e))?;
+    if meta.size != shard.size {
+        return Err(Error::Corrupt {
+            uri: inner.location.uri_of(&shard.key),
+            reason: format!(
+                "the shard has {} bytes in the store but {} in the dataset's manifest: it changed \
+                 since the manifest was written; rebuild the dataset with `bucketload shard`",
+                meta.size, shard.size
+            ),
+        });
+    }
+    let etag = bucketload_store::ETag::from_store(meta.e_tag.as_deref());
+    Ok(ObjectVersion::with_etag(etag, meta.size))
 }
 
 /// Byte offset of sample `sample`'s first header, from the shard's index (0 without one: the
