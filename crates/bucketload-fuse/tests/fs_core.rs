@@ -814,3 +814,37 @@ async fn a_refused_write_or_resize_makes_no_object() {
     assert_eq!(b.get("keep.bin").await.unwrap(), "keep", "not emptied");
     assert_eq!(read_all(&fs, "keep.bin", 4096).await, b"keep");
 }
+
+/// Unmounting with files still open for writing aborts their uploads: no object appears, the old
+/// one stays, and no incomplete multipart upload is left in the bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmount_aborts_the_uploads_of_files_still_open() {
+    let b = Bucket::new().await;
+    b.put("old.pt", pattern(1000, 1)).await;
+    let fs = b
+        .fs(MountConfig::default()
+            .with_part_size(5 << 20)
+            .with_allow_overwrite(true))
+        .await;
+    let body = pattern(12 * MIB, 6);
+    let (_, new) = fs
+        .create(ROOT, "new.pt", OpenMode::default(), 42)
+        .await
+        .unwrap();
+    let old = lookup_path(&fs, "old.pt").await.unwrap();
+    let replace = OpenMode {
+        write: true,
+        truncate: true,
+        append: false,
+    };
+    let over = fs.open(old.ino, replace, 42).await.unwrap();
+    for fh in [new, over] {
+        write_all(&fs, fh, 0, &body, MIB).await.unwrap();
+    }
+    assert_eq!(b.store().list_uploads("").await.unwrap().len(), 2);
+    fs.shutdown().await;
+    assert!(b.store().list_uploads("").await.unwrap().is_empty());
+    assert!(b.get("new.pt").await.is_none());
+    assert_eq!(b.get("old.pt").await.unwrap(), pattern(1000, 1));
+    assert_eq!(fs.open_handles(), 0);
+}

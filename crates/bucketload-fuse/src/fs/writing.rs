@@ -32,6 +32,23 @@ use crate::tree::{Checked, Kind, Stat, join};
 use crate::write::{FileWriter, State};
 
 impl Fs {
+    /// Closes every handle at unmount: the upload of a file still open for writing is aborted,
+    /// as a program killed with it open would have it (the object stays as it was).
+    pub async fn shutdown(&self) {
+        let handles: Vec<Handle> = self.handles().drain().map(|(_, h)| h).collect();
+        for handle in handles {
+            if let Handle::Write(ino, writer) = handle {
+                let mut writer = writer.lock().await;
+                if writer.is_open() {
+                    writer
+                        .abandon("the mount was unmounted with the file open")
+                        .await;
+                    self.settle_failed(ino, &writer);
+                }
+            }
+        }
+    }
+
     pub(super) fn check_replace(&self, key: &str, mode: OpenMode) -> Result<()> {
         self.refuse_if_read_only(key)?;
         if mode.append {
