@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Compares `bucketload read` of two builds on the same embedded servers and data, rounds
+# interleaved so that load on the machine falls on both alike:
+#   BASE=/path/to/old/bucketload NEW=target/release/bucketload scripts/bench-compare-read.sh
+# The dataset: SAMPLES JPEGs of SIZE with a manifest (`gen`, `manifest`), and the same samples
+# cut into shards with indexes (`shard`). Each round reads files, indexed and streamed shards at
+# 0 ms (where CPU cost shows) and files at LATENCY, once with each build; the median
+# samples/s of each row is printed. Used to show that a change costs no more than noise.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+base="${BASE:?BASE=path of the old build's bucketload}"
+new="${NEW:-target/release/bucketload}"
+samples="${SAMPLES:-10000}"
+size="${SIZE:-100KB}"
+latency="${LATENCY:-50ms}"
+rounds="${ROUNDS:-5}"
+port0="${PORT:-9351}"
+port1=$((port0 + 1))
+
+. scripts/bench-lib.sh
+
+export AWS_ACCESS_KEY_ID=bucketload AWS_SECRET_ACCESS_KEY=bucketload-dev-secret AWS_REGION=us-east-1
+fast="http://127.0.0.1:$port0"
+slow="http://127.0.0.1:$port1"
+"$new" serve --root "$work/root" --addr "127.0.0.1:$port0" >"$work/serve0.log" 2>&1 & pids+=($!)
+wait_port "$port0"
+AWS_ENDPOINT_URL="$fast" "$new" gen s3://cmp/train --samples "$samples" --classes 10 --size "$size" \
+    --concurrency 256 >/dev/null
+AWS_ENDPOINT_URL="$fast" "$new" manifest s3://cmp/train >/dev/null
+AWS_ENDPOINT_URL="$fast" "$new" shard s3://cmp/train s3://cmp-shards/train --shard-size 100MB >/dev/null
+"$new" serve --root "$work/root" --addr "127.0.0.1:$port1" --latency "$latency" >"$work/serve1.log" 2>&1 & pids+=($!)
+wait_port "$port1"
+
+echo "machine: $(machine)"
+echo "dataset: $samples samples of $size with a manifest; shards of 100MB with indexes"
+echo "base: $base"
+echo "new:  $new"
+
+rate() {  # rate BIN ENDPOINT URI FORMAT -> samples/s of the epoch
+    AWS_ENDPOINT_URL="$2" "$1" read "$3" --format "$4" --json |
+        python3 -c 'import json,sys; print(round(json.load(sys.stdin)["epochs"][0]["samples_per_s"]))'
+}
+
+rows=("files 0ms|$fast|s3://cmp/train|files" "indexed 0ms|$fast|s3://cmp-shards/train|indexed"
+      "shards 0ms|$fast|s3://cmp-shards/train|shards" "files $latency|$slow|s3://cmp/train|files")
+declare -A got
+for round in $(seq "$rounds"); do
+    echo "-- round $round (load $(load))"
+    for row in "${rows[@]}"; do
+        IFS='|' read -r name endpoint uri format <<<"$row"
+        for which in base new; do
+            bin=$base; [ "$which" = new ] && bin=$new
+            got["$name|$which"]+="$(rate "$bin" "$endpoint" "$uri" "$format") "
+        done
+    done
+done
+
+median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+echo
+echo "| read | base samples/s (median of $rounds) | new samples/s | new / base | all rounds (base; new) |"
+echo "|---|---|---|---|---|"
+for row in "${rows[@]}"; do
+    name="${row%%|*}"
+    b=$(echo "${got[$name|base]}" | median)
+    n=$(echo "${got[$name|new]}" | median)
+    ratio=$(python3 -c "print(f'{$n / $b:.3f}')")
+    echo "| $name | $b | $n | $ratio | ${got[$name|base]% }; ${got[$name|new]% } |"
+done
