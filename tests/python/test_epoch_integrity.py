@@ -153,3 +153,20 @@ def test_objects_deleted_mid_epoch_raise_from_the_iterable_dataset(files, s3, en
                 _delete_prefix(s3, files, "d/class_")
             seen += 1
     assert 0 < seen < SAMPLES
+
+
+def test_an_object_changed_since_the_manifest_raises_naming_it(files, s3, env):  # noqa: F811
+    """One object rewritten (same size) after `bucketload manifest`: the Loader and
+    `S3IterableDataset` raise naming it instead of training on bytes the manifest does not
+    describe."""
+    key = s3.list_objects_v2(Bucket=files, Prefix="d/class_0")["Contents"][3]["Key"]
+    body = s3.get_object(Bucket=files, Key=key)["Body"].read()
+    s3.put_object(Bucket=files, Key=key, Body=bytes(b ^ 0x01 for b in body))
+    pattern = f"s3://{files}/{key}".replace(".", r"\.")
+    with pytest.raises(bucketload.CorruptDataError, match=pattern):
+        for _batch in bucketload.Loader(f"s3://{files}/d", batch_size=8, image_size=16):
+            pass
+    ds = S3IterableDataset(f"s3://{files}/d", endpoint=env["AWS_ENDPOINT_URL"])
+    with pytest.raises(bucketload.CorruptDataError, match=pattern):
+        for _reader in ds:
+            pass
