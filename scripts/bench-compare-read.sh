@@ -4,11 +4,12 @@
 #   BASE=/path/to/old/bucketload NEW=target/release/bucketload scripts/bench-compare-read.sh
 # The dataset: SAMPLES JPEGs of SIZE with a manifest (`gen`, `manifest`), and the same samples
 # cut into shards with indexes (`shard`). Each round reads files, indexed and streamed shards at
-# 0 ms (where CPU cost shows) and files at LATENCY, once with each build; the median
-# samples/s of each row is printed. Used to show that a change costs no more than noise.
+# 0 ms (where CPU cost shows) and files at LATENCY, once with each build (which goes first
+# alternates by round); the median samples/s of each row is printed, with every round's. Used
+# to show that a change costs no more than noise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-base="${BASE:?BASE=path of the old build's bucketload}"
+base="${BASE:?set BASE to the path of the older bucketload binary}"
 new="${NEW:-target/release/bucketload}"
 samples="${SAMPLES:-10000}"
 size="${SIZE:-100KB}"
@@ -48,7 +49,8 @@ for round in $(seq "$rounds"); do
     echo "-- round $round (load $(load))"
     for row in "${rows[@]}"; do
         IFS='|' read -r name endpoint uri format <<<"$row"
-        for which in base new; do
+        order="base new"; [ $((round % 2)) = 0 ] && order="new base"   # ABBA: no order bias
+        for which in $order; do
             bin=$base; [ "$which" = new ] && bin=$new
             got["$name|$which"]+="$(rate "$bin" "$endpoint" "$uri" "$format") "
         done

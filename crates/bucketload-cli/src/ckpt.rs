@@ -213,9 +213,7 @@ async fn load(store: &StoreArgs, a: LoadArgs) -> anyhow::Result<()> {
         out.write_all(&bytes).await?;
         out.flush().await?;
     } else {
-        tokio::fs::write(&a.dst, &bytes)
-            .await
-            .with_context(|| format!("cannot write {}", a.dst))?;
+        write_local(&a.dst, bytes.clone()).await?;
     }
     eprintln!(
         "loaded {}: {} in {:.2} s ({}/s)",
@@ -224,6 +222,27 @@ async fn load(store: &StoreArgs, a: LoadArgs) -> anyhow::Result<()> {
         seconds,
         human((bytes.len() as f64 / seconds.max(1e-9)) as u64)
     );
+    Ok(())
+}
+
+/// Writes `bytes` to the local file `dst` as a local checkpoint is saved: a temporary file beside
+/// it, `fsync`ed and renamed over it, so a failed write (a full disk) leaves an older file whole.
+async fn write_local(dst: &str, bytes: bytes::Bytes) -> anyhow::Result<()> {
+    let path = std::path::Path::new(dst);
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .with_context(|| format!("{dst} names no file"))?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    let dir = dir.to_str().with_context(|| format!("{dst}: not UTF-8"))?;
+    let local = Checkpoints::open(dir, &Default::default(), CheckpointConfig::default())?;
+    local
+        .save(name, bytes)
+        .await
+        .with_context(|| format!("cannot write {dst}"))?;
     Ok(())
 }
 

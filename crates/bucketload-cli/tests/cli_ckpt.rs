@@ -233,3 +233,51 @@ fn a_lost_completion_answer_is_still_a_successful_save() {
     assert_eq!(get(&fx, "s3://ckpt-lost", "run/c.pt").unwrap(), new);
     assert_eq!(get(&fx, "s3://ckpt-lost", "run/copied.pt").unwrap(), new);
 }
+
+/// `ckpt load` onto an existing local file whose write fails (a full file system) leaves the old
+/// file whole: the checkpoint is written beside it and renamed over it only when complete.
+#[test]
+fn a_failed_load_leaves_the_old_local_file_whole() {
+    let fx = Fixture::start();
+    let dir = fx.work_path("small");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(
+        mounted.success(),
+        "mount -t tmpfs failed: this test needs root, as the mount tests do"
+    );
+    let unmount = Unmount(dir.clone());
+    // 1 MiB: the old file and a neighbour leave too little room for the new one, even once the
+    // old one's room is freed.
+    let (old, new) = (bytes(300 << 10, 6), bytes(900 << 10, 7));
+    let dst = dir.join("model.pt");
+    std::fs::write(&dst, &old).unwrap();
+    std::fs::write(dir.join("neighbour"), bytes(500 << 10, 8)).unwrap();
+    let src = fx.work_path("new.pt");
+    std::fs::write(&src, &new).unwrap();
+    let uri = "s3://ckpt-full/run/model.pt";
+    fx.run(&["ckpt", "save", src.to_str().unwrap(), uri]).ok();
+    let run = fx.run(&["ckpt", "load", uri, dst.to_str().unwrap()]);
+    assert_ne!(run.code, 0, "the load cannot fit: {run:?}");
+    assert_eq!(
+        std::fs::read(&dst).unwrap(),
+        old,
+        "the old file was damaged"
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert_eq!(left.len(), 2, "a temporary file was left: {left:?}");
+    drop(unmount);
+}
+
+/// Unmounts a test's tmpfs, even when the test fails.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}

@@ -32,12 +32,15 @@ pub(super) fn io_error(path: &Path, action: &str, source: std::io::Error) -> Err
     }
 }
 
-/// A save in progress to a local directory; dropping it unfinished removes the temporary file.
+/// A save in progress to a local directory; dropping it unfinished, or after a failure (a
+/// failed write, fsync or rename), removes the temporary file.
 #[derive(Debug)]
 pub(super) struct LocalWriter {
     file: Option<std::fs::File>,
     temp: PathBuf,
     dest: PathBuf,
+    /// The temporary file was renamed into place or removed: nothing is left to clean up.
+    settled: bool,
 }
 
 impl LocalWriter {
@@ -66,6 +69,7 @@ impl LocalWriter {
             file: Some(file),
             temp,
             dest,
+            settled: false,
         })
     }
 
@@ -85,7 +89,7 @@ impl LocalWriter {
     pub(super) async fn finish(mut self) -> Result<()> {
         let file = self.file.take().ok_or_else(|| gone(&self.dest))?;
         let (temp, dest) = (self.temp.clone(), self.dest.clone());
-        blocking(move || {
+        let done = blocking(move || {
             file.sync_all().map_err(|e| io_error(&temp, "fsync", e))?;
             drop(file);
             std::fs::rename(&temp, &dest).map_err(|e| io_error(&dest, "rename into place", e))?;
@@ -97,24 +101,29 @@ impl LocalWriter {
             }
             Ok(())
         })
-        .await
+        .await;
+        self.settled = done.is_ok();
+        done
     }
 
     pub(super) async fn abort(mut self) -> Result<()> {
         self.file = None;
         let temp = self.temp.clone();
-        blocking(move || match std::fs::remove_file(&temp) {
+        let removed = blocking(move || match std::fs::remove_file(&temp) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_error(&temp, "remove", e)),
             _ => Ok(()),
         })
-        .await
+        .await;
+        self.settled = removed.is_ok();
+        removed
     }
 }
 
 impl Drop for LocalWriter {
     fn drop(&mut self) {
-        // Unfinished (finish and abort take the file first and clean up themselves).
-        if self.file.take().is_some() {
+        // Unfinished, or failed on the way: the temporary file must not stay behind.
+        if !self.settled {
+            self.file = None;
             let _ = std::fs::remove_file(&self.temp);
         }
     }
