@@ -672,3 +672,106 @@ fn a_threaded_program_exiting_normally_completes_its_output() {
     }
     m.unmount();
 }
+
+/// `bucketload serve` as a process of its own on `port` over `root`, killed on drop.
+struct ServeProcess(std::process::Child);
+
+impl ServeProcess {
+    fn start(root: &Path, port: u16) -> ServeProcess {
+        let child = Command::new(env!("CARGO_BIN_EXE_bucketload"))
+            .args(["serve", "--root", root.to_str().unwrap()])
+            .args(["--addr", &format!("127.0.0.1:{port}"), "--latency", "20ms"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_until("the server listens", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        ServeProcess(child)
+    }
+
+    fn kill(&mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The case: the server is killed during `cp big x.bin` and comes back. The writer got
+/// an error; the name then shows the old object again (size and bytes), and it can be read,
+/// written and deleted at once — no phantom at the partial size, no EBUSY.
+#[test]
+fn a_server_killed_mid_cp_and_restarted_leaves_the_name_as_the_store_has_it() {
+    let fx = Fixture::start();
+    let root = fx.work_path("serve-root");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let mut server = ServeProcess::start(&root, port);
+    let old = pattern(3 << 20, 8);
+    let (old_path, big_path) = (fx.work_path("old.bin"), fx.work_path("big.bin"));
+    std::fs::write(&old_path, &old).unwrap();
+    std::fs::write(&big_path, pattern(60 << 20, 9)).unwrap();
+    let cli = |args: &[&str]| {
+        let out = fx
+            .command()
+            .args(args)
+            .args(["--endpoint", &endpoint])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:#?}");
+    };
+    cli(&["cp", old_path.to_str().unwrap(), "s3://mount-restart/x.bin"]);
+    let extra = [
+        "--endpoint",
+        &endpoint,
+        "--part-size",
+        "5MiB",
+        "--allow-overwrite",
+        "--allow-delete",
+        "--max-retries",
+        "1",
+    ];
+    let m = Mount::background(&fx, "s3://mount-restart", &extra);
+    let mut cp = Command::new("cp")
+        .arg(&big_path)
+        .arg(m.path("x.bin"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("cp has written 15 MiB", || {
+        std::fs::metadata(m.path("x.bin")).is_ok_and(|md| md.len() > 15 << 20)
+    });
+    server.kill();
+    let status = cp.wait().unwrap();
+    assert!(!status.success(), "cp succeeded although the server died");
+    let _server = ServeProcess::start(&root, port);
+
+    assert_eq!(
+        std::fs::metadata(m.path("x.bin")).unwrap().len(),
+        old.len() as u64,
+        "the name shows the old object's size"
+    );
+    assert_eq!(std::fs::read(m.path("x.bin")).unwrap(), old);
+    let back = fx.work_path("back.bin");
+    cli(&["cp", "s3://mount-restart/x.bin", back.to_str().unwrap()]);
+    assert_eq!(
+        std::fs::read(&back).unwrap(),
+        old,
+        "the old object is intact"
+    );
+    bash_ok(&m.dir, "echo again > x.bin");
+    assert_eq!(std::fs::read(m.path("x.bin")).unwrap(), b"again\n");
+    bash_ok(&m.dir, "rm x.bin");
+    assert!(!m.path("x.bin").exists());
+}
