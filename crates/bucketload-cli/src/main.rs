@@ -97,6 +97,7 @@ fn main() -> ExitCode {
         Err(e) => return exit::usage(e),
     };
     init_logging(cli.verbose);
+    quiet_panics();
     // The mount serves the kernel from its own threads and runtime.
     let cli = match cli.command {
         Command::Mount(args) => return mount::main(&cli.store, args),
@@ -120,6 +121,19 @@ fn main() -> ExitCode {
         Some(Err(e)) => exit::report(&e),
         None => exit::interrupted(),
     }
+}
+
+/// A panic (a bug, caught and reported as an error with its message) is logged as one line with
+/// where it happened, not printed with a backtrace: the user sees `error: …`, as for any other
+/// failure. `RUST_BACKTRACE` set brings the default report back, for debugging.
+fn quiet_panics() {
+    if std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0") {
+        return;
+    }
+    std::panic::set_hook(Box::new(|info| {
+        let location = info.location().map(ToString::to_string).unwrap_or_default();
+        tracing::error!(%location, "panic: {}", bucketload::panics::message(info.payload()));
+    }));
 }
 
 /// Runs the command; a panic in it (a bug) is an error carrying its message, never exit 101.

@@ -151,3 +151,34 @@ fn interrupt_exits_130() {
 }
 
 use common::Run;
+
+/// An endpoint typed without a scheme (as MinIO users do) or an IP endpoint with virtual-hosted
+/// addressing is one `error:` line saying what to write, exit 6: never a panic.
+#[test]
+fn endpoints_the_client_cannot_use_say_what_to_write() {
+    let fx = Fixture::start();
+    let bare = fx.endpoint().replace("http://", "");
+    for command in [
+        &["ls", "s3://demo/x"][..],
+        &["read", "s3://demo/x"],
+        &["stats", "s3://demo/x"],
+    ] {
+        let run = fx.run(&[command, &["--endpoint", &bare]].concat());
+        assert_eq!(run.code, 6, "{run:#?}");
+        assert!(!run.stderr.contains("panicked"), "{run:#?}");
+        let wanted = format!("--endpoint http://{bare}");
+        assert!(run.error_line().contains(&wanted), "{run:#?}");
+    }
+    let endpoint = fx.endpoint();
+    let run = fx.run(&[
+        "ls",
+        "s3://demo/x",
+        "--endpoint",
+        &endpoint,
+        "--addressing",
+        "virtual",
+    ]);
+    assert_eq!(run.code, 6, "{run:#?}");
+    assert!(!run.stderr.contains("panicked"), "{run:#?}");
+    assert!(run.error_line().contains("--addressing path"), "{run:#?}");
+}

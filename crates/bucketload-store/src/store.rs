@@ -81,6 +81,9 @@ impl Store {
             uri: uri.to_owned(),
             reason: format!("cannot configure the store: {e}"),
         };
+        if parsed.scheme() == Scheme::S3 {
+            check_endpoint(config)?;
+        }
         let (backend, prefix): (Arc<dyn ObjectStore>, &str) = match parsed.scheme() {
             Scheme::S3 => (
                 Arc::new(s3(&parsed, config, &metrics).map_err(invalid)?),
@@ -254,6 +257,41 @@ fn retry_config(config: &StoreConfig) -> RetryConfig {
         max_retries: config.max_retries(),
         retry_timeout: config.retry_timeout(),
     }
+}
+
+/// Refuses an endpoint the S3 client cannot use, with what to write instead (object_store
+/// would panic on it at the first request): one without `http://` or `https://`, and an IP
+/// address or `localhost` with virtual-hosted addressing (the bucket would become part of it).
+fn check_endpoint(config: &StoreConfig) -> Result<(), Error> {
+    let Some(endpoint) = config.endpoint() else {
+        return Ok(());
+    };
+    let invalid = |message: String| Err(Error::InvalidInput { message });
+    let parsed = url::Url::parse(endpoint).ok();
+    let host = parsed
+        .as_ref()
+        .filter(|u| matches!(u.scheme(), "http" | "https"))
+        .and_then(|u| u.host());
+    let Some(host) = host else {
+        let bare = endpoint
+            .split_once("://")
+            .map_or(endpoint, |(_, rest)| rest);
+        return invalid(format!(
+            "endpoint `{endpoint}` is not an http:// or https:// URL: write \
+             --endpoint http://{bare} (or https://{bare})"
+        ));
+    };
+    let ip_or_local = match host {
+        url::Host::Domain(name) => name == "localhost",
+        url::Host::Ipv4(_) | url::Host::Ipv6(_) => true,
+    };
+    if ip_or_local && config.addressing() == Addressing::VirtualHosted {
+        return invalid(format!(
+            "endpoint `{endpoint}` is an IP address or localhost, which cannot take the bucket \
+             in its host name as virtual-hosted addressing needs: use --addressing path"
+        ));
+    }
+    Ok(())
 }
 
 /// `http://host:port` with the bucket as the first host label.
