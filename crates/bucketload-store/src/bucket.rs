@@ -185,8 +185,9 @@ mod tests {
         let c = StoreConfig::default().with_endpoint("http://127.0.0.1:9000/");
         let s = Store::open("s3://bkt/x", &c).unwrap();
         assert_eq!(bucket_url(&s), "http://127.0.0.1:9000/bkt");
+        let c = StoreConfig::default().with_endpoint("http://s3.internal:9000/");
         let s = Store::open("s3://bkt", &c.with_addressing(Addressing::VirtualHosted)).unwrap();
-        assert_eq!(bucket_url(&s), "http://bkt.127.0.0.1:9000/");
+        assert_eq!(bucket_url(&s), "http://bkt.s3.internal:9000/");
         let c = StoreConfig::default().with_region("eu-west-1");
         let s = Store::open("s3://bkt", &c).unwrap();
         assert_eq!(bucket_url(&s), "https://bkt.s3.eu-west-1.amazonaws.com/");
