@@ -17,6 +17,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::data::human;
 use crate::store_args::{StoreArgs, split_last};
 
+/// `ckpt gc` leaves uploads younger than this alone by default: they may be saves in progress.
+const GC_DEFAULT_AGE_TEXT: &str = "1h";
+const GC_DEFAULT_AGE: Duration = Duration::from_secs(3600);
+
 /// Bytes read from the source file per write.
 const CHUNK: usize = 8 << 20;
 
@@ -109,7 +113,7 @@ pub struct GcArgs {
     /// The checkpoints' prefix
     pub prefix: String,
     /// Only saves started longer ago than this (younger ones may still be running)
-    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration, value_name = "AGE")]
+    #[arg(long, default_value = GC_DEFAULT_AGE_TEXT, value_parser = humantime::parse_duration, value_name = "AGE")]
     pub older_than: Duration,
     /// Only print what would be aborted
     #[arg(long)]
@@ -259,15 +263,38 @@ async fn ls(store: &StoreArgs, a: LsArgs) -> anyhow::Result<()> {
         "{} checkpoints, {}{}",
         list.len(),
         human(list.iter().map(|c| c.bytes).sum()),
-        match orphans.len() {
-            0 => String::new(),
-            n => format!(
-                "; {n} unfinished saves (`bucketload ckpt gc {}` aborts them)",
-                a.prefix
-            ),
-        }
+        unfinished_note(&orphans, &a.prefix)
     )?;
     Ok(())
+}
+
+/// What `ckpt ls` says about unfinished saves: how many, and the `gc` command that removes
+/// them — those started within `gc`'s default age only with `--older-than 0s`, which would
+/// also abort a save running right now.
+fn unfinished_note(orphans: &[Orphan], prefix: &str) -> String {
+    if orphans.is_empty() {
+        return String::new();
+    }
+    let cutoff = SystemTime::now().checked_sub(GC_DEFAULT_AGE);
+    let recent = orphans
+        .iter()
+        .filter(|o| matches!((o.initiated, cutoff), (Some(t), Some(c)) if t > c))
+        .count();
+    let n = orphans.len();
+    let gc = format!("bucketload ckpt gc {prefix}");
+    let age = humantime::format_duration(GC_DEFAULT_AGE);
+    match recent {
+        0 => format!("; {n} unfinished saves (`{gc}` aborts them)"),
+        r if r == n => format!(
+            "; {n} unfinished saves started within {age} (a save may still be running; if none \
+             is, `{gc} --older-than 0s` aborts them)"
+        ),
+        r => format!(
+            "; {n} unfinished saves (`{gc}` aborts the {} older than {age}; if no save is \
+             running, `{gc} --older-than 0s` also aborts the {r} recent ones)",
+            n - r
+        ),
+    }
 }
 
 fn print_info(out: &mut impl Write, c: &CheckpointInfo) -> std::io::Result<()> {

@@ -113,8 +113,20 @@ fn main() -> ExitCode {
             return exit::report(&anyhow::Error::new(e).context("cannot start the async runtime"));
         }
     };
-    let outcome = runtime.block_on(run_until_interrupted(cli));
-    // Dropping the runtime cancels what an interrupt left running (multipart uploads abort on drop).
+    let outcome = runtime.block_on(async {
+        let outcome = run_until_interrupted(cli).await;
+        // An interrupted or failed command dropped its unfinished multipart uploads: wait for
+        // their aborts, so no parts stay stored (and billed) after the process ends.
+        let unfinished = bucketload_store::settle_aborts(ABORT_WAIT).await;
+        if unfinished > 0 {
+            tracing::warn!(
+                "{unfinished} unfinished multipart upload(s) could not be aborted within {}s; \
+                 remove them with `bucketload ckpt gc URI --older-than 0s`",
+                ABORT_WAIT.as_secs()
+            );
+        }
+        outcome
+    });
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     match outcome {
         Some(Ok(())) => ExitCode::SUCCESS,
@@ -145,7 +157,11 @@ async fn run_caught(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// Runs the command; `None` when Ctrl-C arrived first (`serve` handles its own signals).
+/// How long an ending process waits for the aborts of its unfinished multipart uploads.
+const ABORT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Runs the command; `None` when Ctrl-C or SIGTERM arrived first (`serve` handles its own
+/// signals).
 async fn run_until_interrupted(cli: Cli) -> Option<anyhow::Result<()>> {
     if matches!(cli.command, Command::Serve(_)) {
         return Some(run_caught(cli).await);
@@ -153,6 +169,18 @@ async fn run_until_interrupted(cli: Cli) -> Option<anyhow::Result<()>> {
     tokio::select! {
         result = run_caught(cli) => Some(result),
         _ = tokio::signal::ctrl_c() => None,
+        () = terminated() => None,
+    }
+}
+
+/// Resolves at SIGTERM (what `kill`, `timeout`, Kubernetes and Slurm send first); never when
+/// the handler cannot be installed.
+async fn terminated() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            term.recv().await;
+        }
+        Err(_) => std::future::pending().await,
     }
 }
 

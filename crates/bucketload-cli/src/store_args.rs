@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bucketload::dataset::Location;
 use bucketload_store::object_store::path::Path;
-use bucketload_store::{Addressing, Store, StoreConfig, key_path};
+use bucketload_store::{Addressing, RetryMode, Store, StoreConfig, key_path};
 use clap::Args;
 
 /// Flags that configure how stores are reached.
@@ -35,12 +35,17 @@ pub struct StoreArgs {
     /// Requests in flight [default: 64]
     #[arg(long, global = true, value_name = "N")]
     pub concurrency: Option<usize>,
-    /// Retries of a failed request [default: 10]
+    /// Retries of a failed request [default: AWS_MAX_ATTEMPTS less one, else as many as
+    /// --retry-timeout allows]
     #[arg(long, global = true, value_name = "N")]
     pub max_retries: Option<usize>,
-    /// Give up retrying a request after this long, e.g. 30s
+    /// Give up retrying a request after this long, e.g. 30s [default: 60s]
     #[arg(long, global = true, value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub retry_timeout: Option<Duration>,
+    /// How failed requests are retried: standard (backoff with jitter) or adaptive (also slow
+    /// down while the store throttles) [default: AWS_RETRY_MODE, else standard]
+    #[arg(long, global = true, value_parser = parse_retry_mode, value_name = "MODE")]
+    pub retry_mode: Option<RetryMode>,
     /// TCP connect timeout, e.g. 5s [default: 5s]
     #[arg(long, global = true, value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub connect_timeout: Option<Duration>,
@@ -54,6 +59,12 @@ pub struct StoreArgs {
     /// Price requests with this JSON price table instead of S3 Standard's (see docs/METRICS.md)
     #[arg(long, global = true, value_name = "FILE")]
     pub price_table: Option<std::path::PathBuf>,
+}
+
+/// Parses `standard` or `adaptive`.
+fn parse_retry_mode(s: &str) -> Result<RetryMode, String> {
+    s.parse()
+        .map_err(|e: bucketload_store::Error| e.to_string())
 }
 
 /// Parses a size with the store crate's rules ("100KB", "256MiB", "4096").
@@ -102,6 +113,9 @@ impl StoreArgs {
         }
         if let Some(v) = self.retry_timeout {
             c = c.with_retry_timeout(v);
+        }
+        if let Some(v) = self.retry_mode {
+            c = c.with_retry_mode(v);
         }
         if let Some(v) = self.connect_timeout {
             c = c.with_connect_timeout(v);

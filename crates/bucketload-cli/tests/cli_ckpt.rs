@@ -129,6 +129,14 @@ fn a_writer_killed_mid_upload_leaves_nothing_and_gc_cleans_up() {
     assert_eq!(left.len(), 1, "{left:?}");
     let ls = fx.run(&["ckpt", "ls", "s3://ckpt-kill/run"]).ok();
     assert!(ls.stdout.contains("1 unfinished saves"), "{}", ls.stdout);
+    // The save just killed is recent: `ckpt ls` says how to remove it, not only the default gc
+    // that would leave it.
+    assert!(
+        ls.stdout
+            .contains("`bucketload ckpt gc s3://ckpt-kill/run --older-than 0s` aborts them"),
+        "{}",
+        ls.stdout
+    );
     // A recent upload may still be running: the default age spares it.
     let spared = fx.run(&["ckpt", "gc", "s3://ckpt-kill/run"]).ok();
     assert!(spared.stdout.contains("aborted 0"), "{}", spared.stdout);

@@ -351,3 +351,36 @@ fn awkward_keys_and_empty_objects_survive_sharding() {
     }
     fx.run(&["verify", dst_uri]).ok();
 }
+
+/// A run killed mid-upload leaves multipart uploads of its shards stored (and billed). The next
+/// run over the same destination aborts those of its own shards and leaves any other upload
+/// under the prefix alone.
+#[test]
+fn a_rerun_aborts_the_uploads_a_killed_run_left() {
+    let fx = Fixture::start();
+    let src_uri = "s3://orphans-src/train";
+    fx.generate(src_uri, 20, 2, "2KB");
+    let dst_uri = "s3://orphans-dst/train";
+    let dst = fx.store(dst_uri);
+    // What a killed run leaves: started uploads, a part stored, never completed nor aborted.
+    for key in ["shard-000000.tar", "shard-000001.tar", "notes.txt"] {
+        fx.block_on(async {
+            let mut upload = dst.object_store().put_multipart(&path(key)).await.unwrap();
+            upload
+                .put_part(PutPayload::from(vec![7u8; 1024]))
+                .await
+                .unwrap();
+        });
+    }
+    assert_eq!(fx.block_on(dst.list_uploads("")).unwrap().len(), 3);
+    let args = ["shard", src_uri, dst_uri, "--samples-per-shard", "10"];
+    fx.run(&args).ok();
+    let left: Vec<String> = fx
+        .block_on(dst.list_uploads(""))
+        .unwrap()
+        .into_iter()
+        .map(|u| u.key)
+        .collect();
+    assert_eq!(left, ["notes.txt"], "only the shards' uploads are aborted");
+    assert_eq!(read_dataset(&fx, &dst).len(), 20);
+}

@@ -91,18 +91,13 @@ pub(crate) async fn create(store: &Store, client: &HttpClient) -> Result<(), Err
     classify(status, &text, &bucket_uri)
 }
 
-/// The first wait between attempts of a request sent by [`execute`]; it doubles each time.
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
-/// The longest wait between attempts (object_store's own backoff stops at 15 s; these requests
-/// are one-offs that a user waits for).
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
-
 /// Sends the request `make` builds (signed anew for every attempt); the answer's status and
-/// body text. Transport errors, cut bodies, 5xx and 429 answers are retried with exponential
-/// backoff, within the store's `max_retries` and `retry_timeout`, as object_store retries its
-/// own requests. Every request sent this way is idempotent (CreateBucket, ListMultipartUploads,
-/// AbortMultipartUpload): a retry after a lost answer finds the bucket owned, the same list,
-/// or the upload gone. `uri` names the object or bucket in errors.
+/// body text. Transport errors, cut bodies, 5xx and 429 answers are retried with the store's
+/// backoff (see [`crate::store::backoff_config`]) within its `max_retries` and
+/// `retry_timeout`, as object_store retries its own requests. Every request sent this way is
+/// idempotent (CreateBucket, ListMultipartUploads, AbortMultipartUpload): a retry after a
+/// lost answer finds the bucket owned, the same list, or the upload gone. `uri` names the
+/// object or bucket in errors.
 pub(crate) async fn execute(
     store: &Store,
     client: &HttpClient,
@@ -110,21 +105,31 @@ pub(crate) async fn execute(
     uri: &str,
 ) -> Result<(StatusCode, String), Error> {
     let config = store.config();
-    let deadline = Instant::now() + config.retry_timeout();
-    let mut backoff = FIRST_BACKOFF;
+    let start = Instant::now();
+    let backoff_config = crate::store::backoff_config();
+    let mut backoff = backoff_config.init_backoff;
     let mut attempt = 0;
     loop {
         let outcome = send_once(store, client, make()?, uri).await;
         let transient = match &outcome {
             Ok((status, _)) => status.is_server_error() || *status == StatusCode::TOO_MANY_REQUESTS,
-            Err(_) => true,
+            Err(e) => e.is_retryable_transport(),
         };
-        if !transient || attempt >= config.max_retries() || Instant::now() + backoff > deadline {
-            return outcome;
+        let exhausted =
+            attempt >= config.max_retries() || start.elapsed() + backoff > config.retry_timeout();
+        if !transient || exhausted {
+            return match outcome {
+                Err(e) if attempt > 0 => Err(e.with_tries(attempt, start.elapsed())),
+                other => other,
+            };
         }
         tracing::debug!(%uri, attempt, "retrying a failed request");
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        // Decorrelated jitter: between the first wait and three times the last one.
+        let first = backoff_config.init_backoff.as_secs_f64();
+        let next =
+            rand::random_range(first..=(backoff.as_secs_f64() * backoff_config.base).max(first));
+        backoff = Duration::from_secs_f64(next).min(backoff_config.max_backoff);
         attempt += 1;
     }
 }
@@ -137,6 +142,7 @@ async fn send_once(
 ) -> Result<(StatusCode, String), Error> {
     let unreachable = |e: BoxError| Error::Unreachable {
         uri: uri.to_owned(),
+        tried: crate::error::Tries::default(),
         endpoint: bucket_url(store),
         source: e,
     };

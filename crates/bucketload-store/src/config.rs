@@ -23,10 +23,16 @@ pub const DEFAULT_PART_SIZE: u64 = 8 << 20;
 /// Default requests in flight: enough to hide ~100 ms of first-byte latency
 /// at several GB/s without exhausting sockets.
 pub const DEFAULT_CONCURRENCY: usize = 64;
-/// Default retries per request, object_store's own default.
-pub const DEFAULT_MAX_RETRIES: usize = 10;
-/// Default total time a request may spend retrying (object_store's default).
-pub const DEFAULT_RETRY_TIMEOUT: Duration = Duration::from_secs(180);
+/// Default retries per request: no count limit, so the time limit
+/// ([`DEFAULT_RETRY_TIMEOUT`]) decides when to stop.
+pub const DEFAULT_MAX_RETRIES: usize = usize::MAX;
+/// Default total time a request may spend retrying: long enough to ride out a server restart
+/// or a burst of throttling, short enough that a dead store is reported within a minute.
+pub const DEFAULT_RETRY_TIMEOUT: Duration = Duration::from_secs(60);
+/// The first wait before retrying a failed request.
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest wait between two attempts of a request.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// Default TCP connect timeout (object_store's default).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Region used when nothing configures one.
@@ -54,6 +60,32 @@ impl std::str::FromStr for Addressing {
             "virtual" | "virtual-hosted" | "virtual_hosted" => Ok(Addressing::VirtualHosted),
             _ => Err(crate::Error::InvalidInput {
                 message: format!("addressing `{s}` is not one of path, virtual, auto"),
+            }),
+        }
+    }
+}
+
+/// How failed requests are retried, as the AWS SDKs' `retry_mode` setting names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RetryMode {
+    /// Exponential backoff with jitter, bounded by the retry time limit.
+    #[default]
+    Standard,
+    /// As `Standard`, and when the store throttles (503, 429) the client also limits its own
+    /// request rate, growing it back while the store keeps up.
+    Adaptive,
+}
+
+impl std::str::FromStr for RetryMode {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            // The SDKs' `legacy` mode differs only in which errors count as retryable.
+            "standard" | "legacy" => Ok(RetryMode::Standard),
+            "adaptive" => Ok(RetryMode::Adaptive),
+            _ => Err(crate::Error::InvalidInput {
+                message: format!("retry mode `{s}` is not one of standard, adaptive"),
             }),
         }
     }
@@ -146,7 +178,8 @@ pub struct StoreConfig {
     anonymous: bool,
     part_size: u64,
     concurrency: usize,
-    max_retries: usize,
+    max_retries: Option<usize>,
+    retry_mode: Option<RetryMode>,
     retry_timeout: Duration,
     connect_timeout: Duration,
     sign_payload: bool,
@@ -165,7 +198,8 @@ impl Default for StoreConfig {
             anonymous: false,
             part_size: DEFAULT_PART_SIZE,
             concurrency: DEFAULT_CONCURRENCY,
-            max_retries: DEFAULT_MAX_RETRIES,
+            max_retries: None,
+            retry_mode: None,
             retry_timeout: DEFAULT_RETRY_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             sign_payload: false,
@@ -185,7 +219,8 @@ impl fmt::Debug for StoreConfig {
             .field("anonymous", &self.anonymous)
             .field("part_size", &self.part_size)
             .field("concurrency", &self.concurrency)
-            .field("max_retries", &self.max_retries)
+            .field("max_retries", &self.max_retries())
+            .field("retry_mode", &self.retry_mode())
             .field("retry_timeout", &self.retry_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("sign_payload", &self.sign_payload)
@@ -313,13 +348,21 @@ impl StoreConfig {
         self.checksums
     }
 
-    /// Sets the retries per request after the first attempt. Default: 10.
+    /// Sets the retries per request after the first attempt. Default: `AWS_MAX_ATTEMPTS` or
+    /// the profile's `max_attempts` less one, else no count limit (the time limit decides).
     pub fn with_max_retries(mut self, n: usize) -> Self {
-        self.max_retries = n;
+        self.max_retries = Some(n);
         self
     }
 
-    /// Sets the total time a request may spend retrying. Default: 180 s.
+    /// Sets the retry mode. Default: `AWS_RETRY_MODE` or the profile's `retry_mode`, else
+    /// [`RetryMode::Standard`].
+    pub fn with_retry_mode(mut self, mode: RetryMode) -> Self {
+        self.retry_mode = Some(mode);
+        self
+    }
+
+    /// Sets the total time a request may spend retrying. Default: 60 s.
     pub fn with_retry_timeout(mut self, timeout: Duration) -> Self {
         self.retry_timeout = timeout;
         self
@@ -389,7 +432,34 @@ impl StoreConfig {
 
     /// Retries per request.
     pub fn max_retries(&self) -> usize {
-        self.max_retries
+        if let Some(n) = self.max_retries {
+            return n;
+        }
+        self.aws_setting("AWS_MAX_ATTEMPTS", "max_attempts")
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .map_or(DEFAULT_MAX_RETRIES, |attempts| attempts.saturating_sub(1))
+    }
+
+    /// The retry mode. An unknown `AWS_RETRY_MODE` or `retry_mode` counts as standard, with a
+    /// warning.
+    pub fn retry_mode(&self) -> RetryMode {
+        if let Some(mode) = self.retry_mode {
+            return mode;
+        }
+        let Some(text) = self.aws_setting("AWS_RETRY_MODE", "retry_mode") else {
+            return RetryMode::default();
+        };
+        text.parse().unwrap_or_else(|e| {
+            tracing::warn!("{e}; using standard");
+            RetryMode::default()
+        })
+    }
+
+    /// An AWS setting from its environment variable, else from the profile.
+    fn aws_setting(&self, var: &str, key: &str) -> Option<&str> {
+        self.env
+            .var(var)
+            .or_else(|| self.env.profile_value(self.profile_name(), key))
     }
 
     /// Total time a request may spend retrying.
@@ -459,8 +529,33 @@ mod tests {
         assert_eq!(c.addressing(), Addressing::VirtualHosted);
         assert_eq!(c.part_size(), 8 << 20);
         assert_eq!(c.concurrency(), 64);
-        assert_eq!(c.max_retries(), 10);
+        assert_eq!(c.max_retries(), usize::MAX, "the time limit decides");
+        assert_eq!(c.retry_timeout(), Duration::from_secs(60));
+        assert_eq!(c.retry_mode(), RetryMode::Standard);
         assert!(!c.has_credentials());
+    }
+
+    #[test]
+    fn retry_settings_as_the_aws_sdks_read_them() {
+        let c = StoreConfig::from_env_map(&vars(&[
+            ("AWS_MAX_ATTEMPTS", "3"),
+            ("AWS_RETRY_MODE", "adaptive"),
+        ]));
+        assert_eq!((c.max_retries(), c.retry_mode()), (2, RetryMode::Adaptive));
+        let c = c.with_max_retries(7).with_retry_mode(RetryMode::Standard);
+        assert_eq!((c.max_retries(), c.retry_mode()), (7, RetryMode::Standard));
+        let dir = tempfile::tempdir().unwrap();
+        let config = write(
+            dir.path(),
+            "config",
+            "[profile slow]\nmax_attempts = 5\nretry_mode = adaptive\n",
+        );
+        let c = StoreConfig::from_env_map(&vars(&[
+            ("AWS_CONFIG_FILE", &config),
+            ("AWS_PROFILE", "slow"),
+        ]));
+        assert_eq!((c.max_retries(), c.retry_mode()), (4, RetryMode::Adaptive));
+        assert!("sometimes".parse::<RetryMode>().is_err());
     }
 
     #[test]

@@ -39,10 +39,15 @@ pub enum Error {
         source: BoxError,
     },
     /// The server asked us to slow down and retries did not get through.
-    #[error("{uri}: throttled by the server after retries; lower --concurrency or try later")]
+    #[error(
+        "{uri}: throttled by the server{tried}; lower --concurrency, pass --retry-mode \
+         adaptive, or try later"
+    )]
     Throttled {
         /// Full URI of the object or bucket.
         uri: String,
+        /// How long it was retried.
+        tried: Tries,
         /// The store's answer.
         #[source]
         source: BoxError,
@@ -56,10 +61,12 @@ pub enum Error {
         reason: String,
     },
     /// The endpoint could not be reached.
-    #[error("{uri}: cannot reach {endpoint}; is the endpoint right and the server up?")]
+    #[error("{uri}: cannot reach {endpoint}{tried}; is the endpoint right and the server up?")]
     Unreachable {
         /// Full URI of the object or bucket.
         uri: String,
+        /// How long it was retried.
+        tried: Tries,
         /// The endpoint tried.
         endpoint: String,
         /// The transport error.
@@ -107,6 +114,41 @@ pub enum Error {
     },
 }
 
+/// How many times, over how long, a failed request was retried; shown in error messages as
+/// " after 7 retries over 12.5 s" (nothing when it was not retried).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tries {
+    /// Retries after the first attempt.
+    pub retries: u32,
+    /// Milliseconds from the first attempt to giving up.
+    pub millis: u32,
+}
+
+impl Tries {
+    /// `retries` retries over `elapsed`.
+    pub fn new(retries: usize, elapsed: std::time::Duration) -> Tries {
+        Tries {
+            retries: u32::try_from(retries).unwrap_or(u32::MAX),
+            millis: u32::try_from(elapsed.as_millis()).unwrap_or(u32::MAX),
+        }
+    }
+}
+
+impl std::fmt::Display for Tries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.retries == 0 {
+            return Ok(());
+        }
+        let noun = if self.retries == 1 {
+            "retry"
+        } else {
+            "retries"
+        };
+        let secs = f64::from(self.millis) / 1000.0;
+        write!(f, " after {} {noun} over {secs:.1} s", self.retries)
+    }
+}
+
 /// How a failure is classified for metrics and error mapping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ErrorClass {
@@ -146,11 +188,13 @@ impl Error {
             },
             ErrorClass::Throttled => Error::Throttled {
                 uri: uri.to_owned(),
+                tried: retried(&chain_text(&err)),
                 source: Box::new(err),
             },
             ErrorClass::Network => Error::Unreachable {
                 uri: uri.to_owned(),
                 endpoint: endpoint.to_owned(),
+                tried: retried(&chain_text(&err)),
                 source: Box::new(err),
             },
             ErrorClass::Server | ErrorClass::Other => Error::Other {
@@ -158,6 +202,46 @@ impl Error {
                 message: "request failed".to_owned(),
                 source: Box::new(err),
             },
+        }
+    }
+
+    /// True for a transport failure worth retrying: anything but a connection refused by an
+    /// endpoint that has never answered (see [`crate::CONNECT_GRACE`]).
+    pub(crate) fn is_retryable_transport(&self) -> bool {
+        let Error::Unreachable { source, .. } = self else {
+            return false;
+        };
+        let mut cause: Option<&(dyn StdError + 'static)> = Some(source.as_ref());
+        while let Some(e) = cause {
+            if e.is::<crate::http::NeverAnswered>() {
+                return false;
+            }
+            cause = e.source();
+        }
+        true
+    }
+
+    /// This error, saying it came after `retries` retries over `elapsed`.
+    pub(crate) fn with_tries(self, retries: usize, elapsed: std::time::Duration) -> Error {
+        let text = Tries::new(retries, elapsed);
+        match self {
+            Error::Unreachable {
+                uri,
+                endpoint,
+                source,
+                ..
+            } => Error::Unreachable {
+                uri,
+                endpoint,
+                tried: text,
+                source,
+            },
+            Error::Throttled { uri, source, .. } => Error::Throttled {
+                uri,
+                tried: text,
+                source,
+            },
+            other => other,
         }
     }
 
@@ -277,6 +361,35 @@ pub(crate) fn classify(err: &object_store::Error) -> ErrorClass {
     ErrorClass::Other
 }
 
+/// How long object_store retried, from its retry error's text ("in 2.3s, after 4 retries,
+/// max_retries: …"); none when it did not retry.
+fn retried(chain: &str) -> Tries {
+    let Some(at) = chain.find(", after ") else {
+        return Tries::default();
+    };
+    let count = chain[at + ", after ".len()..]
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse::<usize>().ok());
+    let elapsed = chain[..at]
+        .rfind(" in ")
+        .and_then(|i| parse_debug_duration(&chain[i + " in ".len()..at]));
+    match (count, elapsed) {
+        (Some(n), Some(d)) => Tries::new(n, d),
+        _ => Tries::default(),
+    }
+}
+
+/// Parses a `Duration`'s `Debug` text: `2.5s`, `310.2ms`, `12µs`, `80ns`.
+fn parse_debug_duration(text: &str) -> Option<std::time::Duration> {
+    let units = [("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9), ("s", 1.0)];
+    let (number, scale) = units
+        .iter()
+        .find_map(|(unit, scale)| text.strip_suffix(unit).map(|n| (n, *scale)))?;
+    let value = number.parse::<f64>().ok()?;
+    std::time::Duration::try_from_secs_f64(value * scale).ok()
+}
+
 /// True for a range that starts past the end of the object: HTTP 416 from S3-compatible
 /// stores, `InvalidGetRange` from the local and memory stores.
 fn is_invalid_range(err: &object_store::Error) -> bool {
@@ -309,15 +422,18 @@ fn status_class(err: &object_store::Error) -> Option<ErrorClass> {
     })
 }
 
+/// The kind of the innermost HTTP error in the chain (the connector may wrap the transport's
+/// error to stop object_store retrying it; the wrapped kind says what happened).
 fn http_error_kind(err: &object_store::Error) -> Option<HttpErrorKind> {
     let mut source: Option<&(dyn StdError + 'static)> = Some(err);
+    let mut kind = None;
     while let Some(e) = source {
         if let Some(h) = e.downcast_ref::<HttpError>() {
-            return Some(h.kind());
+            kind = Some(h.kind());
         }
         source = e.source();
     }
-    None
+    kind
 }
 
 fn mentions(err: &object_store::Error, needle: &str) -> bool {
@@ -372,6 +488,20 @@ mod tests {
             source: "Server returned non-2xx status code: 500 Internal Server Error".into(),
         };
         assert_eq!(classify(&err), ErrorClass::Server);
+    }
+
+    #[test]
+    fn retried_failures_say_how_long() {
+        let chain = "Generic S3 error: Error performing GET http://h/b/k in 12.5s, after 7 \
+                     retries, max_retries: 100, retry_timeout: 60s  - HTTP error";
+        assert_eq!(retried(chain).to_string(), " after 7 retries over 12.5 s");
+        assert_eq!(
+            retried("Error performing GET http://h in 310ms - x").to_string(),
+            ""
+        );
+        let d = parse_debug_duration("310.5ms").unwrap();
+        assert_eq!(d.as_micros(), 310_500);
+        assert_eq!(Tries::new(1, d).to_string(), " after 1 retry over 0.3 s");
     }
 
     #[test]

@@ -12,10 +12,12 @@
 //! pages of a LIST or the batches of a bulk DELETE.
 
 use crate::metrics::Metrics;
+use crate::pacing::{CONNECT_GRACE, Link};
 use async_trait::async_trait;
 use object_store::ClientOptions;
 use object_store::client::{
-    HttpClient, HttpConnector, HttpError, HttpRequest, HttpResponse, HttpService, ReqwestConnector,
+    HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpService,
+    ReqwestConnector,
 };
 use std::collections::HashSet;
 use std::collections::hash_map::DefaultHasher;
@@ -72,15 +74,17 @@ fn fingerprint(req: &HttpRequest) -> u64 {
     h.finish()
 }
 
-/// An [`HttpConnector`] that counts every attempt into [`Metrics`].
+/// An [`HttpConnector`] that counts every attempt into [`Metrics`] and paces it by the
+/// store's [`Link`].
 #[derive(Debug)]
 pub(crate) struct MeteredConnector {
     metrics: Metrics,
+    link: Arc<Link>,
 }
 
 impl MeteredConnector {
-    pub(crate) fn new(metrics: Metrics) -> Self {
-        MeteredConnector { metrics }
+    pub(crate) fn new(metrics: Metrics, link: Arc<Link>) -> Self {
+        MeteredConnector { metrics, link }
     }
 }
 
@@ -90,6 +94,7 @@ impl HttpConnector for MeteredConnector {
         Ok(HttpClient::new(MeteredService {
             client,
             metrics: self.metrics.clone(),
+            link: Arc::clone(&self.link),
         }))
     }
 }
@@ -99,7 +104,14 @@ impl HttpConnector for MeteredConnector {
 struct MeteredService {
     client: HttpClient,
     metrics: Metrics,
+    link: Arc<Link>,
 }
+
+/// A refused connection to an endpoint that has never answered, past [`CONNECT_GRACE`]: not
+/// worth retrying (see [`crate::pacing`]).
+#[derive(Debug, thiserror::Error)]
+#[error("no answer since the first attempt {}s ago", CONNECT_GRACE.as_secs())]
+pub(crate) struct NeverAnswered(#[source] pub(crate) HttpError);
 
 #[async_trait]
 impl HttpService for MeteredService {
@@ -110,7 +122,19 @@ impl HttpService for MeteredService {
         // nothing to attribute the attempt to; it still counts globally.
         let _ = ATTEMPTS.try_with(|a| a.record(fp));
         tracing::trace!(method = %req.method(), uri = %req.uri(), "http attempt");
-        self.client.execute(req).await
+        self.link.pace().await;
+        match self.client.execute(req).await {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                self.link.answered(status == 503 || status == 429);
+                Ok(response)
+            }
+            // object_store retries connection errors; `Unknown` it does not.
+            Err(e) if e.kind() == HttpErrorKind::Connect && self.link.give_up_connecting() => {
+                Err(HttpError::new(HttpErrorKind::Unknown, NeverAnswered(e)))
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 

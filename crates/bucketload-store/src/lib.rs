@@ -40,6 +40,7 @@ mod ini;
 mod metered;
 mod metrics;
 mod multipart;
+mod pacing;
 mod parallel;
 mod sigv4;
 mod size;
@@ -49,16 +50,18 @@ mod uri;
 
 pub use config::{
     Addressing, DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RETRIES,
-    DEFAULT_PART_SIZE, DEFAULT_REGION, DEFAULT_RETRY_TIMEOUT, StoreConfig,
+    DEFAULT_PART_SIZE, DEFAULT_REGION, DEFAULT_RETRY_TIMEOUT, FIRST_BACKOFF, MAX_BACKOFF,
+    RetryMode, StoreConfig,
 };
-pub use error::{BoxError, Error};
+pub use error::{BoxError, Error, Tries};
 pub use etag::ETag;
 pub use metered::MeteredStore;
 pub use metrics::{
     Cost, ErrorCounts, Latency, METRICS, MetricDef, Metrics, MetricsSnapshot, Percentiles,
     PriceTable, RequestCounts, RequestKind,
 };
-pub use multipart::{DEFAULT_PARALLEL_PARTS, MultipartOptions, MultipartWriter};
+pub use multipart::{DEFAULT_PARALLEL_PARTS, MultipartOptions, MultipartWriter, settle_aborts};
+pub use pacing::CONNECT_GRACE;
 pub use parallel::{DEFAULT_PARALLEL_GETS, ParallelGet, get_parallel};
 pub use size::parse_size;
 pub use store::Store;

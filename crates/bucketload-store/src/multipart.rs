@@ -28,6 +28,7 @@ use object_store::{
     ObjectStoreExt, PutMultipartOptions, PutPayloadMut, PutResult,
 };
 use std::sync::Arc;
+use tokio::task::JoinHandle;
 use tokio::task::JoinSet;
 
 /// Default parts in flight per writer: 8 × 8 MiB saturates ~1 GB/s at
@@ -65,6 +66,9 @@ pub struct MultipartWriter {
     concurrency: usize,
     buffer: PutPayloadMut,
     upload: Option<Box<dyn MultipartUpload>>,
+    /// The CreateMultipartUpload in flight: a task of its own, so a writer dropped while it
+    /// runs (an interrupted command) can still abort the upload once the store has made it.
+    creating: Option<JoinHandle<Created>>,
     parts: JoinSet<object_store::Result<()>>,
     done: bool,
     /// Bytes accepted by `write`.
@@ -85,6 +89,7 @@ impl MultipartWriter {
             concurrency: opts.concurrency.max(1),
             buffer: PutPayloadMut::new(),
             upload: None,
+            creating: None,
             parts: JoinSet::new(),
             done: false,
             written: 0,
@@ -121,8 +126,10 @@ impl MultipartWriter {
 
     /// Uploads what is left and completes the object.
     pub async fn finish(mut self) -> Result<PutResult, Error> {
-        self.done = true;
+        // `done` stays false until the completion answers: a writer dropped while its last
+        // parts or the completion are in flight (an interrupted command) aborts the upload.
         let Some(_) = &self.upload else {
+            self.done = true;
             let payload = std::mem::take(&mut self.buffer).freeze();
             return self
                 .store
@@ -138,7 +145,10 @@ impl MultipartWriter {
             None => unreachable_upload(),
         };
         match completed {
-            Ok(r) => Ok(r),
+            Ok(r) => {
+                self.done = true;
+                Ok(r)
+            }
             Err(e) => self.confirm(e).await,
         }
     }
@@ -198,29 +208,25 @@ impl MultipartWriter {
         }
     }
 
-    /// Creates the upload, with the token in its metadata when the store keeps metadata.
-    async fn create(&mut self) -> object_store::Result<Box<dyn MultipartUpload>> {
-        if let Some(token) = &self.token {
-            let attributes = Attributes::from_iter([(
-                Attribute::Metadata(UPLOAD_TOKEN_KEY.into()),
-                AttributeValue::from(token.clone()),
-            )]);
-            let opts = PutMultipartOptions {
-                attributes,
-                ..PutMultipartOptions::default()
-            };
-            match self.store.put_multipart_opts(&self.key, opts).await {
-                Err(object_store::Error::NotImplemented { .. }) => self.token = None,
-                created => return created,
-            }
-        }
-        self.store.put_multipart(&self.key).await
-    }
-
     /// Starts the upload if needed, waits for room, and spawns the part.
     async fn send_part(&mut self) -> object_store::Result<()> {
         if self.upload.is_none() {
-            self.upload = Some(self.create().await?);
+            let (store, key, token) = (
+                Arc::clone(&self.store),
+                self.key.clone(),
+                self.token.clone(),
+            );
+            let creating = self
+                .creating
+                .get_or_insert_with(|| tokio::spawn(create(store, key, token)));
+            let joined = creating.await;
+            self.creating = None;
+            let (created, token) = joined.map_err(|join| object_store::Error::Generic {
+                store: "bucketload",
+                source: Box::new(join),
+            })?;
+            self.token = token;
+            self.upload = Some(created?);
         }
         while self.parts.len() >= self.concurrency {
             self.join_one().await?;
@@ -267,6 +273,60 @@ fn carries(attributes: &Attributes, token: &str) -> bool {
         .is_some_and(|v| v.as_ref() == token)
 }
 
+/// A created upload (or why not) and the token it carries (`None` when the store keeps no
+/// metadata).
+type Created = (
+    object_store::Result<Box<dyn MultipartUpload>>,
+    Option<String>,
+);
+
+/// Creates the upload of `key`, with `token` in its metadata when the store keeps metadata.
+async fn create(store: Arc<dyn ObjectStore>, key: Path, token: Option<String>) -> Created {
+    if let Some(token) = token {
+        let attributes = Attributes::from_iter([(
+            Attribute::Metadata(UPLOAD_TOKEN_KEY.into()),
+            AttributeValue::from(token.clone()),
+        )]);
+        let opts = PutMultipartOptions {
+            attributes,
+            ..PutMultipartOptions::default()
+        };
+        match store.put_multipart_opts(&key, opts).await {
+            Err(object_store::Error::NotImplemented { .. }) => {}
+            created => return (created, Some(token)),
+        }
+    }
+    (store.put_multipart(&key).await, None)
+}
+
+/// Aborts of dropped writers still running, so a process can wait for them before it exits.
+fn pending_aborts() -> std::sync::MutexGuard<'static, Vec<tokio::task::JoinHandle<()>>> {
+    static PENDING: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut pending = PENDING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    pending.retain(|task| !task.is_finished());
+    pending
+}
+
+/// Waits, at most `timeout`, for the aborts of multipart uploads whose writers were dropped
+/// unfinished (an interrupted command drops them); returns how many did not finish in time.
+/// A process about to exit calls this so its unfinished uploads do not stay stored (and
+/// billed) on the store.
+pub async fn settle_aborts(timeout: std::time::Duration) -> usize {
+    let tasks: Vec<_> = pending_aborts().drain(..).collect();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut unfinished = 0;
+    // The tasks run concurrently already; waiting for them in turn costs nothing.
+    for task in tasks {
+        if tokio::time::timeout_at(deadline, task).await.is_err() {
+            unfinished += 1;
+        }
+    }
+    unfinished
+}
+
 /// `complete` only runs once `send_part` created the upload.
 fn unreachable_upload() -> object_store::Result<PutResult> {
     Err(object_store::Error::Generic {
@@ -278,6 +338,21 @@ fn unreachable_upload() -> object_store::Result<PutResult> {
 impl Drop for MultipartWriter {
     fn drop(&mut self) {
         self.parts.abort_all();
+        if let Some(creating) = self.creating.take() {
+            // Dropped while the store was creating the upload: abort it once it exists.
+            let uri = self.ctx.uri.clone();
+            let task = async move {
+                if let Ok((Ok(mut upload), _)) = creating.await {
+                    tracing::debug!(%uri, "aborting a multipart upload created after its writer was dropped");
+                    if let Err(e) = upload.abort().await {
+                        tracing::warn!(%uri, error = %e, "multipart abort failed");
+                    }
+                }
+            };
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                pending_aborts().push(handle.spawn(task));
+            }
+        }
         let Some(mut upload) = self.upload.take() else {
             return;
         };
@@ -288,11 +363,12 @@ impl Drop for MultipartWriter {
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 tracing::debug!(%uri, "aborting unfinished multipart upload");
-                handle.spawn(async move {
+                let task = handle.spawn(async move {
                     if let Err(e) = upload.abort().await {
                         tracing::warn!(%uri, error = %e, "multipart abort failed");
                     }
                 });
+                pending_aborts().push(task);
             }
             Err(_) => {
                 tracing::warn!(%uri, "unfinished multipart upload dropped outside a Tokio runtime; not aborted");

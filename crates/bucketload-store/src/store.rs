@@ -5,11 +5,12 @@
 //! backend (S3/GCS/Azure with the counting HTTP connector, local files, or a
 //! named in-process memory store).
 
-use crate::config::{Addressing, StoreConfig};
+use crate::config::{Addressing, FIRST_BACKOFF, MAX_BACKOFF, RetryMode, StoreConfig};
 use crate::error::ErrorContext;
 use crate::http::MeteredConnector;
 use crate::metered::MeteredStore;
 use crate::metrics::Metrics;
+use crate::pacing::Link;
 use crate::uri::{Scheme, StoreUri};
 use crate::{ETag, Error};
 use object_store::aws::AmazonS3Builder;
@@ -39,6 +40,7 @@ struct Inner {
     config: StoreConfig,
     store: Arc<dyn ObjectStore>,
     metrics: Metrics,
+    link: Arc<Link>,
     endpoint: Option<String>,
 }
 
@@ -77,6 +79,8 @@ impl Store {
     pub fn open(uri: &str, config: &StoreConfig) -> Result<Store, Error> {
         let parsed = StoreUri::parse(uri)?;
         let metrics = Metrics::new();
+        let link = Arc::new(Link::new(config.retry_mode() == RetryMode::Adaptive));
+        let connector = || MeteredConnector::new(metrics.clone(), Arc::clone(&link));
         let invalid = |e: object_store::Error| Error::InvalidUri {
             uri: uri.to_owned(),
             reason: format!("cannot configure the store: {e}"),
@@ -86,15 +90,15 @@ impl Store {
         }
         let (backend, prefix): (Arc<dyn ObjectStore>, &str) = match parsed.scheme() {
             Scheme::S3 => (
-                Arc::new(s3(&parsed, config, &metrics).map_err(invalid)?),
+                Arc::new(s3(&parsed, config, connector()).map_err(invalid)?),
                 parsed.prefix(),
             ),
             Scheme::Gcs => (
-                Arc::new(gcs(&parsed, config, &metrics).map_err(invalid)?),
+                Arc::new(gcs(&parsed, config, connector()).map_err(invalid)?),
                 parsed.prefix(),
             ),
             Scheme::Azure => (
-                Arc::new(azure(&parsed, config, &metrics).map_err(invalid)?),
+                Arc::new(azure(&parsed, config, connector()).map_err(invalid)?),
                 parsed.prefix(),
             ),
             Scheme::File => (Arc::new(LocalFileSystem::new()), parsed.prefix()),
@@ -118,6 +122,7 @@ impl Store {
                 config: config.clone(),
                 store,
                 metrics,
+                link,
                 endpoint,
             }),
         })
@@ -202,7 +207,7 @@ impl Store {
 
     pub(crate) fn http_client(&self) -> Result<HttpClient, Error> {
         let options = client_options(&self.inner.config);
-        MeteredConnector::new(self.inner.metrics.clone())
+        MeteredConnector::new(self.inner.metrics.clone(), Arc::clone(&self.inner.link))
             .connect(&options)
             .map_err(|e| Error::Other {
                 uri: self.inner.uri.to_string(),
@@ -251,9 +256,19 @@ fn client_options(config: &StoreConfig) -> ClientOptions {
         .with_connect_timeout(config.connect_timeout())
 }
 
+/// Exponential backoff with "decorrelated jitter" (each wait drawn between the first wait and
+/// three times the previous one, capped), as the AWS SDKs back off.
+pub(crate) fn backoff_config() -> BackoffConfig {
+    BackoffConfig {
+        init_backoff: FIRST_BACKOFF,
+        max_backoff: MAX_BACKOFF,
+        base: 3.0,
+    }
+}
+
 fn retry_config(config: &StoreConfig) -> RetryConfig {
     RetryConfig {
-        backoff: BackoffConfig::default(),
+        backoff: backoff_config(),
         max_retries: config.max_retries(),
         retry_timeout: config.retry_timeout(),
     }
@@ -305,7 +320,7 @@ pub(crate) fn virtual_hosted(endpoint: &str, bucket: &str) -> String {
 fn s3(
     uri: &StoreUri,
     config: &StoreConfig,
-    metrics: &Metrics,
+    connector: MeteredConnector,
 ) -> object_store::Result<impl ObjectStore> {
     let mut b = AmazonS3Builder::new()
         .with_bucket_name(uri.bucket())
@@ -313,7 +328,7 @@ fn s3(
         .with_client_options(client_options(config))
         .with_retry(retry_config(config))
         .with_unsigned_payload(!config.sign_payload())
-        .with_http_connector(MeteredConnector::new(metrics.clone()));
+        .with_http_connector(connector);
     if config.checksums() {
         b = b.with_checksum_algorithm(object_store::aws::Checksum::CRC64NVME);
     }
@@ -341,7 +356,7 @@ fn s3(
 fn gcs(
     uri: &StoreUri,
     config: &StoreConfig,
-    metrics: &Metrics,
+    connector: MeteredConnector,
 ) -> object_store::Result<impl ObjectStore> {
     let mut b = GoogleCloudStorageBuilder::new();
     for (k, v) in config.env_vars() {
@@ -354,14 +369,14 @@ fn gcs(
     b.with_bucket_name(uri.bucket())
         .with_client_options(client_options(config))
         .with_retry(retry_config(config))
-        .with_http_connector(MeteredConnector::new(metrics.clone()))
+        .with_http_connector(connector)
         .build()
 }
 
 fn azure(
     uri: &StoreUri,
     config: &StoreConfig,
-    metrics: &Metrics,
+    connector: MeteredConnector,
 ) -> object_store::Result<impl ObjectStore> {
     let mut b = MicrosoftAzureBuilder::new();
     for (k, v) in config.env_vars() {
@@ -374,7 +389,7 @@ fn azure(
     b.with_container_name(uri.bucket())
         .with_client_options(client_options(config))
         .with_retry(retry_config(config))
-        .with_http_connector(MeteredConnector::new(metrics.clone()))
+        .with_http_connector(connector)
         .build()
 }
 

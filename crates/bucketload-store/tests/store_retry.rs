@@ -110,6 +110,25 @@ async fn reset_mid_body_is_resumed_and_counted() {
     assert_eq!(s.bytes_in, 1 << 20);
 }
 
+/// Retrying is bounded by time, not by a count: twelve 503s in a row (more than the ten
+/// retries that used to be the limit) are ridden out within the time limit.
+#[tokio::test]
+async fn a_long_run_of_503s_is_ridden_out_within_the_time_limit() {
+    let (server, store) = setup().await;
+    let key = Path::from("busy");
+    store
+        .object_store()
+        .put(&key, body(64).into())
+        .await
+        .unwrap();
+    server
+        .faults()
+        .fail_next("GetObject", 12, FaultKind::Status(503));
+    let got = store.object_store().get(&key).await.unwrap();
+    assert_eq!(got.bytes().await.unwrap(), body(64));
+    assert_eq!(server.counters().get("GetObject"), 13);
+}
+
 #[tokio::test]
 async fn exhausted_slowdowns_are_throttled() {
     let server = EmbeddedServer::start().await;
@@ -275,7 +294,10 @@ async fn lost_complete_answer_is_a_success_when_the_object_is_ours() {
 /// an object under the key that is not this upload's is never taken for it.
 #[tokio::test]
 async fn failed_complete_is_a_failure_and_keeps_the_old_object() {
-    let (server, store) = setup().await;
+    let server = EmbeddedServer::start().await;
+    let bucket = server.bucket().await;
+    let config = server.store_config().with_max_retries(3);
+    let store = Store::open(&format!("s3://{bucket}"), &config).unwrap();
     let key = Path::from("ckpt");
     let old = body(6 << 20);
     store

@@ -73,8 +73,37 @@ pub(super) async fn prepare(
     if !same_plan {
         write_run(dst, plan, source).await?;
     }
+    abort_unfinished(dst, plan, part.clone()).await;
     let kept = finished(dst, plan, part, &listing, options.md5).await?;
     Ok(DestState { kept })
+}
+
+/// Aborts the multipart uploads of this run's shards that an earlier, killed run left unfinished
+/// (their parts stay stored, and billed, until aborted). Only this run's shards: a run of
+/// another `--part` may be writing its own right now. Best effort: a store that cannot list or
+/// abort uploads gets a warning, and sharding goes on.
+async fn abort_unfinished(dst: &Store, plan: &Plan, part: Range<usize>) {
+    let names: HashSet<String> = part.map(|i| plan.shard_name(i)).collect();
+    let uploads = match dst.list_uploads("").await {
+        Ok(uploads) => uploads,
+        Err(e) => {
+            tracing::warn!("cannot list unfinished uploads an earlier run may have left: {e}");
+            return;
+        }
+    };
+    let mut aborted = 0;
+    for upload in uploads.iter().filter(|u| names.contains(&u.key)) {
+        match dst.abort_upload(&upload.key, &upload.upload_id).await {
+            Ok(()) => aborted += 1,
+            Err(e) => tracing::warn!("cannot abort an unfinished upload of {}: {e}", upload.key),
+        }
+    }
+    if aborted > 0 {
+        tracing::info!(
+            "aborted {aborted} unfinished upload(s) an earlier run left in {}",
+            dst.uri()
+        );
+    }
 }
 
 /// Everything below the destination: key → size.
