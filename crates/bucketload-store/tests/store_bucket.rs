@@ -1,4 +1,5 @@
-//! CreateBucket through the store's own SigV4 signer, on both S3 servers.
+//! CreateBucket through the store's own SigV4 signer, on the embedded server, moto and
+//! SeaweedFS.
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on any error
 
@@ -6,7 +7,9 @@ use bucketload_server::FaultKind;
 use bucketload_store::object_store::ObjectStoreExt;
 use bucketload_store::object_store::path::Path;
 use bucketload_store::{Error, Store, StoreConfig};
-use bucketload_test_support::{EmbeddedServer, MotoServer, unique_bucket};
+use bucketload_test_support::{
+    EmbeddedServer, MotoServer, SEAWEED_COLLEAGUE, SEAWEED_WRITER, SeaweedServer, unique_bucket,
+};
 
 async fn create_use_and_recreate(config: StoreConfig) {
     let uri = format!("s3://{}/p", unique_bucket());
@@ -137,4 +140,24 @@ async fn bucket_of_another_account_is_permission_denied() {
     );
     assert!(text.contains("choose another bucket name"), "{text}");
     assert_eq!(server.faults().pending("HeadBucket"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seaweed_us_east_1() {
+    create_use_and_recreate(SeaweedServer::shared().store_config()).await;
+}
+
+/// SeaweedFS answers CreateBucket on a bucket another identity created with 409
+/// BucketAlreadyExists (an administrator) or 403 AccessDenied (an identity that may write but
+/// not create buckets), though both may write there: the bucket is used as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seaweed_bucket_of_another_identity_is_used() {
+    let server = SeaweedServer::shared();
+    let bucket = server.bucket().await;
+    for identity in [SEAWEED_COLLEAGUE, SEAWEED_WRITER] {
+        let uri = format!("s3://{bucket}/{}", identity.0);
+        let store = Store::open(&uri, &server.store_config_as(identity)).unwrap();
+        store.create_bucket().await.unwrap();
+        put_get(&store).await;
+    }
 }
