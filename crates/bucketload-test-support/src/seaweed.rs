@@ -137,18 +137,35 @@ impl SeaweedServer {
         let log = std::fs::File::create(&log_path).expect("SeaweedFS's log file");
         // The watchdog: `weed` in the background, killed by its PID when stdin (the pipe from
         // this process) reaches its end; the shell exits with `weed`'s status.
-        // (A background list's stdin is /dev/null unless redirected: hence fd 3.)
+        // (A background list's stdin is /dev/null unless redirected: hence fd 3.) Then it
+        // removes the gRPC sockets `weed` makes in /tmp, named by port, whatever `-dir` says,
+        // and the temporary directory (the shared server's TempDir is never dropped).
         let watchdog = r#"exec 3<&0
 "$0" "$@" </dev/null 3<&- & weed=$!
 (read _ignored <&3; kill -9 $weed 2>/dev/null) &
 exec 3<&-
-wait $weed"#;
+wait $weed
+status=$?
+rm -f $WEED_SOCKETS
+rm -rf "$WEED_DIR"
+exit $status"#;
+        let sockets: Vec<String> = [
+            ("master", master_grpc),
+            ("volume", volume_grpc),
+            ("filer", filer_grpc),
+            ("s3", s3_grpc),
+        ]
+        .iter()
+        .map(|(part, port)| format!("/tmp/seaweedfs-{part}-grpc-{port}.sock"))
+        .collect();
         let mut child = Command::new("sh")
             .arg("-c")
             .arg(watchdog)
             .arg(binary)
             .args(&args)
             .current_dir(dir.path())
+            .env("WEED_SOCKETS", sockets.join(" "))
+            .env("WEED_DIR", dir.path())
             .stdin(Stdio::piped())
             .stdout(log.try_clone().expect("SeaweedFS's log file"))
             .stderr(log)
