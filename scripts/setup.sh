@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what bucketload's build needs on a fresh Debian machine with a Rust toolchain
 # and Python 3.11: Debian packages (only when missing) and, with --python, the Python
-# test tools (boto3, the AWS CLI, moto's server, pytest) and PyTorch for the CPU
+# test tools (boto3, the AWS CLI, moto's server, SeaweedFS's `weed`, pytest) and PyTorch for the CPU
 # (requirements-torch.txt, about 4 GB) into ./.venv.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # README command 2: install what is needed, then run every check CI runs:
 # formatting, clippy with warnings as errors, the Rust tests (against mem://, file://,
-# the embedded S3 server and moto's server), the Python tests (boto3 and the AWS CLI
+# the embedded S3 server, moto's server and SeaweedFS), the Python tests (boto3 and the AWS CLI
 # against `bucketload serve`, and the Python package with PyTorch), the fault matrix
 # (tests/faults), then each cargo-fuzz target for a bounded time
 # (BUCKETLOAD_FUZZ_SECONDS per target, default 20; 0 skips fuzzing).

@@ -151,3 +151,74 @@ fn ls_json_lines_match_the_objects() {
         assert!(o["etag"].as_str().unwrap().len() >= 32, "{o}");
     }
 }
+
+/// What several servers (SeaweedFS for a bucket another identity created, MinIO and Ceph in
+/// some set-ups) answer CreateBucket on a bucket that exists and that the caller may write to.
+const TAKEN: bucketload_server::FaultKind = bucketload_server::FaultKind::Error {
+    status: 409,
+    code: "BucketAlreadyExists",
+};
+
+/// Every command that writes into a bucket uses one that exists as it is: none depends on
+/// CreateBucket's answer, with or without `--create-bucket`.
+#[test]
+fn writes_into_an_existing_bucket_whatever_create_bucket_answers() {
+    let fx = Fixture::start();
+    fx.store("s3://have");
+    let faults = fx.server().faults();
+    faults.fail_next("CreateBucket", 100, TAKEN);
+    fx.generate("s3://have/train", 20, 2, "2KB");
+    let again = [
+        "gen",
+        "s3://have/again",
+        "--samples",
+        "4",
+        "--classes",
+        "2",
+        "--size",
+        "2KB",
+        "--create-bucket",
+    ];
+    fx.run(&again).ok();
+    let local = fx.work_path("blob.bin");
+    std::fs::write(&local, vec![7u8; 10_000]).unwrap();
+    let local = local.to_str().unwrap();
+    fx.run(&["cp", local, "s3://have/up/blob.bin"]).ok();
+    fx.run(&["cp", local, "s3://have/up/b2.bin", "--create-bucket"])
+        .ok();
+    let shard = [
+        "shard",
+        "s3://have/train",
+        "s3://have/shards",
+        "--samples-per-shard",
+        "10",
+    ];
+    fx.run(&shard).ok();
+    fx.run(&["ckpt", "save", local, "s3://have/ckpt/step-1.pt"])
+        .ok();
+    assert_eq!(faults.pending("CreateBucket"), 100);
+    assert_eq!(fx.server().counters().get("CreateBucket"), 1);
+}
+
+/// A bucket of another account (HeadBucket refused, CreateBucket: the name is taken) is a
+/// permission error that names the bucket and says what to do.
+#[test]
+fn a_bucket_of_another_account_is_a_permission_error() {
+    let fx = Fixture::start();
+    let faults = fx.server().faults();
+    faults.fail_next("HeadBucket", 2, bucketload_server::FaultKind::Status(403));
+    faults.fail_next("CreateBucket", 1, TAKEN);
+    let run = fx.run(&[
+        "gen",
+        "s3://theirs/train",
+        "--samples",
+        "4",
+        "--classes",
+        "2",
+    ]);
+    assert_eq!(run.code, 4, "{run:#?}");
+    run.error_line();
+    let text = &run.stderr;
+    assert!(text.contains("s3://theirs: permission denied"), "{text}");
+    assert!(text.contains("choose another bucket name"), "{text}");
+}

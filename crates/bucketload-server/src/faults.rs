@@ -88,6 +88,14 @@ impl Counters {
 pub enum FaultKind {
     /// An S3 XML error with this status: 503 answers SlowDown, 500 InternalError.
     Status(u16),
+    /// An S3 XML error with this status and error code, e.g. 409 `BucketAlreadyExists` as
+    /// some servers answer CreateBucket on a bucket that exists.
+    Error {
+        /// HTTP status.
+        status: u16,
+        /// S3 error code (`<Code>`).
+        code: &'static str,
+    },
     /// The connection is reset (TCP RST) half-way through the response body, or before the
     /// response when it has no body.
     ResetMidBody,

@@ -108,14 +108,20 @@ impl ConnService {
             && !limiter.admit(partition_of(req.uri().path()))
         {
             tracing::debug!(op, path = req.uri().path(), "rate limit exceeded");
-            return Ok(drain_then_error(req, 503, head).await);
+            return Ok(drain_then_error(req, 503, None, head).await);
         }
         let fault = shared.faults.take(op).or_else(|| shared.random_fault());
         if let Some(kind) = fault {
             tracing::debug!(op, path = req.uri().path(), ?kind, "injecting fault");
         }
-        if let Some(FaultKind::Status(status)) = fault {
-            return Ok(drain_then_error(req, status, head).await);
+        match fault {
+            Some(FaultKind::Status(status)) => {
+                return Ok(drain_then_error(req, status, None, head).await);
+            }
+            Some(FaultKind::Error { status, code }) => {
+                return Ok(drain_then_error(req, status, Some(code), head).await);
+            }
+            _ => {}
         }
         let response = shared
             .s3
@@ -167,8 +173,13 @@ impl ConnService {
 }
 
 /// Reads and discards the request body (so the client sees the answer rather than a broken
-/// pipe), then answers an S3 XML error.
-async fn drain_then_error(req: Request<Incoming>, status: u16, head: bool) -> Response<RespBody> {
+/// pipe), then answers an S3 XML error (with `code`, else the one [`error_response`] picks).
+async fn drain_then_error(
+    req: Request<Incoming>,
+    status: u16,
+    code: Option<&str>,
+    head: bool,
+) -> Response<RespBody> {
     let resource = req.uri().path().to_owned();
     let mut body = req.into_body();
     while let Some(frame) = body.frame().await {
@@ -176,7 +187,10 @@ async fn drain_then_error(req: Request<Incoming>, status: u16, head: bool) -> Re
             break;
         }
     }
-    error_response(status, &resource, head)
+    match code {
+        Some(code) => error_xml(status, code, "Injected failure.", &resource, head),
+        None => error_response(status, &resource, head),
+    }
 }
 
 /// An error in S3's XML format; 503 answers SlowDown, 500 InternalError.
@@ -189,6 +203,16 @@ pub(crate) fn error_response(status: u16, resource: &str, head: bool) -> Respons
         ),
         _ => ("ServiceUnavailable", "Injected failure."),
     };
+    error_xml(status, code, message, resource, head)
+}
+
+fn error_xml(
+    status: u16,
+    code: &str,
+    message: &str,
+    resource: &str,
+    head: bool,
+) -> Response<RespBody> {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
     let resource = xml_escape(resource);
     let body = format!(

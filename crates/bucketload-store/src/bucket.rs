@@ -83,12 +83,40 @@ pub(crate) fn signed(
     Ok(req)
 }
 
-/// Sends CreateBucket; Ok if created or already ours.
+/// Makes sure the bucket exists and is usable. HeadBucket first: a bucket that answers is used
+/// as it is, without CreateBucket, because several servers answer CreateBucket on an existing
+/// bucket with 409 BucketAlreadyExists (SeaweedFS for a bucket another identity created, MinIO
+/// and Ceph in some set-ups) or with 403 (credentials that may write objects but not create
+/// buckets). Otherwise CreateBucket; if that says the name is taken, HeadBucket again decides
+/// between a bucket that is ours after all (created meanwhile) and one we may not use.
 pub(crate) async fn create(store: &Store, client: &HttpClient) -> Result<(), Error> {
     let bucket_uri = store.uri().root().trim_end_matches('/').to_owned();
+    if head(store, client, &bucket_uri).await?.is_success() {
+        return Ok(());
+    }
     let (status, text) = execute(store, client, || request(store), &bucket_uri).await?;
     tracing::debug!(bucket = %bucket_uri, %status, "create bucket");
-    classify(status, &text, &bucket_uri)
+    match classify(status, &text, &bucket_uri) {
+        Err(Error::PermissionDenied { .. }) if is_taken(status, &text) => {
+            if head(store, client, &bucket_uri).await?.is_success() {
+                return Ok(());
+            }
+            classify(status, &text, &bucket_uri)
+        }
+        answer => answer,
+    }
+}
+
+/// The status of a HeadBucket on the store's bucket (retried like CreateBucket).
+async fn head(store: &Store, client: &HttpClient, bucket_uri: &str) -> Result<StatusCode, Error> {
+    let make = || signed(store, Method::HEAD, &bucket_url(store), Bytes::new());
+    let (status, _) = execute(store, client, make, bucket_uri).await?;
+    tracing::debug!(bucket = %bucket_uri, %status, "head bucket");
+    Ok(status)
+}
+
+fn is_taken(status: StatusCode, body: &str) -> bool {
+    status == StatusCode::CONFLICT && body.contains("BucketAlreadyExists")
 }
 
 /// Sends the request `make` builds (signed anew for every attempt); the answer's status and
@@ -162,10 +190,14 @@ fn classify(status: StatusCode, body: &str, bucket_uri: &str) -> Result<(), Erro
     }
     let answer = || -> crate::error::BoxError { format!("{status}: {body}").into() };
     Err(match status {
-        StatusCode::CONFLICT if body.contains("BucketAlreadyExists") => Error::InvalidInput {
-            message: format!(
-                "{bucket_uri}: the bucket name is taken by another account; choose another name"
+        _ if is_taken(status, body) => Error::PermissionDenied {
+            uri: bucket_uri.to_owned(),
+            hint: format!(
+                "the bucket exists but these credentials may not use it (another account owns \
+                 the name?): choose another bucket name, or {}",
+                crate::error::CREDENTIALS_HINT
             ),
+            source: answer(),
         },
         StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED => Error::PermissionDenied {
             uri: bucket_uri.to_owned(),
@@ -213,8 +245,10 @@ mod tests {
         assert!(classify(StatusCode::CONFLICT, owned, "s3://b").is_ok());
         let taken = "<Error><Code>BucketAlreadyExists</Code></Error>";
         let err = classify(StatusCode::CONFLICT, taken, "s3://b").unwrap_err();
+        assert!(matches!(err, Error::PermissionDenied { .. }), "{err:?}");
         assert!(
-            err.to_string().contains("s3://b: the bucket name is taken"),
+            err.to_string()
+                .contains("s3://b: permission denied; the bucket exists but"),
             "{err}"
         );
         let err = classify(StatusCode::FORBIDDEN, "", "s3://b").unwrap_err();

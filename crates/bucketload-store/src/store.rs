@@ -185,9 +185,12 @@ impl Store {
         }
     }
 
-    /// Creates the bucket. For `s3` this sends one signed CreateBucket and
-    /// succeeds if the bucket already exists and is ours; `file` creates the
-    /// directory; other schemes have nothing to create.
+    /// Creates the bucket unless it exists. For `s3` this sends a signed
+    /// HeadBucket and, only when that finds no usable bucket, CreateBucket: an
+    /// existing bucket the credentials may use is never an error, whoever
+    /// created it. A name taken by another account is
+    /// [`Error::PermissionDenied`]. `file` creates the directory; other
+    /// schemes have nothing to create.
     pub async fn create_bucket(&self) -> Result<(), Error> {
         match self.inner.uri.scheme() {
             Scheme::S3 => crate::bucket::create(self, &self.http_client()?).await,

@@ -1,5 +1,5 @@
 //! One body per store behaviour, run on every backend: `mem://`, `file://`,
-//! the embedded S3 server and moto's S3 server.
+//! the embedded S3 server, moto's S3 server and SeaweedFS's S3 gateway.
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on any error
 
@@ -288,6 +288,7 @@ macro_rules! on_every_backend {
         mod file { $( #[tokio::test] async fn $body() { super::$body(bucketload_test_support::Backend::File.setup().await).await } )* }
         mod embedded { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $body() { super::$body(bucketload_test_support::Backend::Embedded.setup().await).await } )* }
         mod moto { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $body() { super::$body(bucketload_test_support::Backend::Moto.setup().await).await } )* }
+        mod seaweed { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $body() { super::$body(bucketload_test_support::Backend::Seaweed.setup().await).await } )* }
     };
 }
 

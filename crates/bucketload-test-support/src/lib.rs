@@ -5,7 +5,10 @@
 //!   access to its request counters and fault rules.
 //! - [`MotoServer`]: moto's independent S3 implementation, spawned from the
 //!   workspace virtualenv (`scripts/test.sh` installs it); killed on drop.
-//! - [`Backend`]: `Mem`, `File`, `Embedded`, `Moto`, so a test body is
+//! - [`SeaweedServer`]: SeaweedFS's S3 gateway (`weed server -s3`), a second
+//!   independent implementation that checks signatures against an identity
+//!   file; one per test binary ([`SeaweedServer::shared`]).
+//! - [`Backend`]: `Mem`, `File`, `Embedded`, `Moto`, `Seaweed`, so a test body is
 //!   written once and run on each; [`Backend::setup`] returns a fresh bucket
 //!   or directory as a [`Fixture`].
 //!
@@ -23,6 +26,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tempfile::TempDir;
+
+mod seaweed;
+pub use seaweed::{SEAWEED_COLLEAGUE, SEAWEED_OWNER, SEAWEED_WRITER, SeaweedServer};
 
 /// A bucket name no other test of any process uses: `bl-<pid>-<n>-<nanos>`.
 pub fn unique_bucket() -> String {
@@ -236,6 +242,8 @@ pub enum Backend {
     Embedded,
     /// A fresh bucket on a [`MotoServer`].
     Moto,
+    /// A fresh bucket on the test binary's shared [`SeaweedServer`].
+    Seaweed,
 }
 
 /// What keeps a [`Fixture`]'s backend alive.
@@ -245,6 +253,7 @@ enum Guard {
     Dir(TempDir),
     Embedded(Box<EmbeddedServer>),
     Moto(MotoServer),
+    Seaweed(&'static SeaweedServer),
 }
 
 /// An opened store on a fresh bucket or directory; dropping it stops the
@@ -279,6 +288,14 @@ impl Fixture {
         }
     }
 
+    /// The SeaweedFS server, for `Backend::Seaweed`.
+    pub fn seaweed(&self) -> Option<&SeaweedServer> {
+        match &self.guard {
+            Guard::Seaweed(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// The directory, for `Backend::File`.
     pub fn dir(&self) -> Option<&std::path::Path> {
         match &self.guard {
@@ -287,9 +304,12 @@ impl Fixture {
         }
     }
 
-    /// True for the S3 backends (embedded and moto).
+    /// True for the S3 backends (embedded, moto and SeaweedFS).
     pub fn is_s3(&self) -> bool {
-        matches!(self.backend, Backend::Embedded | Backend::Moto)
+        matches!(
+            self.backend,
+            Backend::Embedded | Backend::Moto | Backend::Seaweed
+        )
     }
 
     /// Opens another store on `uri` + `/` + `suffix` with the same config.
@@ -301,11 +321,12 @@ impl Fixture {
 
 impl Backend {
     /// Every backend.
-    pub const ALL: [Backend; 4] = [
+    pub const ALL: [Backend; 5] = [
         Backend::Mem,
         Backend::File,
         Backend::Embedded,
         Backend::Moto,
+        Backend::Seaweed,
     ];
 
     /// Sets up a fresh, empty store on this backend.
@@ -343,6 +364,11 @@ impl Backend {
                 let server = MotoServer::start();
                 let uri = format!("s3://{}", server.bucket().await);
                 (uri, server.store_config(), Guard::Moto(server))
+            }
+            Backend::Seaweed => {
+                let server = SeaweedServer::shared();
+                let uri = format!("s3://{}", server.bucket().await);
+                (uri, server.store_config(), Guard::Seaweed(server))
             }
         };
         let store = Store::open(&uri, &config).unwrap_or_else(|e| panic!("cannot open {uri}: {e}"));
