@@ -4,12 +4,13 @@
 
 use std::time::{Duration, Instant};
 
-use crate::config::Addressing;
+use crate::config::{Addressing, Credentials};
 use crate::error::BoxError;
 use crate::sigv4::{self, SignParams};
 use crate::{Error, Store};
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
+use object_store::aws::AwsCredential;
 use object_store::client::{HttpClient, HttpRequest};
 use url::Url;
 
@@ -40,18 +41,19 @@ fn body(region: &str) -> Bytes {
     ))
 }
 
-fn request(store: &Store) -> Result<HttpRequest, Error> {
+fn request(store: &Store, creds: Option<&AwsCredential>) -> Result<HttpRequest, Error> {
     let payload = body(store.config().region());
-    signed(store, Method::PUT, &bucket_url(store), payload)
+    signed(store, Method::PUT, &bucket_url(store), payload, creds)
 }
 
-/// A SigV4-signed request of `method` to `url_text` with `payload` (unsigned when the store
-/// is anonymous or has no credentials).
+/// A request of `method` to `url_text` with `payload`, SigV4-signed with `creds` (from
+/// [`Store::signing_credential`]; unsigned when `None`).
 pub(crate) fn signed(
     store: &Store,
     method: Method,
     url_text: &str,
     payload: Bytes,
+    creds: Option<&AwsCredential>,
 ) -> Result<HttpRequest, Error> {
     let bucket_uri = store.uri().root().trim_end_matches('/').to_owned();
     let invalid = |reason: String| Error::InvalidUri {
@@ -62,7 +64,12 @@ pub(crate) fn signed(
         Url::parse(url_text).map_err(|e| invalid(format!("bad endpoint `{url_text}`: {e}")))?;
     let config = store.config();
     let mut headers = HeaderMap::new();
-    if let (false, Some(creds)) = (config.anonymous(), config.credentials()) {
+    if let Some(creds) = creds {
+        let creds = Credentials {
+            key: creds.key_id.clone(),
+            secret: creds.secret_key.clone(),
+            token: creds.token.clone(),
+        };
         let params = SignParams {
             method: &method,
             url: &url,
@@ -86,7 +93,9 @@ pub(crate) fn signed(
 /// Sends CreateBucket; Ok if created or already ours.
 pub(crate) async fn create(store: &Store, client: &HttpClient) -> Result<(), Error> {
     let bucket_uri = store.uri().root().trim_end_matches('/').to_owned();
-    let (status, text) = execute(store, client, || request(store), &bucket_uri).await?;
+    let creds = store.signing_credential().await?;
+    let make = || request(store, creds.as_deref());
+    let (status, text) = execute(store, client, make, &bucket_uri).await?;
     tracing::debug!(bucket = %bucket_uri, %status, "create bucket");
     classify(status, &text, &bucket_uri)
 }
