@@ -250,6 +250,24 @@ fn a_failing_credential_process_is_a_credentials_error_naming_it() {
     );
 }
 
+#[test]
+fn a_profile_that_does_not_exist_is_named_instead_of_asking_instance_metadata() {
+    let fx = fixture();
+    let bucket = bucket(&fx);
+    aws_config(&fx, "[profile train]\nregion = us-east-1\n");
+    let r = run(
+        keyless(&fx),
+        &["--profile", "trian", "ls", &format!("s3://{bucket}/")],
+    );
+    assert_eq!(r.code, 4, "{r:#?}");
+    let line = r.error_line();
+    assert!(
+        line.contains("profile `trian` is in neither the config file"),
+        "{line}"
+    );
+    assert!(line.contains("check --profile/AWS_PROFILE"), "{line}");
+}
+
 /// Sets up moto's IAM through boto3 with auth off: a bucket, a user `trainer` allowed only
 /// sts:AssumeRole, and a role `reader` it may assume that is allowed s3:*. Then makes moto
 /// check signatures and permissions of every request after the first `unchecked` ones.

@@ -86,6 +86,9 @@ struct Env {
     vars: HashMap<String, String>,
     config: Ini,
     credentials: Ini,
+    /// Where the shared files were looked for, for messages.
+    config_path: String,
+    credentials_path: String,
 }
 
 impl Env {
@@ -111,6 +114,17 @@ impl Env {
                 .and_then(|s| s.get(key))
         };
         from_creds.or_else(from_config).map(String::as_str)
+    }
+
+    /// True if either shared file has a section for profile `name`.
+    fn has_profile(&self, name: &str) -> bool {
+        let config_section = match name {
+            "default" => "default".to_owned(),
+            n => format!("profile {n}"),
+        };
+        self.credentials.contains_key(name)
+            || self.config.contains_key(&config_section)
+            || self.config.contains_key(name)
     }
 
     fn profile_credentials(&self, name: &str) -> Option<Credentials> {
@@ -426,13 +440,19 @@ impl StoreConfig {
                 .map(|t| ini::parse(&t))
                 .unwrap_or_default()
         };
-        let config = read(file("AWS_CONFIG_FILE", ".aws/config"));
-        let credentials = read(file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials"));
+        let config_file = file("AWS_CONFIG_FILE", ".aws/config");
+        let credentials_file = file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials");
+        let shown = |p: &Option<PathBuf>| match p {
+            Some(p) => p.display().to_string(),
+            None => "not found: HOME is not set".to_owned(),
+        };
         StoreConfig {
             env: Arc::new(Env {
+                config_path: shown(&config_file),
+                credentials_path: shown(&credentials_file),
+                config: read(config_file),
+                credentials: read(credentials_file),
                 vars,
-                config,
-                credentials,
             }),
             ..StoreConfig::default()
         }
@@ -638,8 +658,17 @@ impl StoreConfig {
         {
             return Source::Static(c);
         }
+        let name = self.profile_name();
+        let named = self.profile.is_some() || self.env.var("AWS_PROFILE").is_some();
+        if named && !self.env.has_profile(name) {
+            return Source::Unusable(format!(
+                "profile `{name}` is in neither the config file ({}) nor the credentials file \
+                 ({}); check --profile/AWS_PROFILE",
+                self.env.config_path, self.env.credentials_path
+            ));
+        }
         self.env
-            .profile_source(self.profile_name(), &mut Vec::new())
+            .profile_source(name, &mut Vec::new())
             .or_else(|| self.env.env_web_identity())
             .or_else(|| self.env.container_source())
             .unwrap_or(Source::InstanceMetadata)
@@ -943,6 +972,27 @@ mod tests {
             ],
         );
         assert!(matches!(keys_first, Source::Static(_)));
+    }
+
+    #[test]
+    fn a_named_profile_that_does_not_exist_is_an_error() {
+        let why = unusable(source_of(
+            "[profile dev]\nregion = eu-west-1\n",
+            "",
+            &[("AWS_PROFILE", "prod")],
+        ));
+        assert!(
+            why.starts_with("profile `prod` is in neither the config file ("),
+            "{why}"
+        );
+        // A profile without credentials goes on along the chain; so does an absent default.
+        let dev = source_of(
+            "[profile dev]\nregion = eu-west-1\n",
+            "",
+            &[("AWS_PROFILE", "dev")],
+        );
+        assert_eq!(dev, Source::InstanceMetadata);
+        assert_eq!(source_of("", "", &[]), Source::InstanceMetadata);
     }
 
     #[test]
