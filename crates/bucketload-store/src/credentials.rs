@@ -719,6 +719,61 @@ mod tests {
         assert!(!at(-1).is_unexpired(now));
     }
 
+    /// A credential_process whose runs are counted in `dir/calls`; it prints keys expiring in
+    /// `ttl_secs`, and fails from its run number `fail_from` on.
+    fn counting_process(dir: &std::path::Path, ttl_secs: i64, fail_from: usize) -> Cached {
+        let calls = dir.join("calls");
+        let expiration = (Utc::now() + chrono::TimeDelta::seconds(ttl_secs)).to_rfc3339();
+        let script = dir.join("creds.sh");
+        std::fs::write(
+            &script,
+            format!(
+                "echo run >> '{calls}'\n\
+                 [ $(wc -l < '{calls}') -ge {fail_from} ] && {{ echo down >&2; exit 1; }}\n\
+                 echo '{{\"Version\":1,\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"S\",\
+                 \"Expiration\":\"{expiration}\"}}'\n",
+                calls = calls.display()
+            ),
+        )
+        .unwrap();
+        Cached::new(Fetch::Process {
+            profile: "p".into(),
+            command: format!("sh {}", script.display()),
+        })
+    }
+
+    fn runs(dir: &std::path::Path) -> usize {
+        std::fs::read_to_string(dir.join("calls"))
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    }
+
+    #[tokio::test]
+    async fn tasks_waiting_on_a_refresh_share_its_result() {
+        let dir = tempfile::tempdir().unwrap();
+        // Inside the refresh margin: every lone use refetches.
+        let cached = counting_process(dir.path(), 60, usize::MAX);
+        cached.get().await.unwrap();
+        assert_eq!(runs(dir.path()), 1);
+        let all = futures::future::join_all((0..8).map(|_| cached.get())).await;
+        assert!(all.iter().all(Result::is_ok));
+        assert_eq!(runs(dir.path()), 2, "one refresh for eight waiting tasks");
+        cached.get().await.unwrap();
+        assert_eq!(runs(dir.path()), 3);
+    }
+
+    #[tokio::test]
+    async fn a_failed_refresh_keeps_unexpired_credentials_and_then_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let cached = counting_process(dir.path(), 60, 2);
+        assert_eq!(cached.get().await.unwrap().key_id, "A");
+        assert_eq!(cached.get().await.unwrap().key_id, "A", "still valid");
+        assert_eq!(runs(dir.path()), 2);
+        let expired = counting_process(dir.path(), -1, 0);
+        let err = expired.get().await.unwrap_err();
+        assert!(err.0.ends_with("exited 1: down"), "{err}");
+    }
+
     #[test]
     fn sts_answers_parse() {
         let ok = "<AssumeRoleResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">\
