@@ -4,12 +4,13 @@
 
 use std::time::{Duration, Instant};
 
-use crate::config::Addressing;
+use crate::config::{Addressing, Credentials};
 use crate::error::BoxError;
 use crate::sigv4::{self, SignParams};
 use crate::{Error, Store};
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
+use object_store::aws::AwsCredential;
 use object_store::client::{HttpClient, HttpRequest};
 use url::Url;
 
@@ -40,18 +41,19 @@ fn body(region: &str) -> Bytes {
     ))
 }
 
-fn request(store: &Store) -> Result<HttpRequest, Error> {
+fn request(store: &Store, creds: Option<&AwsCredential>) -> Result<HttpRequest, Error> {
     let payload = body(store.config().region());
-    signed(store, Method::PUT, &bucket_url(store), payload)
+    signed(store, Method::PUT, &bucket_url(store), payload, creds)
 }
 
-/// A SigV4-signed request of `method` to `url_text` with `payload` (unsigned when the store
-/// is anonymous or has no credentials).
+/// A request of `method` to `url_text` with `payload`, SigV4-signed with `creds` (from
+/// [`Store::signing_credential`]; unsigned when `None`).
 pub(crate) fn signed(
     store: &Store,
     method: Method,
     url_text: &str,
     payload: Bytes,
+    creds: Option<&AwsCredential>,
 ) -> Result<HttpRequest, Error> {
     let bucket_uri = store.uri().root().trim_end_matches('/').to_owned();
     let invalid = |reason: String| Error::InvalidUri {
@@ -62,7 +64,12 @@ pub(crate) fn signed(
         Url::parse(url_text).map_err(|e| invalid(format!("bad endpoint `{url_text}`: {e}")))?;
     let config = store.config();
     let mut headers = HeaderMap::new();
-    if let (false, Some(creds)) = (config.anonymous(), config.credentials()) {
+    if let Some(creds) = creds {
+        let creds = Credentials {
+            key: creds.key_id.clone(),
+            secret: creds.secret_key.clone(),
+            token: creds.token.clone(),
+        };
         let params = SignParams {
             method: &method,
             url: &url,
@@ -91,14 +98,22 @@ pub(crate) fn signed(
 /// between a bucket that is ours after all (created meanwhile) and one we may not use.
 pub(crate) async fn create(store: &Store, client: &HttpClient) -> Result<(), Error> {
     let bucket_uri = store.uri().root().trim_end_matches('/').to_owned();
-    if head(store, client, &bucket_uri).await?.is_success() {
+    let creds = store.signing_credential().await?;
+    if head(store, client, &bucket_uri, creds.as_deref())
+        .await?
+        .is_success()
+    {
         return Ok(());
     }
-    let (status, text) = execute(store, client, || request(store), &bucket_uri).await?;
+    let make = || request(store, creds.as_deref());
+    let (status, text) = execute(store, client, make, &bucket_uri).await?;
     tracing::debug!(bucket = %bucket_uri, %status, "create bucket");
     match classify(status, &text, &bucket_uri) {
         Err(Error::PermissionDenied { .. }) if is_taken(status, &text) => {
-            if head(store, client, &bucket_uri).await?.is_success() {
+            if head(store, client, &bucket_uri, creds.as_deref())
+                .await?
+                .is_success()
+            {
                 return Ok(());
             }
             classify(status, &text, &bucket_uri)
@@ -108,8 +123,13 @@ pub(crate) async fn create(store: &Store, client: &HttpClient) -> Result<(), Err
 }
 
 /// The status of a HeadBucket on the store's bucket (retried like CreateBucket).
-async fn head(store: &Store, client: &HttpClient, bucket_uri: &str) -> Result<StatusCode, Error> {
-    let make = || signed(store, Method::HEAD, &bucket_url(store), Bytes::new());
+async fn head(
+    store: &Store,
+    client: &HttpClient,
+    bucket_uri: &str,
+    creds: Option<&AwsCredential>,
+) -> Result<StatusCode, Error> {
+    let make = || signed(store, Method::HEAD, &bucket_url(store), Bytes::new(), creds);
     let (status, _) = execute(store, client, make, bucket_uri).await?;
     tracing::debug!(bucket = %bucket_uri, %status, "head bucket");
     Ok(status)

@@ -4,12 +4,15 @@
 //! Precedence, highest first (the AWS CLI's order):
 //! - credentials: [`StoreConfig::with_credentials`]; the profile named by
 //!   [`StoreConfig::with_profile`]; `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/
-//!   `AWS_SESSION_TOKEN`; the profile from `AWS_PROFILE` (or `default`);
+//!   `AWS_SESSION_TOKEN`; the profile from `AWS_PROFILE` (or `default`): a role, keys,
+//!   `credential_process`; web identity; container credentials; instance metadata (see
+//!   the `credentials` module);
 //! - region: setter; `AWS_REGION`; `AWS_DEFAULT_REGION`; the profile's
 //!   `region`; `us-east-1`;
 //! - endpoint: setter; `AWS_ENDPOINT_URL_S3`; `AWS_ENDPOINT_URL`; the
 //!   profile's `endpoint_url`; none (AWS itself).
 
+use crate::credentials::{ContainerToken, ECS_AGENT, Role, Source};
 use crate::ini::{self, Ini};
 use std::collections::HashMap;
 use std::fmt;
@@ -115,6 +118,9 @@ struct Env {
     vars: HashMap<String, String>,
     config: Ini,
     credentials: Ini,
+    /// Where the shared files were looked for, for messages.
+    config_path: String,
+    credentials_path: String,
 }
 
 impl Env {
@@ -142,6 +148,17 @@ impl Env {
         from_creds.or_else(from_config).map(String::as_str)
     }
 
+    /// True if either shared file has a section for profile `name`.
+    fn has_profile(&self, name: &str) -> bool {
+        let config_section = match name {
+            "default" => "default".to_owned(),
+            n => format!("profile {n}"),
+        };
+        self.credentials.contains_key(name)
+            || self.config.contains_key(&config_section)
+            || self.config.contains_key(name)
+    }
+
     fn profile_credentials(&self, name: &str) -> Option<Credentials> {
         Some(Credentials {
             key: self.profile_value(name, "aws_access_key_id")?.to_owned(),
@@ -160,6 +177,213 @@ impl Env {
             secret: self.var("AWS_SECRET_ACCESS_KEY")?.to_owned(),
             token: self.var("AWS_SESSION_TOKEN").map(str::to_owned),
         })
+    }
+
+    /// The credential source profile `name` configures, if any, in the SDKs' order: a role
+    /// (with a web identity token file, a `source_profile` or a `credential_source`), static
+    /// keys, `credential_process`; an SSO profile is unusable. `chain` holds the profiles
+    /// that led here through `source_profile`, to refuse loops.
+    fn profile_source(&self, name: &str, chain: &mut Vec<String>) -> Option<Source> {
+        if chain.iter().any(|p| p == name) {
+            chain.push(name.to_owned());
+            return Some(Source::Unusable(format!(
+                "the source_profile chain of profile `{}` loops ({}); fix ~/.aws/config",
+                chain[0],
+                chain.join(" -> ")
+            )));
+        }
+        chain.push(name.to_owned());
+        let get = |key: &str| self.profile_value(name, key);
+        if let Some(arn) = get("role_arn") {
+            return Some(self.profile_role(name, arn, chain));
+        }
+        if let Some(c) = self.profile_credentials(name) {
+            return Some(Source::Static(c));
+        }
+        if let Some(command) = get("credential_process") {
+            return Some(Source::Process {
+                profile: name.to_owned(),
+                command: command.to_owned(),
+            });
+        }
+        if ["sso_session", "sso_start_url", "sso_account_id"]
+            .iter()
+            .any(|k| get(k).is_some())
+        {
+            return Some(Source::Unusable(format!(
+                "profile `{name}` uses AWS IAM Identity Center (SSO), which bucketload does not \
+                 support: run `aws configure export-credentials --profile {name} --format env` \
+                 and export its keys, or set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+            )));
+        }
+        None
+    }
+
+    /// Profile `name` assumes role `arn`: with its web identity token file, or with the
+    /// credentials of its `source_profile` or `credential_source`.
+    fn profile_role(&self, name: &str, arn: &str, chain: &mut Vec<String>) -> Source {
+        let get = |key: &str| self.profile_value(name, key);
+        let role = match self.role(arn, get("role_session_name"), get("duration_seconds")) {
+            Ok(role) => Role {
+                external_id: get("external_id").map(str::to_owned),
+                ..role
+            },
+            Err(why) => return Source::Unusable(format!("profile `{name}`: {why}")),
+        };
+        if let Some(file) = get("web_identity_token_file") {
+            return Source::WebIdentity {
+                token_file: file.to_owned(),
+                role,
+            };
+        }
+        let base = match (get("source_profile"), get("credential_source")) {
+            // A profile that names itself uses its own keys to assume its role.
+            (Some(source), _) if source == name => self
+                .profile_credentials(name)
+                .map(Source::Static)
+                .unwrap_or_else(|| {
+                    Source::Unusable(format!(
+                        "profile `{name}` is its own source_profile but has no \
+                         aws_access_key_id/aws_secret_access_key"
+                    ))
+                }),
+            (Some(source), _) => self.profile_source(source, chain).unwrap_or_else(|| {
+                Source::Unusable(format!(
+                    "profile `{source}`, the source_profile of `{name}`, has no credentials; \
+                     add keys, role_arn or credential_process to it"
+                ))
+            }),
+            (None, Some(source)) => self.credential_source(name, source),
+            (None, None) => Source::Unusable(format!(
+                "profile `{name}` has role_arn but neither source_profile nor credential_source \
+                 to assume it with"
+            )),
+        };
+        Source::AssumeRole {
+            role,
+            base: Box::new(base),
+        }
+    }
+
+    /// A profile's `credential_source`: the base credentials of its role.
+    fn credential_source(&self, name: &str, source: &str) -> Source {
+        let missing = |what: &str| {
+            Source::Unusable(format!(
+                "profile `{name}` has credential_source = {source} but {what}"
+            ))
+        };
+        match source {
+            "Environment" => self
+                .env_credentials()
+                .map(Source::Static)
+                .unwrap_or_else(|| missing("AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set")),
+            "EcsContainer" => self.container_source().unwrap_or_else(|| {
+                missing("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI/_FULL_URI are not set")
+            }),
+            "Ec2InstanceMetadata" => Source::InstanceMetadata,
+            _ => Source::Unusable(format!(
+                "profile `{name}`: credential_source `{source}` is not one of Environment, \
+                 EcsContainer, Ec2InstanceMetadata"
+            )),
+        }
+    }
+
+    /// A role with its session name (default `bucketload-<milliseconds>`, as the SDKs name
+    /// sessions after themselves and the time) and duration.
+    fn role(
+        &self,
+        arn: &str,
+        session: Option<&str>,
+        duration: Option<&str>,
+    ) -> Result<Role, String> {
+        let duration_seconds = duration
+            .map(|d| {
+                d.parse::<u32>()
+                    .map_err(|_| format!("duration_seconds `{d}` is not a number of seconds"))
+            })
+            .transpose()?;
+        let session_name = session
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("bucketload-{}", chrono::Utc::now().timestamp_millis()));
+        Ok(Role {
+            arn: arn.to_owned(),
+            session_name,
+            external_id: None,
+            duration_seconds,
+        })
+    }
+
+    /// `AWS_WEB_IDENTITY_TOKEN_FILE` with `AWS_ROLE_ARN` (EKS IRSA).
+    fn env_web_identity(&self) -> Option<Source> {
+        let token_file = self.var("AWS_WEB_IDENTITY_TOKEN_FILE")?;
+        let arn = self.var("AWS_ROLE_ARN")?;
+        let session = self.var("AWS_ROLE_SESSION_NAME");
+        Some(match self.role(arn, session, None) {
+            Ok(role) => Source::WebIdentity {
+                token_file: token_file.to_owned(),
+                role,
+            },
+            Err(why) => Source::Unusable(why),
+        })
+    }
+
+    /// ECS task credentials (`AWS_CONTAINER_CREDENTIALS_RELATIVE_URI`) or a full URI (EKS Pod
+    /// Identity, ECS Anywhere) with its authorization token.
+    fn container_source(&self) -> Option<Source> {
+        let token = match (
+            self.var("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"),
+            self.var("AWS_CONTAINER_AUTHORIZATION_TOKEN"),
+        ) {
+            (Some(file), _) => Some(ContainerToken::File(file.to_owned())),
+            (None, Some(value)) => Some(ContainerToken::Value(value.to_owned())),
+            (None, None) => None,
+        };
+        if let Some(relative) = self.var("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI") {
+            return Some(Source::Container {
+                url: format!("{ECS_AGENT}{relative}"),
+                token,
+            });
+        }
+        let full = self.var("AWS_CONTAINER_CREDENTIALS_FULL_URI")?;
+        Some(match container_url_allowed(full) {
+            Ok(()) => Source::Container {
+                url: full.to_owned(),
+                token,
+            },
+            Err(why) => Source::Unusable(why),
+        })
+    }
+}
+
+/// The SDKs' rule for `AWS_CONTAINER_CREDENTIALS_FULL_URI`: https to any host; plain http only
+/// to loopback or the ECS and EKS Pod Identity agents, so credentials never cross a network
+/// in the clear.
+fn container_url_allowed(full: &str) -> Result<(), String> {
+    let refuse = |why: &str| {
+        Err(format!(
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI `{full}` {why}; use https:// or the \
+             loopback, ECS (169.254.170.2) or EKS (169.254.170.23) agent"
+        ))
+    };
+    let Ok(url) = url::Url::parse(full) else {
+        return refuse("is not a URL");
+    };
+    let allowed = match (url.scheme(), url.host()) {
+        ("https", Some(_)) => true,
+        ("http", Some(url::Host::Ipv4(ip))) => {
+            ip.is_loopback()
+                || ip.octets() == [169, 254, 170, 2]
+                || ip.octets() == [169, 254, 170, 23]
+        }
+        ("http", Some(url::Host::Ipv6(ip))) => {
+            ip.is_loopback() || ip == std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x23)
+        }
+        ("http", Some(url::Host::Domain(d))) => d == "localhost",
+        _ => false,
+    };
+    match allowed {
+        true => Ok(()),
+        false => refuse("is plain http to a host that is not loopback or a container agent"),
     }
 }
 
@@ -251,13 +475,19 @@ impl StoreConfig {
                 .map(|t| ini::parse(&t))
                 .unwrap_or_default()
         };
-        let config = read(file("AWS_CONFIG_FILE", ".aws/config"));
-        let credentials = read(file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials"));
+        let config_file = file("AWS_CONFIG_FILE", ".aws/config");
+        let credentials_file = file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials");
+        let shown = |p: &Option<PathBuf>| match p {
+            Some(p) => p.display().to_string(),
+            None => "not found: HOME is not set".to_owned(),
+        };
         StoreConfig {
             env: Arc::new(Env {
+                config_path: shown(&config_file),
+                credentials_path: shown(&credentials_file),
+                config: read(config_file),
+                credentials: read(credentials_file),
                 vars,
-                config,
-                credentials,
             }),
             ..StoreConfig::default()
         }
@@ -472,14 +702,55 @@ impl StoreConfig {
         self.connect_timeout
     }
 
-    /// True if static credentials were found (setter, profile or environment).
+    /// True if a credential source other than instance metadata is configured: keys (setter,
+    /// environment, profile), a role, `credential_process`, web identity or container
+    /// credentials.
     pub fn has_credentials(&self) -> bool {
-        self.credentials().is_some()
+        self.credential_source() != Source::InstanceMetadata
     }
 
     /// The access key id in use, if any (never the secret).
     pub fn access_key_id(&self) -> Option<String> {
         self.credentials().map(|c| c.key)
+    }
+
+    /// Where credentials come from, in the AWS SDKs' order: [`StoreConfig::with_credentials`];
+    /// the profile chosen with [`StoreConfig::with_profile`]; `AWS_ACCESS_KEY_ID`; the profile
+    /// from `AWS_PROFILE` (or `default`): a role, keys, `credential_process`; web identity
+    /// (`AWS_WEB_IDENTITY_TOKEN_FILE` + `AWS_ROLE_ARN`); container credentials; instance
+    /// metadata.
+    pub(crate) fn credential_source(&self) -> Source {
+        if let Some(c) = &self.credentials {
+            return Source::Static(c.clone());
+        }
+        if self.profile.is_none()
+            && let Some(c) = self.env.env_credentials()
+        {
+            return Source::Static(c);
+        }
+        let name = self.profile_name();
+        let named = self.profile.is_some() || self.env.var("AWS_PROFILE").is_some();
+        if named && !self.env.has_profile(name) {
+            return Source::Unusable(format!(
+                "profile `{name}` is in neither the config file ({}) nor the credentials file \
+                 ({}); check --profile/AWS_PROFILE",
+                self.env.config_path, self.env.credentials_path
+            ));
+        }
+        self.env
+            .profile_source(name, &mut Vec::new())
+            .or_else(|| self.env.env_web_identity())
+            .or_else(|| self.env.container_source())
+            .unwrap_or(Source::InstanceMetadata)
+    }
+
+    /// The STS endpoint of AssumeRole and AssumeRoleWithWebIdentity: `AWS_ENDPOINT_URL_STS`,
+    /// else the regional endpoint.
+    pub(crate) fn sts_endpoint(&self) -> String {
+        match self.env.var("AWS_ENDPOINT_URL_STS") {
+            Some(e) => e.to_owned(),
+            None => format!("https://sts.{}.amazonaws.com", self.region()),
+        }
     }
 
     pub(crate) fn credentials(&self) -> Option<Credentials> {
@@ -639,6 +910,207 @@ mod tests {
         assert_eq!(c.credentials().unwrap().key, "HK");
         let debug = format!("{c:?}");
         assert!(!debug.contains("very-secret"), "{debug}");
+    }
+
+    fn source_of(config: &str, credentials: &str, extra: &[(&str, &str)]) -> Source {
+        let dir = tempfile::tempdir().unwrap();
+        let config = write(dir.path(), "config", config);
+        let creds = write(dir.path(), "credentials", credentials);
+        let mut env = vars(&[
+            ("AWS_CONFIG_FILE", &config),
+            ("AWS_SHARED_CREDENTIALS_FILE", &creds),
+        ]);
+        env.extend(vars(extra));
+        StoreConfig::from_env_map(&env).credential_source()
+    }
+
+    fn unusable(source: Source) -> String {
+        match source {
+            Source::Unusable(why) => why,
+            other => panic!("expected an unusable source, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn assume_role_profiles_chain_to_their_source() {
+        let config = "[profile base]\ncredential_process = /bin/creds\n\
+            [profile mid]\nrole_arn = arn:aws:iam::1:role/mid\nsource_profile = base\n\
+            [profile top]\nrole_arn = arn:aws:iam::1:role/top\nsource_profile = mid\n\
+            role_session_name = s\nexternal_id = x\nduration_seconds = 900\n";
+        let source = source_of(config, "", &[("AWS_PROFILE", "top")]);
+        let Source::AssumeRole { role, base } = source else {
+            panic!("{source:?}")
+        };
+        assert_eq!(role.arn, "arn:aws:iam::1:role/top");
+        assert_eq!(role.session_name, "s");
+        assert_eq!(role.external_id.as_deref(), Some("x"));
+        assert_eq!(role.duration_seconds, Some(900));
+        let Source::AssumeRole { role, base } = *base else {
+            panic!("{base:?}")
+        };
+        assert_eq!(role.arn, "arn:aws:iam::1:role/mid");
+        assert!(role.session_name.starts_with("bucketload-"), "{role:?}");
+        assert_eq!(
+            *base,
+            Source::Process {
+                profile: "base".into(),
+                command: "/bin/creds".into()
+            }
+        );
+    }
+
+    #[test]
+    fn role_sources_and_their_mistakes() {
+        let own = source_of(
+            "[default]\nrole_arn = arn:r\nsource_profile = default\n",
+            "[default]\naws_access_key_id = K\naws_secret_access_key = S\n",
+            &[],
+        );
+        assert!(
+            matches!(&own, Source::AssumeRole { base, .. } if matches!(**base, Source::Static(_))),
+            "{own:?}"
+        );
+        let web = source_of(
+            "[default]\nrole_arn = arn:r\nweb_identity_token_file = /t\n",
+            "",
+            &[],
+        );
+        assert!(matches!(web, Source::WebIdentity { ref token_file, .. } if token_file == "/t"));
+        let env = source_of(
+            "[default]\nrole_arn = arn:r\ncredential_source = Environment\n",
+            "",
+            &[],
+        );
+        let why = match env {
+            Source::AssumeRole { base, .. } => unusable(*base),
+            other => panic!("{other:?}"),
+        };
+        assert!(why.contains("AWS_ACCESS_KEY_ID"), "{why}");
+        let looped = source_of(
+            "[profile a]\nrole_arn = arn:a\nsource_profile = b\n\
+             [profile b]\nrole_arn = arn:b\nsource_profile = a\n",
+            "",
+            &[("AWS_PROFILE", "a")],
+        );
+        let mut inner = looped;
+        while let Source::AssumeRole { base, .. } = inner {
+            inner = *base;
+        }
+        assert!(unusable(inner).contains("loops (a -> b -> a)"));
+        let sso = source_of(
+            "[profile dev]\nsso_session = corp\nsso_account_id = 1\n",
+            "",
+            &[("AWS_PROFILE", "dev")],
+        );
+        let why = unusable(sso);
+        assert!(
+            why.contains("aws configure export-credentials --profile dev"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn the_chain_after_profiles() {
+        assert_eq!(source_of("", "", &[]), Source::InstanceMetadata);
+        let irsa = source_of(
+            "",
+            "",
+            &[
+                ("AWS_WEB_IDENTITY_TOKEN_FILE", "/var/run/token"),
+                ("AWS_ROLE_ARN", "arn:aws:iam::1:role/pod"),
+                ("AWS_ROLE_SESSION_NAME", "pod-1"),
+                ("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/creds"),
+            ],
+        );
+        let Source::WebIdentity { token_file, role } = irsa else {
+            panic!("{irsa:?}")
+        };
+        assert_eq!(
+            (token_file.as_str(), role.session_name.as_str()),
+            ("/var/run/token", "pod-1")
+        );
+        let ecs = source_of(
+            "",
+            "",
+            &[("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/c")],
+        );
+        assert_eq!(
+            ecs,
+            Source::Container {
+                url: "http://169.254.170.2/v2/c".into(),
+                token: None
+            }
+        );
+        let eks = source_of(
+            "",
+            "",
+            &[
+                (
+                    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                    "http://169.254.170.23/v1/credentials",
+                ),
+                ("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "/var/run/eks"),
+                ("AWS_CONTAINER_AUTHORIZATION_TOKEN", "ignored"),
+            ],
+        );
+        assert!(matches!(
+            eks,
+            Source::Container { token: Some(ContainerToken::File(ref f)), .. } if f == "/var/run/eks"
+        ));
+        let keys_first = source_of(
+            "",
+            "",
+            &[
+                ("AWS_ACCESS_KEY_ID", "K"),
+                ("AWS_SECRET_ACCESS_KEY", "S"),
+                ("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/c"),
+            ],
+        );
+        assert!(matches!(keys_first, Source::Static(_)));
+    }
+
+    #[test]
+    fn a_named_profile_that_does_not_exist_is_an_error() {
+        let why = unusable(source_of(
+            "[profile dev]\nregion = eu-west-1\n",
+            "",
+            &[("AWS_PROFILE", "prod")],
+        ));
+        assert!(
+            why.starts_with("profile `prod` is in neither the config file ("),
+            "{why}"
+        );
+        // A profile without credentials goes on along the chain; so does an absent default.
+        let dev = source_of(
+            "[profile dev]\nregion = eu-west-1\n",
+            "",
+            &[("AWS_PROFILE", "dev")],
+        );
+        assert_eq!(dev, Source::InstanceMetadata);
+        assert_eq!(source_of("", "", &[]), Source::InstanceMetadata);
+    }
+
+    #[test]
+    fn container_full_uri_must_be_https_or_local() {
+        for ok in [
+            "https://creds.example.com/x",
+            "http://127.0.0.1:8080/creds",
+            "http://localhost/creds",
+            "http://[::1]:1/c",
+            "http://169.254.170.2/v2",
+            "http://[fd00:ec2::23]/v1",
+        ] {
+            assert_eq!(container_url_allowed(ok), Ok(()), "{ok}");
+        }
+        let why = unusable(source_of(
+            "",
+            "",
+            &[(
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                "http://10.0.0.5/creds",
+            )],
+        ));
+        assert!(why.contains("is plain http to a host"), "{why}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! a retry error with the HTTP status, so classification looks at the variant
 //! first, then at the status, then at the transport error kind.
 
+use crate::credentials::CredentialError;
 use object_store::client::{HttpError, HttpErrorKind};
 use std::error::Error as StdError;
 
@@ -171,6 +172,14 @@ impl Error {
         endpoint: &str,
         list_hint: &str,
     ) -> Error {
+        if let Some(e) = credential_error(&err) {
+            // The source's own line says which source failed and what to do.
+            return Error::PermissionDenied {
+                uri: uri.to_owned(),
+                hint: e.to_string(),
+                source: Box::new(e),
+            };
+        }
         if is_invalid_range(&err) {
             return Error::InvalidInput {
                 message: format!(
@@ -263,8 +272,8 @@ pub(crate) struct ErrorContext {
     pub(crate) uri: String,
     pub(crate) endpoint: String,
     pub(crate) root: String,
-    /// False when no static credentials were configured, so object_store fell
-    /// back to instance metadata; refusals then say that nothing was found.
+    /// False when no credential source but instance metadata was configured; refusals then
+    /// say that nothing was found.
     pub(crate) has_credentials: bool,
 }
 
@@ -274,8 +283,8 @@ pub(crate) const CREDENTIALS_HINT: &str =
 
 /// What to do when no credentials were configured at all.
 pub(crate) const NO_CREDENTIALS_HINT: &str = "no credentials were found in AWS_ACCESS_KEY_ID/\
-AWS_SECRET_ACCESS_KEY or ~/.aws (instance metadata was tried); set them, pass --profile, \
-or --no-sign-request for a public bucket";
+AWS_SECRET_ACCESS_KEY, ~/.aws, web identity or container settings (instance metadata was tried); \
+set them, pass --profile, or --no-sign-request for a public bucket";
 
 impl ErrorContext {
     /// Context naming only a key, when the store's URI is unknown.
@@ -343,6 +352,9 @@ fn not_found(err: &object_store::Error, uri: &str, list_hint: &str) -> Error {
 /// Classifies an `object_store` error.
 pub(crate) fn classify(err: &object_store::Error) -> ErrorClass {
     use object_store::Error as E;
+    if credential_error(err).is_some() {
+        return ErrorClass::Permission;
+    }
     match err {
         E::NotFound { .. } => return ErrorClass::NotFound,
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => return ErrorClass::Permission,
@@ -420,6 +432,19 @@ fn status_class(err: &object_store::Error) -> Option<ErrorClass> {
         500..=599 => ErrorClass::Server,
         _ => ErrorClass::Other,
     })
+}
+
+/// The failure of a credential source (credential_process, STS, container endpoint), if
+/// that is why the request failed.
+fn credential_error(err: &object_store::Error) -> Option<CredentialError> {
+    let mut source: Option<&(dyn StdError + 'static)> = Some(err);
+    while let Some(e) = source {
+        if let Some(c) = e.downcast_ref::<CredentialError>() {
+            return Some(c.clone());
+        }
+        source = e.source();
+    }
+    None
 }
 
 /// The kind of the innermost HTTP error in the chain (the connector may wrap the transport's

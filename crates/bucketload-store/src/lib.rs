@@ -33,6 +33,7 @@ pub use object_store;
 
 mod bucket;
 mod config;
+mod credentials;
 mod error;
 mod etag;
 mod http;

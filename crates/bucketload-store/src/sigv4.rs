@@ -1,5 +1,6 @@
 //! A minimal AWS Signature Version 4 signer for the few requests object_store
-//! does not make (CreateBucket). Header-based signing only.
+//! does not make (CreateBucket, the multipart-upload listing and abort, STS AssumeRole).
+//! Header-based signing only.
 //!
 //! <https://docs.aws.amazon.com/IAM/latest/UserGuide/create-signed-request.html>
 

@@ -13,7 +13,7 @@ use crate::metrics::Metrics;
 use crate::pacing::Link;
 use crate::uri::{Scheme, StoreUri};
 use crate::{ETag, Error};
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3Builder, AwsCredential, AwsCredentialProvider};
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::client::{HttpClient, HttpConnector};
 use object_store::gcp::GoogleCloudStorageBuilder;
@@ -42,6 +42,9 @@ struct Inner {
     metrics: Metrics,
     link: Arc<Link>,
     endpoint: Option<String>,
+    /// The credentials of an S3 store's requests, object_store's and ours alike; `None` for
+    /// anonymous and non-S3 stores.
+    credentials: Option<AwsCredentialProvider>,
 }
 
 impl fmt::Debug for Store {
@@ -88,9 +91,13 @@ impl Store {
         if parsed.scheme() == Scheme::S3 {
             check_endpoint(config)?;
         }
+        let credentials = match parsed.scheme() {
+            Scheme::S3 if !config.anonymous() => Some(s3_credentials(config).map_err(invalid)?),
+            _ => None,
+        };
         let (backend, prefix): (Arc<dyn ObjectStore>, &str) = match parsed.scheme() {
             Scheme::S3 => (
-                Arc::new(s3(&parsed, config, connector()).map_err(invalid)?),
+                Arc::new(s3(&parsed, config, connector(), credentials.clone()).map_err(invalid)?),
                 parsed.prefix(),
             ),
             Scheme::Gcs => (
@@ -124,8 +131,22 @@ impl Store {
                 metrics,
                 link,
                 endpoint,
+                credentials,
             }),
         })
+    }
+
+    /// The credentials to sign this store's own requests with (CreateBucket and the
+    /// multipart-upload listing and abort): the same provider object_store signs with, so
+    /// temporary credentials are shared and refreshed once. `None` when requests go unsigned.
+    pub(crate) async fn signing_credential(&self) -> Result<Option<Arc<AwsCredential>>, Error> {
+        let Some(provider) = &self.inner.credentials else {
+            return Ok(None);
+        };
+        match provider.get_credential().await {
+            Ok(c) => Ok(Some(c)),
+            Err(e) => Err(self.error_context(&Path::default()).map(e)),
+        }
     }
 
     /// The parsed URI.
@@ -320,10 +341,34 @@ pub(crate) fn virtual_hosted(endpoint: &str, bucket: &str) -> String {
     }
 }
 
+/// The credential provider of an S3 store: the source the configuration names (see
+/// [`StoreConfig::credential_source`]); nothing is fetched yet.
+fn s3_credentials(config: &StoreConfig) -> object_store::Result<AwsCredentialProvider> {
+    let source = config.credential_source();
+    tracing::debug!(source = %source.describe(), "credential source");
+    // object_store's instance metadata provider, taken from a client that is never used.
+    let instance_metadata = || -> object_store::Result<AwsCredentialProvider> {
+        let s3 = AmazonS3Builder::new()
+            .with_bucket_name("instance-metadata")
+            .with_region(config.region())
+            .with_client_options(client_options(config))
+            .with_retry(retry_config(config))
+            .build()?;
+        Ok(Arc::clone(s3.credentials()))
+    };
+    let context = crate::credentials::Context {
+        region: config.region(),
+        sts_endpoint: config.sts_endpoint(),
+        instance_metadata: &instance_metadata,
+    };
+    crate::credentials::provider(&source, &context)
+}
+
 fn s3(
     uri: &StoreUri,
     config: &StoreConfig,
     connector: MeteredConnector,
+    credentials: Option<AwsCredentialProvider>,
 ) -> object_store::Result<impl ObjectStore> {
     let mut b = AmazonS3Builder::new()
         .with_bucket_name(uri.bucket())
@@ -345,13 +390,9 @@ fn s3(
         };
         b = b.with_allow_http(endpoint.starts_with("http://"));
     }
-    if config.anonymous() {
-        b = b.with_skip_signature(true);
-    } else if let Some(c) = config.credentials() {
-        b = b.with_access_key_id(c.key).with_secret_access_key(c.secret);
-        if let Some(t) = c.token {
-            b = b.with_token(t);
-        }
+    match credentials {
+        Some(provider) => b = b.with_credentials(provider),
+        None => b = b.with_skip_signature(true),
     }
     b.build()
 }

@@ -65,7 +65,16 @@ impl Store {
                     .append_pair("key-marker", key)
                     .append_pair("upload-id-marker", id);
             }
-            let request = || signed(self, Method::GET, url.as_str(), Bytes::new());
+            let creds = self.signing_credential().await?;
+            let request = || {
+                signed(
+                    self,
+                    Method::GET,
+                    url.as_str(),
+                    Bytes::new(),
+                    creds.as_deref(),
+                )
+            };
             let text = self.send(&client, request, prefix).await?;
             let page: ListResult = quick_xml::de::from_str(&text).map_err(|e| Error::Other {
                 uri: self.uri().join(prefix),
@@ -108,7 +117,16 @@ impl Store {
         );
         let mut url = url::Url::parse(&object).map_err(|e| self.invalid(&e))?;
         url.query_pairs_mut().append_pair("uploadId", upload_id);
-        let request = || signed(self, Method::DELETE, url.as_str(), Bytes::new());
+        let creds = self.signing_credential().await?;
+        let request = || {
+            signed(
+                self,
+                Method::DELETE,
+                url.as_str(),
+                Bytes::new(),
+                creds.as_deref(),
+            )
+        };
         let client = self.http_client()?;
         match self.send(&client, request, key).await {
             Ok(_) => Ok(()),
