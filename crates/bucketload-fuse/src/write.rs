@@ -82,6 +82,7 @@ impl FileWriter {
         let path = bucketload_store::key_path(&self.key);
         MultipartWriter::new(self.store.object_store(), path.clone(), self.opts.clone())
             .with_uri(self.store.object_uri(&path))
+            .with_store(&self.store)
     }
 
     pub(crate) fn key(&self) -> &str {

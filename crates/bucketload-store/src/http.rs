@@ -30,6 +30,12 @@ tokio::task_local! {
     pub(crate) static ATTEMPTS: Arc<Attempts>;
 }
 
+tokio::task_local! {
+    /// HTTP attempts made while creating one multipart upload: more than one means the store
+    /// may have made an upload whose answer was lost (see [`crate::MultipartWriter`]).
+    pub(crate) static CREATE_ATTEMPTS: Arc<AtomicU64>;
+}
+
 /// HTTP attempts seen while polling one logical request.
 #[derive(Debug, Default)]
 pub(crate) struct Attempts {
@@ -121,6 +127,7 @@ impl HttpService for MeteredService {
         // Outside any logical request (e.g. a credential refresh) there is
         // nothing to attribute the attempt to; it still counts globally.
         let _ = ATTEMPTS.try_with(|a| a.record(fp));
+        let _ = CREATE_ATTEMPTS.try_with(|c| c.fetch_add(1, Ordering::Relaxed));
         tracing::trace!(method = %req.method(), uri = %req.uri(), "http attempt");
         self.link.pace().await;
         match self.client.execute(req).await {

@@ -21,6 +21,7 @@
 use crate::Error;
 use crate::config::DEFAULT_PART_SIZE;
 use crate::error::ErrorContext;
+use crate::http::CREATE_ATTEMPTS;
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{
@@ -28,6 +29,8 @@ use object_store::{
     ObjectStoreExt, PutMultipartOptions, PutPayloadMut, PutResult,
 };
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
 use tokio::task::JoinHandle;
 use tokio::task::JoinSet;
 
@@ -69,6 +72,10 @@ pub struct MultipartWriter {
     /// The CreateMultipartUpload in flight: a task of its own, so a writer dropped while it
     /// runs (an interrupted command) can still abort the upload once the store has made it.
     creating: Option<JoinHandle<Created>>,
+    /// When a retried creation ran (see [`MultipartWriter::with_store`]).
+    lost_creates: Option<(SystemTime, SystemTime)>,
+    /// The store, to list and abort uploads a retried creation left.
+    handle: Option<crate::Store>,
     parts: JoinSet<object_store::Result<()>>,
     done: bool,
     /// Bytes accepted by `write`.
@@ -90,11 +97,20 @@ impl MultipartWriter {
             buffer: PutPayloadMut::new(),
             upload: None,
             creating: None,
+            lost_creates: None,
+            handle: None,
             parts: JoinSet::new(),
             done: false,
             written: 0,
             token: Some(format!("{:032x}", rand::random::<u128>())),
         }
+    }
+
+    /// Lets the writer list and abort uploads through `store` (whose object store it writes
+    /// to): after a creation that was retried it aborts the uploads the lost answers left.
+    pub fn with_store(mut self, store: &crate::Store) -> Self {
+        self.handle = Some(store.clone());
+        self
     }
 
     /// Sets the URI used in error messages (default: the key).
@@ -147,6 +163,7 @@ impl MultipartWriter {
         match completed {
             Ok(r) => {
                 self.done = true;
+                self.sweep_lost_creates().await;
                 Ok(r)
             }
             Err(e) => self.confirm(e).await,
@@ -221,12 +238,13 @@ impl MultipartWriter {
                 .get_or_insert_with(|| tokio::spawn(create(store, key, token)));
             let joined = creating.await;
             self.creating = None;
-            let (created, token) = joined.map_err(|join| object_store::Error::Generic {
+            let created = joined.map_err(|join| object_store::Error::Generic {
                 store: "bucketload",
                 source: Box::new(join),
             })?;
-            self.token = token;
-            self.upload = Some(created?);
+            self.token = created.token;
+            self.lost_creates = created.retried;
+            self.upload = Some(created.upload?);
         }
         while self.parts.len() >= self.concurrency {
             self.join_one().await?;
@@ -258,7 +276,45 @@ impl MultipartWriter {
         {
             tracing::warn!(uri = %self.ctx.uri, error = %abort, "multipart abort failed");
         }
+        self.sweep_lost_creates().await;
         self.map(err)
+    }
+
+    /// After a creation that was retried, and once this writer's own upload is completed or
+    /// aborted: aborts the other uploads of this key the store made while the creation ran
+    /// (an attempt whose answer was lost made one that nobody would ever finish). Needs the
+    /// [`Store`](crate::Store) (see [`MultipartWriter::with_store`]); best effort, with a
+    /// warning when the store cannot list or abort uploads.
+    async fn sweep_lost_creates(&mut self) {
+        let (Some(store), Some((from, to))) = (self.handle.clone(), self.lost_creates.take())
+        else {
+            return;
+        };
+        // Slack for the store's clock and for the time between sending and recording.
+        let slack = Duration::from_secs(2);
+        let window = (from - slack)..=(to + slack);
+        let key = self.key.as_ref();
+        let uploads = match store.list_uploads(key).await {
+            Ok(uploads) => uploads,
+            Err(e) => {
+                tracing::warn!(uri = %self.ctx.uri, error = %e,
+                    "cannot look for uploads a retried creation may have left");
+                return;
+            }
+        };
+        let lost = uploads.into_iter().filter(|u| {
+            u.key == key
+                && u.initiated
+                    .is_some_and(|t| window.contains(&SystemTime::from(t)))
+        });
+        for upload in lost {
+            match store.abort_upload(&upload.key, &upload.upload_id).await {
+                Ok(()) => tracing::info!(uri = %self.ctx.uri,
+                    "aborted an upload made by a creation attempt whose answer was lost"),
+                Err(e) => tracing::warn!(uri = %self.ctx.uri, error = %e,
+                    "cannot abort an upload a retried creation left"),
+            }
+        }
     }
 
     fn map(&self, err: object_store::Error) -> Error {
@@ -273,15 +329,40 @@ fn carries(attributes: &Attributes, token: &str) -> bool {
         .is_some_and(|v| v.as_ref() == token)
 }
 
-/// A created upload (or why not) and the token it carries (`None` when the store keeps no
-/// metadata).
-type Created = (
-    object_store::Result<Box<dyn MultipartUpload>>,
-    Option<String>,
-);
+/// A created upload (or why not).
+#[derive(Debug)]
+struct Created {
+    upload: object_store::Result<Box<dyn MultipartUpload>>,
+    /// The token it carries; `None` when the store keeps no metadata.
+    token: Option<String>,
+    /// When the creation was retried: from when to when it ran (an earlier attempt may have
+    /// made an upload whose answer was lost).
+    retried: Option<(SystemTime, SystemTime)>,
+}
 
 /// Creates the upload of `key`, with `token` in its metadata when the store keeps metadata.
 async fn create(store: Arc<dyn ObjectStore>, key: Path, token: Option<String>) -> Created {
+    let attempts = Arc::new(AtomicU64::new(0));
+    let started = SystemTime::now();
+    let (upload, token) = CREATE_ATTEMPTS
+        .scope(Arc::clone(&attempts), create_once(store, key, token))
+        .await;
+    let retried = (attempts.load(Ordering::Relaxed) > 1).then(|| (started, SystemTime::now()));
+    Created {
+        upload,
+        token,
+        retried,
+    }
+}
+
+async fn create_once(
+    store: Arc<dyn ObjectStore>,
+    key: Path,
+    token: Option<String>,
+) -> (
+    object_store::Result<Box<dyn MultipartUpload>>,
+    Option<String>,
+) {
     if let Some(token) = token {
         let attributes = Attributes::from_iter([(
             Attribute::Metadata(UPLOAD_TOKEN_KEY.into()),
@@ -342,7 +423,11 @@ impl Drop for MultipartWriter {
             // Dropped while the store was creating the upload: abort it once it exists.
             let uri = self.ctx.uri.clone();
             let task = async move {
-                if let Ok((Ok(mut upload), _)) = creating.await {
+                if let Ok(Created {
+                    upload: Ok(mut upload),
+                    ..
+                }) = creating.await
+                {
                     tracing::debug!(%uri, "aborting a multipart upload created after its writer was dropped");
                     if let Err(e) = upload.abort().await {
                         tracing::warn!(%uri, error = %e, "multipart abort failed");

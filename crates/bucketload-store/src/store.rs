@@ -264,6 +264,7 @@ impl Store {
         };
         crate::MultipartWriter::new(self.object_store(), key.clone(), opts)
             .with_context(self.error_context(key))
+            .with_store(self)
     }
 
     pub(crate) fn endpoint(&self) -> Option<&str> {

@@ -323,3 +323,23 @@ async fn failed_complete_is_a_failure_and_keeps_the_old_object() {
     let got = store.object_store().get(&key).await.unwrap();
     assert_eq!(got.bytes().await.unwrap(), old);
 }
+
+/// The answer to CreateMultipartUpload is lost (the store made the upload, the connection
+/// broke before the answer arrived) and the creation is retried: the writer completes its own
+/// upload and aborts the one the lost answer left, so no parts stay stored and billed.
+#[tokio::test]
+async fn an_upload_left_by_a_lost_create_answer_is_aborted() {
+    let (server, store) = setup().await;
+    server
+        .faults()
+        .fail_next("CreateMultipartUpload", 1, FaultKind::ResetMidBody);
+    let data = body(12 << 20);
+    let mut w = store.writer(&Path::from("ckpt"), 2);
+    w.write(data.clone()).await.unwrap();
+    w.finish().await.unwrap();
+    assert_eq!(server.counters().get("CreateMultipartUpload"), 2);
+    let left = store.list_uploads("").await.unwrap();
+    assert!(left.is_empty(), "uploads left: {left:?}");
+    let got = store.object_store().get(&Path::from("ckpt")).await.unwrap();
+    assert_eq!(got.bytes().await.unwrap(), data);
+}

@@ -40,7 +40,8 @@ impl CheckpointWriter {
                 };
                 let writer =
                     MultipartWriter::new(store.object_store(), Checkpoints::key(name), opts)
-                        .with_uri(uri.clone());
+                        .with_uri(uri.clone())
+                        .with_store(store);
                 Sink::Object(Box::new(writer))
             }
             Target::Local(dir) => Sink::Local(LocalWriter::create(dir, name).await?),

@@ -203,6 +203,9 @@ async fn copy_large(
     };
     let mut writer = MultipartWriter::new(dst.store().clone(), dst_key.clone(), put)
         .with_uri(dst.uri_of(dst_key));
+    if let Some(store) = dst.handle() {
+        writer = writer.with_store(store);
+    }
     let mut copied = 0u64;
     let failed = |source| Error::Copy {
         src: src.uri_of(src_key),

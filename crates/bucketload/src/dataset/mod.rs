@@ -141,6 +141,11 @@ impl Location {
         &self.store
     }
 
+    /// The [`Store`](bucketload_store::Store) this location wraps, if it was made from one.
+    pub fn handle(&self) -> Option<&bucketload_store::Store> {
+        self.handle.as_ref()
+    }
+
     /// The full URI of `key`.
     pub fn uri_of(&self, key: &Path) -> String {
         match &self.handle {
