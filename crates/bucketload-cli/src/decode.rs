@@ -260,3 +260,15 @@ fn image_sample(sample: &Sample) -> anyhow::Result<bucketload_image::Sample> {
         bytes: bytes.clone(),
     })
 }
+
+/// The kind of an image pipeline error: bytes that are not a usable image are corrupt data,
+/// a bad setting is invalid input.
+pub fn image_kind(err: &bucketload_image::Error) -> bucketload::ErrorKind {
+    use bucketload::ErrorKind;
+    use bucketload_image::Error as E;
+    match err {
+        E::InvalidConfig { .. } => ErrorKind::InvalidInput,
+        E::ThreadPool(_) => ErrorKind::Other,
+        _ => ErrorKind::Corrupt,
+    }
+}

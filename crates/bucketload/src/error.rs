@@ -5,6 +5,8 @@
 //! [`crate::dataset::Location`]; the engine adds its own failures (bad arguments, corrupt data,
 //! encoding).
 
+pub use bucketload_store::ErrorKind;
+
 /// A boxed error used as the source of some variants.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -112,6 +114,25 @@ impl Error {
         }
     }
 
+    /// What this error means to the user (exit code, Python exception, errno): see
+    /// [`ErrorKind`].
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Store(e) | Error::Copy { source: e, .. } => e.kind(),
+            Error::Format(e) => format_kind(e),
+            Error::InvalidInput { .. } => ErrorKind::InvalidInput,
+            Error::Corrupt { .. } => ErrorKind::Corrupt,
+            Error::Io { source, .. } => io_kind(source),
+            Error::BackgroundSave {
+                unconfirmed: true, ..
+            } => ErrorKind::Store,
+            Error::Encode { .. }
+            | Error::BackgroundSave { .. }
+            | Error::Incomplete { .. }
+            | Error::Task { .. } => ErrorKind::Other,
+        }
+    }
+
     /// Whether a write may have taken effect although it failed: its completion was sent, the
     /// answer was lost and the object could not be checked.
     pub fn is_unconfirmed(&self) -> bool {
@@ -122,6 +143,33 @@ impl Error {
                 .is_some_and(bucketload_store::Error::is_unconfirmed),
         }
     }
+}
+
+/// The kind of a shard, index or manifest error: corrupt data, except a writer given a bad
+/// member (invalid input) and failed reads (the cause's kind).
+pub fn format_kind(err: &bucketload_format::Error) -> ErrorKind {
+    use bucketload_format::Error as F;
+    match err {
+        F::InvalidMember { .. } => ErrorKind::InvalidInput,
+        F::WriterState { .. } => ErrorKind::Other,
+        F::Io { source, .. } => io_kind(source),
+        _ => ErrorKind::Corrupt,
+    }
+}
+
+/// The kind of an I/O error, looking first for a store error it carries (streams of object
+/// bytes report store failures as I/O errors).
+fn io_kind(err: &std::io::Error) -> ErrorKind {
+    if let Some(store) = err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<bucketload_store::Error>())
+    {
+        return store.kind();
+    }
+    if let Some(engine) = err.get_ref().and_then(|e| e.downcast_ref::<Error>()) {
+        return engine.kind();
+    }
+    ErrorKind::of_io(err).unwrap_or(ErrorKind::Other)
 }
 
 /// What a failed write left: nothing, or (when its outcome is unknown) perhaps the whole object.

@@ -117,6 +117,7 @@ pub async fn bench(store: &StoreArgs, a: BenchArgs) -> anyhow::Result<()> {
     check_name(&a.name)?;
     let uri = local_to_absolute(&a.dataset)?;
     let loader = Loader::open(loader_config(store, &a.loader, &uri, a.epochs)?).await?;
+    crate::metrics::register(loader.store());
     let decoder = Decoder::new(&decode_args(&a), a.loader.seed)?;
     let live = Arc::new(prom::Live::new(loader.store().clone()));
     let server = match a.metrics_addr {
