@@ -135,7 +135,10 @@ pub fn open_named(
 ) -> anyhow::Result<(Checkpoints, String)> {
     let (prefix, name) = split_last(uri);
     if name.is_empty() {
-        anyhow::bail!("{uri} names a prefix, not a checkpoint; add the checkpoint's name");
+        return Err(bucketload::Error::invalid_input(format!(
+            "`{uri}` names a prefix, not a checkpoint; add the checkpoint's name"
+        ))
+        .into());
     }
     Ok((open_prefix(store, prefix, config)?, name.to_owned()))
 }

@@ -247,11 +247,12 @@ fn decode_panic(e: tokio::task::JoinError) -> bucketload::Error {
 fn image_sample(sample: &Sample) -> anyhow::Result<bucketload_image::Sample> {
     let Some(bytes) = sample.image() else {
         let found: Vec<&str> = sample.members.iter().map(|(e, _)| e.as_str()).collect();
-        bail!(
+        return Err(bucketload::Error::invalid_input(format!(
             "sample {} has no .jpg, .jpeg or .png member (it has {found:?}); \
              --decode needs one image per sample",
             sample.key
-        );
+        ))
+        .into());
     };
     Ok(bucketload_image::Sample {
         key: sample.key.clone(),

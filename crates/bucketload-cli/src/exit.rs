@@ -219,6 +219,34 @@ mod tests {
         assert_eq!(code_of(&anyhow::anyhow!("plain")), OTHER);
     }
 
+    /// The documented table of docs/CLI.md, kind by kind; and a store error inside an engine
+    /// error keeps its code (a failed copy of a missing object is 3, not 1).
+    #[test]
+    fn codes_follow_the_documented_table() {
+        let table = [
+            (ErrorKind::NotFound, 3),
+            (ErrorKind::PermissionDenied, 4),
+            (ErrorKind::Unreachable, 5),
+            (ErrorKind::Throttled, 5),
+            (ErrorKind::InvalidInput, 6),
+            (ErrorKind::Corrupt, 6),
+            (ErrorKind::Store, 1),
+            (ErrorKind::Other, 1),
+        ];
+        assert_eq!(table.len(), ErrorKind::ALL.len());
+        for (kind, exit) in table {
+            assert_eq!(code(kind), exit, "{kind:?}");
+        }
+        let image = bucketload_image::Error::UnknownFormat {
+            key: "k.jpg".into(),
+            magic: vec![0, 1],
+        };
+        assert_eq!(
+            code_of(&anyhow::Error::new(image).context("decoding")),
+            INVALID
+        );
+    }
+
     #[test]
     fn nested_causes_are_printed_once() {
         let inner = std::io::Error::other("connection refused");

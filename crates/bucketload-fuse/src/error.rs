@@ -152,4 +152,54 @@ mod tests {
         };
         assert_eq!(Error::from(store).errno(), errno::ENOENT);
     }
+
+    fn not_found() -> bucketload_store::Error {
+        bucketload_store::Error::NotFound {
+            uri: "s3://b/k".into(),
+            what: "object",
+            hint: "check".into(),
+        }
+    }
+
+    /// Each kind's errno, and errors wrapped by the engine keep their kind's errno (a copy of
+    /// a missing object is ENOENT, not EIO).
+    #[test]
+    fn errnos_follow_the_error_kind() {
+        let table = [
+            (ErrorKind::NotFound, errno::ENOENT),
+            (ErrorKind::PermissionDenied, errno::EACCES),
+            (ErrorKind::Unreachable, errno::EIO),
+            (ErrorKind::Throttled, errno::EAGAIN),
+            (ErrorKind::InvalidInput, errno::EINVAL),
+            (ErrorKind::Corrupt, errno::EIO),
+            (ErrorKind::Store, errno::EIO),
+            (ErrorKind::Other, errno::EIO),
+        ];
+        assert_eq!(table.len(), ErrorKind::ALL.len());
+        for (kind, code) in table {
+            assert_eq!(errno_of(kind), code, "{kind:?}");
+        }
+        let copy = bucketload::Error::Copy {
+            src: "s3://b/k".into(),
+            dst: "s3://b/l".into(),
+            source: not_found(),
+        };
+        assert_eq!(Error::from(copy).errno(), errno::ENOENT);
+        let corrupt = bucketload::Error::Corrupt {
+            uri: "s3://b/k".into(),
+            reason: "short".into(),
+        };
+        assert_eq!(Error::from(corrupt).errno(), errno::EIO);
+        let config = Error::Config("bad".into());
+        assert_eq!(config.errno(), errno::EINVAL);
+        let permission = bucketload_store::Error::PermissionDenied {
+            uri: "s3://b/k".into(),
+            hint: String::new(),
+            source: "refused".into(),
+        };
+        assert_eq!(
+            Error::from(bucketload::Error::Store(permission)).errno(),
+            errno::EACCES
+        );
+    }
 }

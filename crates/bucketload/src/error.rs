@@ -179,3 +179,52 @@ fn written_note(unconfirmed: bool) -> &'static str {
         false => " (nothing was written)",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store_not_found() -> bucketload_store::Error {
+        bucketload_store::Error::NotFound {
+            uri: "s3://b/k".into(),
+            what: "object",
+            hint: String::new(),
+        }
+    }
+
+    /// Wrapped errors keep the kind of what they wrap: a copy, a shard read whose stream
+    /// failed, a local I/O error.
+    #[test]
+    fn kinds_see_through_wrappers() {
+        let copy = Error::Copy {
+            src: "a".into(),
+            dst: "b".into(),
+            source: store_not_found(),
+        };
+        assert_eq!(copy.kind(), ErrorKind::NotFound);
+        let read = bucketload_format::Error::Io {
+            shard: "s3://b/s.tar".into(),
+            offset: 512,
+            source: std::io::Error::other(store_not_found()),
+        };
+        assert_eq!(Error::from(read).kind(), ErrorKind::NotFound);
+        let truncated = bucketload_format::Error::Truncated {
+            shard: "s".into(),
+            offset: 0,
+            what: "a header".into(),
+        };
+        assert_eq!(Error::from(truncated).kind(), ErrorKind::Corrupt);
+        let io = Error::Io {
+            path: "/x".into(),
+            action: "write".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        assert_eq!(io.kind(), ErrorKind::PermissionDenied);
+        let save = Error::BackgroundSave {
+            uri: "s3://b/c".into(),
+            reason: "lost".into(),
+            unconfirmed: true,
+        };
+        assert_eq!(save.kind(), ErrorKind::Store);
+    }
+}
