@@ -254,6 +254,8 @@ fn documented_exit_codes_row_by_row() {
     // 3: missing bucket (named as a bucket, even reading one object), key, prefix, local file.
     let run = fx.run(&["cp", "s3://no-such-bucket/k.bin", "k.bin"]);
     fails(&run, 3, "s3://no-such-bucket: bucket not found");
+    let run = fx.run(&["ckpt", "load", "s3://no-such-bucket/run/c.pt", "c.pt"]);
+    fails(&run, 3, "s3://no-such-bucket: bucket not found");
     let run = fx.run(&["cp", "s3://rows/img/missing.jpg", "k.bin"]);
     fails(&run, 3, "s3://rows/img/missing.jpg: object not found");
     let run = fx.run(&["cp", "-r", "s3://rows/nothing", "out"]);
