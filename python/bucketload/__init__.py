@@ -16,7 +16,14 @@ from __future__ import annotations
 
 from . import checkpoint, errors
 from ._native import __version__
-from .errors import BucketloadError, ConfigError, CorruptDataError, NotFoundError, StoreError
+from .errors import (
+    BucketloadError,
+    ConfigError,
+    CorruptDataError,
+    NotFoundError,
+    PermissionDeniedError,
+    StoreError,
+)
 from .loader import Loader
 from .s3torch import S3Checkpoint, S3IterableDataset, S3MapDataset, S3Reader, S3Writer
 
@@ -26,6 +33,7 @@ __all__ = [
     "CorruptDataError",
     "Loader",
     "NotFoundError",
+    "PermissionDeniedError",
     "S3Checkpoint",
     "S3IterableDataset",
     "S3MapDataset",

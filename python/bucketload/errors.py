@@ -8,8 +8,14 @@ Every error names the object (or sample) it is about and, where it helps, what t
 - :class:`ConfigError` — an invalid setting or URI; also a :class:`ValueError`.
 - :class:`CorruptDataError` — bytes that cannot be used: a corrupt image, a truncated tar, a
   checksum mismatch.
-- :class:`StoreError` — a request that failed after retries (permissions, network,
-  throttling, server errors).
+- :class:`StoreError` — a request that failed after retries (network, throttling, server
+  errors); also an :class:`OSError`.
+- :class:`PermissionDeniedError` — the store refused the credentials; a :class:`StoreError`
+  and a :class:`PermissionError`.
+
+The class follows the same categories as the CLI's exit codes and the mount's errnos
+(``docs/CLI.md``): not found (exit 3), permission (4), network or throttling (5), invalid input
+(6) and corrupt data (6).
 """
 
 from __future__ import annotations
@@ -35,4 +41,15 @@ class StoreError(BucketloadError, OSError):
     """A request to the object store failed after retries."""
 
 
-__all__ = ["BucketloadError", "NotFoundError", "ConfigError", "CorruptDataError", "StoreError"]
+class PermissionDeniedError(StoreError, PermissionError):
+    """The store refused the credentials or does not allow the operation."""
+
+
+__all__ = [
+    "BucketloadError",
+    "NotFoundError",
+    "ConfigError",
+    "CorruptDataError",
+    "StoreError",
+    "PermissionDeniedError",
+]

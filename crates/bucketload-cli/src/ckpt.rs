@@ -139,7 +139,10 @@ pub fn open_named(
 ) -> anyhow::Result<(Checkpoints, String)> {
     let (prefix, name) = split_last(uri);
     if name.is_empty() {
-        anyhow::bail!("{uri} names a prefix, not a checkpoint; add the checkpoint's name");
+        return Err(bucketload::Error::invalid_input(format!(
+            "`{uri}` names a prefix, not a checkpoint; add the checkpoint's name"
+        ))
+        .into());
     }
     Ok((open_prefix(store, prefix, config)?, name.to_owned()))
 }
@@ -257,7 +260,20 @@ async fn ls(store: &StoreArgs, a: LsArgs) -> anyhow::Result<()> {
     for c in &list {
         print_info(&mut out, c)?;
     }
-    let orphans = ckpt.orphaned_uploads().await?;
+    // The unfinished saves are a footnote: a store without ListMultipartUploads (501), or
+    // credentials without the right to list uploads, must not fail the listing above.
+    let orphans = match ckpt.orphaned_uploads().await {
+        Ok(orphans) => orphans,
+        Err(e) => {
+            let reason = crate::exit::one_line(&anyhow::Error::new(e));
+            eprintln!(
+                "warning: cannot count the unfinished saves under {}: {reason}; the checkpoints \
+                 listed are complete",
+                a.prefix
+            );
+            Vec::new()
+        }
+    };
     writeln!(
         out,
         "{} checkpoints, {}{}",

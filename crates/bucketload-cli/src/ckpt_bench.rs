@@ -92,7 +92,7 @@ struct Measured {
 /// Runs `bucketload ckpt-bench`.
 pub async fn ckpt_bench(store: &StoreArgs, a: CkptBenchArgs) -> anyhow::Result<()> {
     if a.runs == 0 {
-        bail!("--runs must be at least 1");
+        return Err(bucketload::Error::invalid_input("--runs must be at least 1").into());
     }
     let size = usize::try_from(a.size).context("--size does not fit in memory")?;
     eprintln!("ckpt-bench: filling {} of checkpoint bytes", human(a.size));

@@ -149,7 +149,8 @@ pub(crate) async fn prepare_destination(
 
 /// Local relative paths become absolute, so the store and its messages name the real folder.
 pub(crate) fn local_to_absolute(uri: &str) -> anyhow::Result<String> {
-    if uri.contains("://") || uri.starts_with('/') {
+    // An empty URI is left for the store crate to refuse, never taken as the current folder.
+    if uri.is_empty() || uri.contains("://") || uri.starts_with('/') {
         return Ok(uri.to_string());
     }
     let cwd = std::env::current_dir().context("cannot read the current directory")?;

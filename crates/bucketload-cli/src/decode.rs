@@ -247,11 +247,12 @@ fn decode_panic(e: tokio::task::JoinError) -> bucketload::Error {
 fn image_sample(sample: &Sample) -> anyhow::Result<bucketload_image::Sample> {
     let Some(bytes) = sample.image() else {
         let found: Vec<&str> = sample.members.iter().map(|(e, _)| e.as_str()).collect();
-        bail!(
+        return Err(bucketload::Error::invalid_input(format!(
             "sample {} has no .jpg, .jpeg or .png member (it has {found:?}); \
              --decode needs one image per sample",
             sample.key
-        );
+        ))
+        .into());
     };
     Ok(bucketload_image::Sample {
         key: sample.key.clone(),
@@ -259,4 +260,16 @@ fn image_sample(sample: &Sample) -> anyhow::Result<bucketload_image::Sample> {
         label: sample.label.map_or(-1, i64::from),
         bytes: bytes.clone(),
     })
+}
+
+/// The kind of an image pipeline error: bytes that are not a usable image are corrupt data,
+/// a bad setting is invalid input.
+pub fn image_kind(err: &bucketload_image::Error) -> bucketload::ErrorKind {
+    use bucketload::ErrorKind;
+    use bucketload_image::Error as E;
+    match err {
+        E::InvalidConfig { .. } => ErrorKind::InvalidInput,
+        E::ThreadPool(_) => ErrorKind::Other,
+        _ => ErrorKind::Corrupt,
+    }
 }

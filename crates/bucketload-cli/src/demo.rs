@@ -129,11 +129,12 @@ fn prepare_out(out: &Path) -> anyhow::Result<PathBuf> {
         let entry = entry.with_context(|| format!("cannot read {}", out.display()))?;
         let name = entry.file_name();
         if !OURS.iter().any(|ours| name == *ours) {
-            bail!(
+            return Err(bucketload::Error::invalid_input(format!(
                 "{} holds {:?}, which the demo did not write; choose an empty directory with --out",
                 out.display(),
                 name
-            );
+            ))
+            .into());
         }
     }
     // A previous run's results would be drawn again: start from empty logs and a cold cache.

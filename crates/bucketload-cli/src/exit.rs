@@ -15,7 +15,9 @@
 //! | 6    | invalid input or data: bad URI, bad size, bad range, corrupt object |
 //! | 130  | interrupted by Ctrl-C |
 
-use std::io::{ErrorKind, Write};
+use std::io::Write;
+
+use bucketload::ErrorKind;
 use std::process::ExitCode;
 
 /// Other errors.
@@ -68,86 +70,130 @@ pub fn report(err: &anyhow::Error) -> ExitCode {
 /// `error: ...` then one `  caused by: ...` per cause, skipping causes whose text the previous
 /// line already holds (object_store nests each layer's message inside the next).
 fn lines(err: &anyhow::Error) -> Vec<String> {
-    let mut out = vec![format!("error: {err}")];
+    let mut out = vec![format!("error: {}", tidy(&err.to_string()))];
     let mut previous = err.to_string();
     for cause in err.chain().skip(1) {
         let text = cause.to_string();
         if !previous.contains(&text) {
-            out.push(format!("  caused by: {text}"));
+            out.push(format!("  caused by: {}", tidy(&text)));
         }
         previous = text;
     }
     out
 }
 
+/// `err` and its causes on one line, joined by `: ` (for warnings).
+pub fn one_line(err: &anyhow::Error) -> String {
+    let mut parts = vec![tidy(&err.to_string())];
+    let mut previous = err.to_string();
+    for cause in err.chain().skip(1) {
+        let text = cause.to_string();
+        if !previous.contains(&text) {
+            parts.push(tidy(&text));
+        }
+        previous = text;
+    }
+    parts.join(": ")
+}
+
+/// One line of text from an error message: an S3 XML error body becomes its code and message
+/// (`SignatureDoesNotMatch: ...`), and line breaks become spaces.
+fn tidy(text: &str) -> String {
+    let mut out = text.to_owned();
+    while let Some(start) = out.find("<?xml").or_else(|| out.find("<Error>")) {
+        let end = out[start..]
+            .find("</Error>")
+            .map_or(out.len(), |e| start + e + "</Error>".len());
+        let body = &out[start..end];
+        let summary = match (element(body, "Code"), element(body, "Message")) {
+            (Some(code), Some(message)) => format!("{code}: {message}"),
+            (Some(code), None) => code.to_owned(),
+            (None, Some(message)) => message.to_owned(),
+            (None, None) => "(an XML error body)".to_owned(),
+        };
+        out.replace_range(start..end, &summary);
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The text of `<name>...</name>` in `xml`, if present.
+fn element<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
+    let open = format!("<{name}>");
+    let start = xml.find(&open)? + open.len();
+    let len = xml[start..].find(&format!("</{name}>"))?;
+    Some(xml[start..start + len].trim())
+}
+
 fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|c| {
         c.downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == ErrorKind::BrokenPipe)
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
     })
 }
 
 /// The exit code of the first error in the chain that has a meaning.
 pub fn code_of(err: &anyhow::Error) -> u8 {
-    err.chain().find_map(classify).unwrap_or(OTHER)
+    kind_of(err).map_or(OTHER, code)
 }
 
-fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<u8> {
+/// The kind of the first error in the chain whose kind says more than "other".
+pub fn kind_of(err: &anyhow::Error) -> Option<ErrorKind> {
+    err.chain()
+        .filter_map(classify)
+        .find(|k| *k != ErrorKind::Other)
+}
+
+/// The exit code of each [`ErrorKind`]: the documented table of docs/CLI.md.
+pub fn code(kind: ErrorKind) -> u8 {
+    match kind {
+        ErrorKind::NotFound => NOT_FOUND,
+        ErrorKind::PermissionDenied => PERMISSION,
+        ErrorKind::Unreachable | ErrorKind::Throttled => NETWORK,
+        ErrorKind::InvalidInput | ErrorKind::Corrupt => INVALID,
+        ErrorKind::Store | ErrorKind::Other => OTHER,
+    }
+}
+
+/// The kind of one error of the chain, if it is one of ours or an OS error.
+fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
     if let Some(e) = cause.downcast_ref::<bucketload::Error>() {
-        return engine_code(e);
+        return Some(e.kind());
     }
     if let Some(e) = cause.downcast_ref::<bucketload_store::Error>() {
-        return store_code(e);
+        return Some(e.kind());
+    }
+    if let Some(e) = cause.downcast_ref::<bucketload_image::Error>() {
+        return Some(crate::decode::image_kind(e));
+    }
+    if let Some(e) = cause.downcast_ref::<bucketload_fuse::Error>() {
+        return Some(e.kind());
+    }
+    if let Some(e) = cause.downcast_ref::<bucketload_cache::Error>() {
+        return Some(cache_kind(e));
     }
     if let Some(e) = cause.downcast_ref::<bucketload_server::Error>() {
-        return server_code(e);
+        return Some(server_kind(e));
     }
-    if let Some(e) = cause.downcast_ref::<std::io::Error>() {
-        return io_code(e);
-    }
-    None
+    cause
+        .downcast_ref::<std::io::Error>()
+        .and_then(ErrorKind::of_io)
 }
 
-fn engine_code(err: &bucketload::Error) -> Option<u8> {
-    match err {
-        bucketload::Error::Store(e) | bucketload::Error::Copy { source: e, .. } => store_code(e),
-        bucketload::Error::InvalidInput { .. }
-        | bucketload::Error::Corrupt { .. }
-        | bucketload::Error::Format(_) => Some(INVALID),
-        _ => None,
-    }
-}
-
-fn store_code(err: &bucketload_store::Error) -> Option<u8> {
-    use bucketload_store::Error as E;
-    match err {
-        E::NotFound { .. } => Some(NOT_FOUND),
-        E::PermissionDenied { .. } => Some(PERMISSION),
-        E::Unreachable { .. } | E::Throttled { .. } => Some(NETWORK),
-        E::InvalidUri { .. } | E::InvalidInput { .. } | E::Corrupt { .. } => Some(INVALID),
-        _ => None,
-    }
-}
-
-fn server_code(err: &bucketload_server::Error) -> Option<u8> {
+fn server_kind(err: &bucketload_server::Error) -> ErrorKind {
     use bucketload_server::Error as E;
     match err {
         E::InvalidConfig { .. } | E::InvalidLatency { .. } | E::InvalidFaults { .. } => {
-            Some(INVALID)
+            ErrorKind::InvalidInput
         }
-        _ => None,
+        _ => ErrorKind::Other,
     }
 }
 
-fn io_code(err: &std::io::Error) -> Option<u8> {
-    match err.kind() {
-        ErrorKind::NotFound => Some(NOT_FOUND),
-        ErrorKind::PermissionDenied => Some(PERMISSION),
-        ErrorKind::ConnectionRefused | ErrorKind::ConnectionReset | ErrorKind::TimedOut => {
-            Some(NETWORK)
-        }
-        ErrorKind::InvalidInput | ErrorKind::InvalidData => Some(INVALID),
-        _ => None,
+fn cache_kind(err: &bucketload_cache::Error) -> ErrorKind {
+    use bucketload_cache::Error as E;
+    match err {
+        E::InvalidConfig { .. } => ErrorKind::InvalidInput,
+        _ => ErrorKind::Other,
     }
 }
 
@@ -168,9 +214,37 @@ mod tests {
         );
         let engine = bucketload::Error::invalid_input("bad");
         assert_eq!(code_of(&anyhow::Error::new(engine)), INVALID);
-        let io = std::io::Error::new(ErrorKind::PermissionDenied, "no");
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "no");
         assert_eq!(code_of(&anyhow::Error::new(io)), PERMISSION);
         assert_eq!(code_of(&anyhow::anyhow!("plain")), OTHER);
+    }
+
+    /// The documented table of docs/CLI.md, kind by kind; and a store error inside an engine
+    /// error keeps its code (a failed copy of a missing object is 3, not 1).
+    #[test]
+    fn codes_follow_the_documented_table() {
+        let table = [
+            (ErrorKind::NotFound, 3),
+            (ErrorKind::PermissionDenied, 4),
+            (ErrorKind::Unreachable, 5),
+            (ErrorKind::Throttled, 5),
+            (ErrorKind::InvalidInput, 6),
+            (ErrorKind::Corrupt, 6),
+            (ErrorKind::Store, 1),
+            (ErrorKind::Other, 1),
+        ];
+        assert_eq!(table.len(), ErrorKind::ALL.len());
+        for (kind, exit) in table {
+            assert_eq!(code(kind), exit, "{kind:?}");
+        }
+        let image = bucketload_image::Error::UnknownFormat {
+            key: "k.jpg".into(),
+            magic: vec![0, 1],
+        };
+        assert_eq!(
+            code_of(&anyhow::Error::new(image).context("decoding")),
+            INVALID
+        );
     }
 
     #[test]
@@ -189,9 +263,33 @@ mod tests {
     }
 
     #[test]
+    fn xml_error_bodies_become_code_and_message() {
+        let text = "Server returned non-2xx status code: 403 Forbidden: <?xml version=\"1.0\" \
+                    encoding=\"UTF-8\"?>\n<Error>\n  <Code>SignatureDoesNotMatch</Code>\n  \
+                    <Message>The signature does not match</Message>\n</Error>";
+        assert_eq!(
+            tidy(text),
+            "Server returned non-2xx status code: 403 Forbidden: SignatureDoesNotMatch: The \
+             signature does not match"
+        );
+        assert_eq!(
+            tidy("403: <Error><Code>AccessDenied</Code></Error>"),
+            "403: AccessDenied"
+        );
+        assert_eq!(
+            tidy("cut <?xml version=\"1.0\"?><Err"),
+            "cut (an XML error body)"
+        );
+        assert_eq!(tidy("plain\ntext"), "plain text");
+    }
+
+    #[test]
     fn broken_pipe_is_success() {
-        let err = anyhow::Error::new(std::io::Error::new(ErrorKind::BrokenPipe, "closed"))
-            .context("writing");
+        let err = anyhow::Error::new(std::io::Error::new(
+            std::io::ErrorKind::BrokenPipe,
+            "closed",
+        ))
+        .context("writing");
         assert!(is_broken_pipe(&err));
         assert_eq!(report(&err), ExitCode::SUCCESS);
     }

@@ -218,7 +218,8 @@ fn unreachable_mount() -> anyhow::Result<()> {
     anyhow::bail!("mount runs outside the async runtime")
 }
 
-/// Logs go to stderr; quiet by default so command output stays clean.
+/// Logs go to stderr; quiet by default so command output stays clean. Colours only on a
+/// terminal: a log redirected to a file or a pipe holds plain text.
 fn init_logging(verbose: u8) {
     let default = match verbose {
         0 => "warn",
@@ -230,5 +231,6 @@ fn init_logging(verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }

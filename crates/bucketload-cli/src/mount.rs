@@ -102,7 +102,11 @@ fn check_dir(dir: &Path) -> anyhow::Result<PathBuf> {
         )
     })?;
     if !meta.is_dir() {
-        bail!("cannot mount on {}: not a directory", dir.display());
+        return Err(bucketload::Error::invalid_input(format!(
+            "cannot mount on {}: not a directory",
+            dir.display()
+        ))
+        .into());
     }
     std::fs::canonicalize(dir).with_context(|| format!("cannot resolve {}", dir.display()))
 }

@@ -155,6 +155,7 @@ pub async fn read(store: &StoreArgs, a: ReadArgs) -> anyhow::Result<()> {
     let uri = local_to_absolute(&a.uri)?;
     let config = loader_config(store, &a.loader, &uri, a.epochs)?;
     let loader = Loader::open(config).await?;
+    crate::metrics::register(loader.store());
     let samples_per_epoch = loader.samples_per_epoch()?;
     let decoder = Decoder::new(&a.decode, a.loader.seed)?;
     let mut epochs = Vec::new();

@@ -30,7 +30,7 @@ pub struct StoreArgs {
     #[arg(long, global = true)]
     pub no_sign_request: bool,
     /// Part size of ranged GETs and multipart uploads, e.g. 8MiB [default: 8MiB]
-    #[arg(long, global = true, value_parser = parse_size, value_name = "SIZE")]
+    #[arg(long, global = true, value_parser = parse_part_size, value_name = "SIZE")]
     pub part_size: Option<u64>,
     /// Requests in flight [default: 64]
     #[arg(long, global = true, value_name = "N")]
@@ -70,6 +70,14 @@ fn parse_retry_mode(s: &str) -> Result<RetryMode, String> {
 /// Parses a size with the store crate's rules ("100KB", "256MiB", "4096").
 pub fn parse_size(s: &str) -> Result<u64, String> {
     bucketload_store::parse_size(s).map_err(|e| e.to_string())
+}
+
+/// A part size: at least one byte (S3 wants 5 MiB for multipart parts but other servers less).
+fn parse_part_size(s: &str) -> Result<u64, String> {
+    match parse_size(s)? {
+        0 => Err("a part holds at least one byte, e.g. 8MiB".to_owned()),
+        n => Ok(n),
+    }
 }
 
 fn parse_addressing(s: &str) -> Result<Addressing, String> {

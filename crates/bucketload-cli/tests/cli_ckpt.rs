@@ -289,3 +289,35 @@ impl Drop for Unmount {
         let _ = std::process::Command::new("umount").arg(&self.0).status();
     }
 }
+
+/// A store that answers 501 NotImplemented to ListMultipartUploads (some S3-compatible servers
+/// do): `ckpt ls` lists the checkpoints, warns in one line that unfinished saves cannot be
+/// counted, and succeeds.
+#[test]
+fn ls_without_list_multipart_uploads_warns_and_succeeds() {
+    let fx = Fixture::start();
+    let src = fx.work_path("model.pt");
+    std::fs::write(&src, bytes(64 << 10, 3)).unwrap();
+    fx.run(&[
+        "ckpt",
+        "save",
+        src.to_str().unwrap(),
+        "s3://ckpt-501/run/step-1.pt",
+    ])
+    .ok();
+    fx.server().faults().fail_next(
+        "ListMultipartUploads",
+        100,
+        bucketload_server::FaultKind::Status(501),
+    );
+    let run = fx.run(&["ckpt", "ls", "s3://ckpt-501/run", "--max-retries", "0"]);
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert!(run.stdout.contains("step-1.pt"), "{run:#?}");
+    assert!(run.stdout.contains("1 checkpoints"), "{run:#?}");
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{run:#?}");
+    assert!(lines[0].starts_with("warning: "), "{run:#?}");
+    assert!(lines[0].contains("s3://ckpt-501/run"), "{run:#?}");
+    assert!(lines[0].contains("unfinished saves"), "{run:#?}");
+    assert!(!lines[0].contains("<?xml"), "{run:#?}");
+}

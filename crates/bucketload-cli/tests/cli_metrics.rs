@@ -68,3 +68,40 @@ fn invalid_price_table_is_a_usage_error() {
     assert_eq!(run.code, 6, "{run:#?}");
     assert!(run.error_line().contains("bad.json"), "{run:#?}");
 }
+
+/// `read --metrics` reports the loader's requests (it used to print nothing: the loader's store
+/// was not registered).
+#[test]
+fn read_reports_the_loaders_requests() {
+    let fx = Fixture::start();
+    fx.generate("s3://metrics/r", 4, 2, "2KB");
+    let run = fx.run(&["read", "s3://metrics/r", "--metrics"]).ok();
+    assert!(
+        run.stderr.contains("requests to s3://metrics/r"),
+        "{run:#?}"
+    );
+    let gets = fx.server().counters().get("GetObject");
+    assert!(
+        run.stderr.contains(&format!("GET {gets}")),
+        "{gets} GETs: {run:#?}"
+    );
+}
+
+/// Logs that go to a file or a pipe are plain text, without terminal colour codes.
+#[test]
+fn logs_to_a_file_carry_no_colour_codes() {
+    let fx = Fixture::start();
+    fx.generate("s3://metrics/l", 2, 1, "2KB");
+    let log = std::fs::File::create(fx.work_path("log.txt")).unwrap();
+    let status = fx
+        .command()
+        .args(["-vv", "ls", "s3://metrics/l"])
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let text = std::fs::read_to_string(fx.work_path("log.txt")).unwrap();
+    assert!(text.contains("DEBUG"), "{text}");
+    assert!(!text.contains('\u{1b}'), "{text}");
+}

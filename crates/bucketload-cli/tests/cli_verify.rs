@@ -285,3 +285,37 @@ fn a_shards_manifest_names_missing_shards_and_shards_that_differ_from_it() {
     assert!(run.stdout.contains("verified 2 objects ("), "{run:#?}");
     assert!(run.stdout.trim_end().ends_with(": 2 problems"), "{run:#?}");
 }
+
+/// The same bytes uploaded again with another part size get another multipart ETag: `verify`
+/// warns, and does not call the object corrupt, when the size and the CRC32C still match. Other
+/// bytes under the same name are still a problem.
+#[test]
+fn a_multipart_etag_that_differs_over_the_same_bytes_is_a_warning() {
+    let fx = Fixture::start();
+    let uri = "s3://verify-etag/d";
+    let data: Vec<u8> = (0..11u32 << 20).map(|i| (i % 251) as u8).collect();
+    let local = fx.work_path("big.bin");
+    std::fs::write(&local, &data).unwrap();
+    let local = local.to_str().unwrap();
+    let object = format!("{uri}/big.bin");
+    fx.run(&["cp", local, &object, "--part-size", "5MiB"]).ok();
+    fx.run(&["manifest", uri]).ok();
+    fx.run(&["cp", local, &object, "--part-size", "6MiB"]).ok();
+    let (run, _) = verify(&fx, uri);
+    assert_eq!(run.code, 0, "{run:#?}");
+    let lines = lines_naming(&run, &format!("warning: {object}"));
+    assert_eq!(lines.len(), 1, "{run:#?}");
+    assert!(lines[0].contains("CRC32C match"), "{run:#?}");
+    assert!(run.stdout.trim_end().ends_with(": 0 problems"), "{run:#?}");
+
+    let mut other = data.clone();
+    other[7 << 20] ^= 1;
+    std::fs::write(fx.work_path("big.bin"), &other).unwrap();
+    fx.run(&["cp", local, &object, "--part-size", "5MiB"]).ok();
+    let (run, _) = verify(&fx, uri);
+    assert_eq!(run.code, 6, "{run:#?}");
+    let problems = lines_naming(&run, &object);
+    assert_eq!(problems.len(), 2, "{run:#?}");
+    assert!(problems[0].contains("wrong ETag"), "{run:#?}");
+    assert!(problems[1].contains("checksum mismatch"), "{run:#?}");
+}

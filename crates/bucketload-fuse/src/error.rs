@@ -3,6 +3,8 @@
 //! The kernel only carries an errno back to the program, so every error is also logged by the
 //! adapter with its full message (which object, what to do).
 
+use bucketload_store::ErrorKind;
+
 /// Linux errno values the core answers with; the FUSE adapter hands them to the kernel.
 pub mod errno {
     /// Operation not permitted (a flag of the mount forbids it).
@@ -92,28 +94,36 @@ impl Error {
         }
     }
 
-    /// The errno a program sees for this error.
+    /// What this error means to the user: see [`ErrorKind`]. A refusal is invalid input (the
+    /// program asked for something the mount does not do); its errno says which.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::NotFound { .. } => ErrorKind::NotFound,
+            Error::Refused { .. } | Error::Config(_) => ErrorKind::InvalidInput,
+            Error::Store(e) => e.kind(),
+            Error::Engine(e) => e.kind(),
+        }
+    }
+
+    /// The errno a program sees for this error: a refusal's own, else its kind's.
     pub fn errno(&self) -> i32 {
         match self {
-            Error::NotFound { .. } => errno::ENOENT,
             Error::Refused { errno, .. } => *errno,
-            Error::Store(e) => store_errno(e),
-            Error::Engine(bucketload::Error::Store(e)) => store_errno(e),
-            Error::Engine(bucketload::Error::InvalidInput { .. }) => errno::EINVAL,
-            Error::Engine(_) => errno::EIO,
-            Error::Config(_) => errno::EINVAL,
+            _ => errno_of(self.kind()),
         }
     }
 }
 
-fn store_errno(e: &bucketload_store::Error) -> i32 {
-    use bucketload_store::Error as S;
-    match e {
-        S::NotFound { .. } => errno::ENOENT,
-        S::PermissionDenied { .. } => errno::EACCES,
-        S::Throttled { .. } => errno::EAGAIN,
-        S::InvalidInput { .. } | S::InvalidUri { .. } => errno::EINVAL,
-        _ => errno::EIO,
+/// The errno of each [`ErrorKind`]: the one table the mount answers the kernel from.
+pub fn errno_of(kind: ErrorKind) -> i32 {
+    match kind {
+        ErrorKind::NotFound => errno::ENOENT,
+        ErrorKind::PermissionDenied => errno::EACCES,
+        ErrorKind::Throttled => errno::EAGAIN,
+        ErrorKind::InvalidInput => errno::EINVAL,
+        ErrorKind::Unreachable | ErrorKind::Corrupt | ErrorKind::Store | ErrorKind::Other => {
+            errno::EIO
+        }
     }
 }
 
@@ -141,5 +151,55 @@ mod tests {
             hint: "check".into(),
         };
         assert_eq!(Error::from(store).errno(), errno::ENOENT);
+    }
+
+    fn not_found() -> bucketload_store::Error {
+        bucketload_store::Error::NotFound {
+            uri: "s3://b/k".into(),
+            what: "object",
+            hint: "check".into(),
+        }
+    }
+
+    /// Each kind's errno, and errors wrapped by the engine keep their kind's errno (a copy of
+    /// a missing object is ENOENT, not EIO).
+    #[test]
+    fn errnos_follow_the_error_kind() {
+        let table = [
+            (ErrorKind::NotFound, errno::ENOENT),
+            (ErrorKind::PermissionDenied, errno::EACCES),
+            (ErrorKind::Unreachable, errno::EIO),
+            (ErrorKind::Throttled, errno::EAGAIN),
+            (ErrorKind::InvalidInput, errno::EINVAL),
+            (ErrorKind::Corrupt, errno::EIO),
+            (ErrorKind::Store, errno::EIO),
+            (ErrorKind::Other, errno::EIO),
+        ];
+        assert_eq!(table.len(), ErrorKind::ALL.len());
+        for (kind, code) in table {
+            assert_eq!(errno_of(kind), code, "{kind:?}");
+        }
+        let copy = bucketload::Error::Copy {
+            src: "s3://b/k".into(),
+            dst: "s3://b/l".into(),
+            source: not_found(),
+        };
+        assert_eq!(Error::from(copy).errno(), errno::ENOENT);
+        let corrupt = bucketload::Error::Corrupt {
+            uri: "s3://b/k".into(),
+            reason: "short".into(),
+        };
+        assert_eq!(Error::from(corrupt).errno(), errno::EIO);
+        let config = Error::Config("bad".into());
+        assert_eq!(config.errno(), errno::EINVAL);
+        let permission = bucketload_store::Error::PermissionDenied {
+            uri: "s3://b/k".into(),
+            hint: String::new(),
+            source: "refused".into(),
+        };
+        assert_eq!(
+            Error::from(bucketload::Error::Store(permission)).errno(),
+            errno::EACCES
+        );
     }
 }

@@ -10,7 +10,7 @@ pub enum Error {
     /// The bytes are not a decodable image (truncated, garbage, empty, or an unsupported
     /// flavour of a known format).
     #[error(
-        "cannot decode image {key}: {reason}; check the file, or skip bad samples with on_error=skip"
+        "cannot decode image {key}: {reason}; check the file, or skip bad samples (`--skip-corrupt`; `skip_corrupt=True` in Python)"
     )]
     Corrupt {
         /// Key of the sample.

@@ -15,7 +15,7 @@ use pyo3::types::{PyBytes, PyDict};
 use tokio::runtime::Runtime;
 
 use crate::buffer::Buffer;
-use crate::errors::{self, Kind};
+use crate::errors;
 use crate::runtime::{ForkSafe, Slot, runtime};
 use crate::store::store_config;
 
@@ -33,17 +33,6 @@ fn saved_dict<'py>(py: Python<'py>, saved: &Saved) -> PyResult<Bound<'py, PyDict
 
 fn closed(what: &str) -> PyErr {
     PyValueError::new_err(format!("I/O operation on a closed checkpoint {what}"))
-}
-
-fn io_error(e: std::io::Error) -> PyErr {
-    // The engine's errors travel inside io::Error; their text names the object.
-    let kind = match e.kind() {
-        std::io::ErrorKind::NotFound => Kind::NotFound,
-        std::io::ErrorKind::InvalidInput => Kind::Config,
-        std::io::ErrorKind::InvalidData => Kind::Corrupt,
-        _ => Kind::Store,
-    };
-    errors::raise(kind, e.to_string())
 }
 
 /// The checkpoints under one prefix (`s3://bucket/run1`, `file:///ckpt`, a directory).
@@ -188,7 +177,7 @@ impl NativeWriter {
         let n = bytes.len();
         self.writer.with(WRITER, |writer| {
             let writer = writer.ok_or_else(|| closed("writer"))?;
-            py.detach(|| writer.write_all(&bytes)).map_err(io_error)
+            py.detach(|| writer.write_all(&bytes)).map_err(errors::io)
         })?;
         self.written += n as u64;
         Ok(n)
@@ -244,13 +233,13 @@ impl NativeReader {
     #[pyo3(signature = (n=-1))]
     fn read<'py>(&self, py: Python<'py>, n: i64) -> PyResult<Bound<'py, PyBytes>> {
         let buf = self.open(|reader| {
-            let pos = reader.stream_position().map_err(io_error)?;
+            let pos = reader.stream_position().map_err(errors::io)?;
             let left = self.size.saturating_sub(pos);
             let want = if n < 0 { left } else { left.min(n as u64) } as usize;
             let mut buf = vec![0u8; want];
             let got = py
                 .detach(|| read_full(reader, &mut buf))
-                .map_err(io_error)?;
+                .map_err(errors::io)?;
             buf.truncate(got);
             Ok(buf)
         })?;
@@ -263,8 +252,10 @@ impl NativeReader {
             return Err(PyValueError::new_err("readinto needs a writable buffer"));
         }
         let mut buf = vec![0u8; target.item_count()];
-        let got =
-            self.open(|reader| py.detach(|| read_full(reader, &mut buf)).map_err(io_error))?;
+        let got = self.open(|reader| {
+            py.detach(|| read_full(reader, &mut buf))
+                .map_err(errors::io)
+        })?;
         // Bytes past `got` keep zeros; callers use the first `got`.
         target.copy_from_slice(py, &buf)?;
         Ok(got)
@@ -282,12 +273,12 @@ impl NativeReader {
                 2 => SeekFrom::End(offset),
                 _ => return Err(PyValueError::new_err(format!("invalid whence ({whence})"))),
             };
-        self.open(|reader| reader.seek(from).map_err(io_error))
+        self.open(|reader| reader.seek(from).map_err(errors::io))
     }
 
     /// The current position.
     fn tell(&self) -> PyResult<u64> {
-        self.open(|reader| reader.stream_position().map_err(io_error))
+        self.open(|reader| reader.stream_position().map_err(errors::io))
     }
 
     /// Stops reading ahead and releases the reader.

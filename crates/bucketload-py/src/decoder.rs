@@ -10,9 +10,10 @@ use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use crate::errors::{self, Kind};
+use crate::errors;
 use crate::loader::batch_tuple;
 use crate::runtime::ForkSafe;
+use bucketload::ErrorKind;
 
 /// The `jpeg_decode=` keyword: how JPEGs are decoded (see `JpegDecode`).
 pub(crate) fn jpeg_decode_mode(name: &str) -> PyResult<JpegDecode> {
@@ -21,7 +22,7 @@ pub(crate) fn jpeg_decode_mode(name: &str) -> PyResult<JpegDecode> {
         "region-scaled" => Ok(JpegDecode::RegionScaled),
         "whole" => Ok(JpegDecode::Whole),
         other => Err(errors::raise(
-            Kind::Config,
+            ErrorKind::InvalidInput,
             format!("jpeg_decode {other:?} is not 'region', 'region-scaled' or 'whole'"),
         )),
     }
@@ -42,7 +43,7 @@ pub(crate) fn pipeline_builder(
         "uint8" => OutputFormat::HwcU8,
         other => {
             return Err(errors::raise(
-                Kind::Config,
+                ErrorKind::InvalidInput,
                 format!("dtype {other:?} is not 'float32' (NCHW, normalised) or 'uint8' (NHWC)"),
             ));
         }
@@ -119,7 +120,7 @@ impl NativeDecoder {
         let n = images.len();
         if indices.len() != n || labels.len() != n || keys.as_ref().is_some_and(|k| k.len() != n) {
             return Err(errors::raise(
-                Kind::Config,
+                ErrorKind::InvalidInput,
                 format!(
                     "{n} images but {} indices, {} labels and {} keys: give one of each per image",
                     indices.len(),

@@ -1,37 +1,30 @@
-//! Engine errors as the Python package's exceptions (`bucketload.errors`): not-found is a
-//! `FileNotFoundError`, bad settings a `ValueError`, corrupt data `CorruptDataError`.
+//! Engine errors as the Python package's exceptions (`bucketload.errors`), by the error's
+//! [`ErrorKind`]: not-found is a `FileNotFoundError`, refused credentials a `PermissionError`,
+//! bad settings a `ValueError`, corrupt data `CorruptDataError`. The CLI's exit codes and the
+//! mount's errnos come from the same kinds.
 
+use bucketload::ErrorKind;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
-/// Which exception of `bucketload.errors`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Kind {
-    NotFound,
-    Config,
-    Corrupt,
-    Store,
-    Other,
-}
-
-impl Kind {
-    fn class(self) -> &'static str {
-        match self {
-            Kind::NotFound => "NotFoundError",
-            Kind::Config => "ConfigError",
-            Kind::Corrupt => "CorruptDataError",
-            Kind::Store => "StoreError",
-            Kind::Other => "BucketloadError",
-        }
+/// The class of `bucketload.errors` raised for each kind: the one table of the binding.
+pub(crate) fn class(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::NotFound => "NotFoundError",
+        ErrorKind::PermissionDenied => "PermissionDeniedError",
+        ErrorKind::InvalidInput => "ConfigError",
+        ErrorKind::Corrupt => "CorruptDataError",
+        ErrorKind::Unreachable | ErrorKind::Throttled | ErrorKind::Store => "StoreError",
+        ErrorKind::Other => "BucketloadError",
     }
 }
 
 /// A Python exception of `kind` with `message`.
-pub(crate) fn raise(kind: Kind, message: String) -> PyErr {
+pub(crate) fn raise(kind: ErrorKind, message: String) -> PyErr {
     Python::attach(|py| {
         let class = py
             .import("bucketload.errors")
-            .and_then(|m| m.getattr(kind.class()));
+            .and_then(|m| m.getattr(class(kind)));
         match class {
             Ok(class) => match class.call1((message.clone(),)) {
                 Ok(instance) => PyErr::from_value(instance),
@@ -42,40 +35,42 @@ pub(crate) fn raise(kind: Kind, message: String) -> PyErr {
     })
 }
 
-fn store_kind(e: &bucketload_store::Error) -> Kind {
-    use bucketload_store::Error as E;
-    match e {
-        E::NotFound { .. } => Kind::NotFound,
-        E::InvalidUri { .. } | E::InvalidInput { .. } => Kind::Config,
-        E::Corrupt { .. } => Kind::Corrupt,
-        _ => Kind::Store,
-    }
-}
-
 /// An engine error as a Python exception.
 pub(crate) fn engine(e: bucketload::Error) -> PyErr {
-    use bucketload::Error as E;
-    let kind = match &e {
-        E::Store(s) => store_kind(s),
-        E::InvalidInput { .. } => Kind::Config,
-        E::Corrupt { .. } | E::Format(_) => Kind::Corrupt,
-        _ => Kind::Other,
-    };
-    raise(kind, e.to_string())
+    raise(e.kind(), e.to_string())
 }
 
 /// A store error as a Python exception.
 pub(crate) fn store(e: bucketload_store::Error) -> PyErr {
-    raise(store_kind(&e), e.to_string())
+    raise(e.kind(), e.to_string())
+}
+
+/// An I/O error as a Python exception; the engine's and the store's errors travel inside
+/// `io::Error` (checkpoint streams) and keep their kind.
+pub(crate) fn io(e: std::io::Error) -> PyErr {
+    let inner = e.get_ref();
+    let kind = if let Some(engine) = inner.and_then(|i| i.downcast_ref::<bucketload::Error>()) {
+        engine.kind()
+    } else if let Some(store) = inner.and_then(|i| i.downcast_ref::<bucketload_store::Error>()) {
+        store.kind()
+    } else {
+        ErrorKind::of_io(&e).unwrap_or(ErrorKind::Store)
+    };
+    raise(kind, e.to_string())
+}
+
+/// The kind of an image pipeline error: bytes that are not a usable image are corrupt data,
+/// a bad setting is invalid input.
+pub(crate) fn image_kind(e: &bucketload_image::Error) -> ErrorKind {
+    use bucketload_image::Error as E;
+    match e {
+        E::InvalidConfig { .. } => ErrorKind::InvalidInput,
+        E::ThreadPool(_) => ErrorKind::Other,
+        _ => ErrorKind::Corrupt,
+    }
 }
 
 /// An image pipeline error as a Python exception.
 pub(crate) fn image(e: bucketload_image::Error) -> PyErr {
-    use bucketload_image::Error as E;
-    let kind = match &e {
-        E::InvalidConfig { .. } => Kind::Config,
-        E::ThreadPool(_) => Kind::Other,
-        _ => Kind::Corrupt,
-    };
-    raise(kind, e.to_string())
+    raise(image_kind(&e), e.to_string())
 }

@@ -23,9 +23,10 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
 use crate::buffer::Buffer;
-use crate::errors::{self, Kind};
+use crate::errors;
 use crate::runtime::{ForkSafe, runtime};
 use crate::store::store_config;
+use bucketload::ErrorKind;
 
 /// Batches decoded ahead of the consumer.
 const PREFETCH_BATCHES: usize = 2;
@@ -50,7 +51,7 @@ struct Parts {
 fn parse_format(format: &str) -> PyResult<Format> {
     format.parse().map_err(|_| {
         errors::raise(
-            Kind::Config,
+            ErrorKind::InvalidInput,
             format!("format {format:?} is not one of 'auto', 'files', 'shards', 'indexed'"),
         )
     })
@@ -93,7 +94,7 @@ impl NativeLoader {
     ) -> PyResult<NativeLoader> {
         if batch_size == 0 {
             return Err(errors::raise(
-                Kind::Config,
+                ErrorKind::InvalidInput,
                 "batch_size must be at least 1".to_owned(),
             ));
         }
@@ -124,7 +125,7 @@ impl NativeLoader {
         if let Some(dir) = cache_dir {
             let cache = CacheBuilder::new(&dir, cache_size).build().map_err(|e| {
                 errors::raise(
-                    Kind::Config,
+                    ErrorKind::InvalidInput,
                     format!("cannot open the cache at {}: {e}", dir.display()),
                 )
             })?;
@@ -195,8 +196,9 @@ impl NativeLoader {
         let stream = match state {
             None => parts.loader.epoch(epoch),
             Some(json) => {
-                let state: SourceState = serde_json::from_str(json)
-                    .map_err(|e| errors::raise(Kind::Config, format!("not a loader state: {e}")))?;
+                let state: SourceState = serde_json::from_str(json).map_err(|e| {
+                    errors::raise(ErrorKind::InvalidInput, format!("not a loader state: {e}"))
+                })?;
                 parts.loader.resume(&state)
             }
         }
@@ -241,7 +243,7 @@ impl Failure {
         match self {
             Failure::Engine(e) => errors::engine(e),
             Failure::Image(e) => errors::image(e),
-            Failure::NoImage(message) => errors::raise(Kind::Corrupt, message),
+            Failure::NoImage(message) => errors::raise(ErrorKind::Corrupt, message),
         }
     }
 }
@@ -350,7 +352,10 @@ fn decoding(
         })
         .map_err(|e| {
             feeder.abort();
-            errors::raise(Kind::Other, format!("cannot start the batch thread: {e}"))
+            errors::raise(
+                ErrorKind::Other,
+                format!("cannot start the batch thread: {e}"),
+            )
         })?;
     Ok(Flow::Batches {
         rx: Mutex::new(rx),
@@ -424,7 +429,7 @@ pub(crate) fn batch_tuple<'py>(py: Python<'py>, batch: Batch) -> PyResult<Bound<
         }
         _ => {
             return Err(errors::raise(
-                Kind::Other,
+                ErrorKind::Other,
                 "unknown batch layout".to_owned(),
             ));
         }
@@ -557,7 +562,7 @@ impl NativeEpoch {
     fn state(&self) -> PyResult<String> {
         let state = self.tracker.state(self.consumed).map_err(errors::engine)?;
         serde_json::to_string(&state)
-            .map_err(|e| errors::raise(Kind::Other, format!("cannot encode the state: {e}")))
+            .map_err(|e| errors::raise(ErrorKind::Other, format!("cannot encode the state: {e}")))
     }
 
     /// Samples handed out so far (decoded or skipped).

@@ -7,13 +7,14 @@ use bucketload_format::PartSpec;
 use bucketload_store::Store;
 use pyo3::prelude::*;
 
-use crate::errors::{self, Kind};
+use crate::errors;
 use crate::runtime::runtime;
 use crate::store::store_config;
+use bucketload::ErrorKind;
 
 fn json<T: serde::Serialize>(value: &T) -> PyResult<String> {
     serde_json::to_string(value)
-        .map_err(|e| errors::raise(Kind::Other, format!("cannot encode the report: {e}")))
+        .map_err(|e| errors::raise(ErrorKind::Other, format!("cannot encode the report: {e}")))
 }
 
 fn open(uri: &str, endpoint: Option<String>, region: Option<String>) -> PyResult<Store> {
@@ -44,7 +45,7 @@ pub fn shard(
     let cut = match (shard_size, samples_per_shard) {
         (Some(_), Some(_)) => {
             return Err(errors::raise(
-                Kind::Config,
+                ErrorKind::InvalidInput,
                 "give shard_size or samples_per_shard, not both".to_owned(),
             ));
         }
@@ -58,7 +59,7 @@ pub fn shard(
         "none" => LabelFrom::None,
         other => {
             return Err(errors::raise(
-                Kind::Config,
+                ErrorKind::InvalidInput,
                 format!("label_from {other:?} is not 'auto', 'folder' or 'none'"),
             ));
         }

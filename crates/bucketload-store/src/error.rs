@@ -4,6 +4,7 @@
 //! a retry error with the HTTP status, so classification looks at the variant
 //! first, then at the status, then at the transport error kind.
 
+use crate::ErrorKind;
 use crate::credentials::CredentialError;
 use object_store::client::{HttpError, HttpErrorKind};
 use std::error::Error as StdError;
@@ -262,6 +263,19 @@ impl Error {
     /// True if this error means the object or bucket does not exist.
     pub fn is_not_found(&self) -> bool {
         matches!(self, Error::NotFound { .. })
+    }
+
+    /// What this error means to the user: see [`ErrorKind`].
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::NotFound { .. } => ErrorKind::NotFound,
+            Error::PermissionDenied { .. } => ErrorKind::PermissionDenied,
+            Error::Throttled { .. } => ErrorKind::Throttled,
+            Error::Unreachable { .. } => ErrorKind::Unreachable,
+            Error::InvalidUri { .. } | Error::InvalidInput { .. } => ErrorKind::InvalidInput,
+            Error::Corrupt { .. } => ErrorKind::Corrupt,
+            Error::Unconfirmed { .. } | Error::Other { .. } => ErrorKind::Store,
+        }
     }
 }
 

@@ -38,6 +38,7 @@ mod error;
 mod etag;
 mod http;
 mod ini;
+mod kind;
 mod metered;
 mod metrics;
 mod multipart;
@@ -56,6 +57,7 @@ pub use config::{
 };
 pub use error::{BoxError, Error, Tries};
 pub use etag::ETag;
+pub use kind::ErrorKind;
 pub use metered::MeteredStore;
 pub use metrics::{
     Cost, ErrorCounts, Latency, METRICS, MetricDef, Metrics, MetricsSnapshot, Percentiles,

@@ -307,20 +307,52 @@ fn check_endpoint(config: &StoreConfig) -> Result<(), Error> {
         return Ok(());
     };
     let invalid = |message: String| Err(Error::InvalidInput { message });
-    let parsed = url::Url::parse(endpoint).ok();
+    let parsed = url::Url::parse(endpoint);
+    let has_scheme = ["http://", "https://"].iter().any(|p| {
+        endpoint
+            .get(..p.len())
+            .is_some_and(|s| s.eq_ignore_ascii_case(p))
+    });
     let host = parsed
         .as_ref()
+        .ok()
         .filter(|u| matches!(u.scheme(), "http" | "https"))
         .and_then(|u| u.host());
     let Some(host) = host else {
+        if has_scheme {
+            let why = parsed.err().map_or("no host".to_owned(), |e| e.to_string());
+            return invalid(format!(
+                "endpoint `{endpoint}` is not a valid URL ({why}): write it as \
+                 http://host:port, e.g. --endpoint http://127.0.0.1:9000"
+            ));
+        }
         let bare = endpoint
             .split_once("://")
             .map_or(endpoint, |(_, rest)| rest);
+        let bare = bracket_ipv6(bare);
         return invalid(format!(
             "endpoint `{endpoint}` is not an http:// or https:// URL: write \
              --endpoint http://{bare} (or https://{bare})"
         ));
     };
+    if !endpoint.starts_with("http://") && !endpoint.starts_with("https://") {
+        // The HTTP client refuses `HTTP://`.
+        let (scheme, rest) = endpoint.split_once("://").unwrap_or(("http", endpoint));
+        return invalid(format!(
+            "endpoint `{endpoint}`: write the scheme in lower case, --endpoint {}://{rest}",
+            scheme.to_ascii_lowercase()
+        ));
+    }
+    if !endpoint.is_ascii() {
+        // The HTTP client takes the host as written: an international name must be punycode.
+        let ascii = parsed
+            .as_ref()
+            .map_or("", |u| u.as_str().trim_end_matches('/'));
+        return invalid(format!(
+            "endpoint `{endpoint}` is not ASCII: write the host name in punycode, \
+             --endpoint {ascii}"
+        ));
+    }
     let ip_or_local = match host {
         url::Host::Domain(name) => name == "localhost",
         url::Host::Ipv4(_) | url::Host::Ipv6(_) => true,
@@ -332,6 +364,16 @@ fn check_endpoint(config: &StoreConfig) -> Result<(), Error> {
         ));
     }
     Ok(())
+}
+
+/// `::1:9000` as a URL wants it, `[::1]:9000`: an IPv6 address with a port needs brackets.
+fn bracket_ipv6(host_port: &str) -> String {
+    match host_port.rsplit_once(':') {
+        Some((host, port)) if host.contains(':') && !host.starts_with('[') => {
+            format!("[{host}]:{port}")
+        }
+        _ => host_port.to_owned(),
+    }
 }
 
 /// `http://host:port` with the bucket as the first host label.
@@ -443,6 +485,25 @@ fn azure(
 mod tests {
     use super::*;
     use object_store::ObjectStoreExt;
+
+    /// Endpoints the S3 client would panic on or refuse are refused here, saying what to write.
+    #[test]
+    fn unusable_endpoints_say_what_to_write() {
+        let refused = |endpoint: &str| {
+            let config = StoreConfig::default().with_endpoint(endpoint);
+            match check_endpoint(&config) {
+                Err(Error::InvalidInput { message }) => message,
+                other => panic!("{endpoint}: {other:?}"),
+            }
+        };
+        assert!(refused("http://\u{fc}n\u{ef}.example:9000").contains("http://xn--"));
+        assert!(refused("HTTP://127.0.0.1:9000").contains("--endpoint http://127.0.0.1:9000"));
+        assert!(refused("::1:9000").contains("http://[::1]:9000"));
+        assert!(refused("http://[::1]:port").contains("not a valid URL"));
+        assert!(refused("http://").contains("not a valid URL"));
+        let fine = StoreConfig::default().with_endpoint("http://[::1]:9000");
+        assert!(check_endpoint(&fine).is_ok());
+    }
 
     #[tokio::test]
     async fn if_match_is_spelled_as_local_and_memory_stores_expect() {

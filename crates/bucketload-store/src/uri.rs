@@ -79,6 +79,26 @@ impl StoreUri {
                 scheme.as_str()
             )));
         }
+        let name_char = |c: char| c.is_ascii_alphanumeric() || "-._".contains(c);
+        if scheme != Scheme::Memory && !bucket.chars().all(name_char) {
+            return Err(invalid(
+                "a bucket name holds only letters, digits, `-`, `.` and `_`".to_owned(),
+            ));
+        }
+        // S3's limit (and Azure's for containers); GCS allows up to 222 with dots.
+        let longest = if scheme == Scheme::Gcs { 222 } else { 63 };
+        if bucket.len() > longest {
+            return Err(invalid(format!(
+                "a bucket name holds at most {longest} characters, this one {}",
+                bucket.len()
+            )));
+        }
+        if prefix.split('/').any(|s| s == "." || s == "..") {
+            return Err(invalid(
+                "`.` and `..` are not folders in an object store; write the prefix without them"
+                    .to_owned(),
+            ));
+        }
         Ok(StoreUri {
             scheme,
             bucket: bucket.to_owned(),
@@ -161,10 +181,17 @@ fn local_path(path: &str) -> Result<StoreUri, String> {
     let text = abs
         .to_str()
         .ok_or_else(|| "the path is not valid UTF-8".to_owned())?;
-    let normal: Vec<&str> = text
-        .split('/')
-        .filter(|c| !c.is_empty() && *c != ".")
-        .collect();
+    // `..` climbs lexically, as the shell would for `cd`.
+    let mut normal: Vec<&str> = Vec::new();
+    for c in text.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                normal.pop();
+            }
+            c => normal.push(c),
+        }
+    }
     Ok(StoreUri {
         scheme: Scheme::File,
         bucket: String::new(),
@@ -224,6 +251,32 @@ mod tests {
         assert!(matches!(err, Error::InvalidUri { .. }));
         assert!(StoreUri::parse("s3://").is_err());
         assert!(StoreUri::parse("file://rel").is_err());
+    }
+
+    #[test]
+    fn bucket_names_and_dot_segments_are_checked() {
+        for bad in [
+            "s3://de mo/x",
+            "s3://b\u{e9}/x",
+            "gs://a?b",
+            "s3://b/../x",
+            "s3://b/a/./x",
+        ] {
+            let err = StoreUri::parse(bad).unwrap_err();
+            assert!(matches!(err, Error::InvalidUri { .. }), "{bad}: {err}");
+        }
+        assert!(StoreUri::parse("s3://my-bucket_1.x/a..b/c").is_ok());
+        assert!(StoreUri::parse(&format!("s3://{}", "a".repeat(63))).is_ok());
+        assert!(StoreUri::parse(&format!("s3://{}", "a".repeat(64))).is_err());
+        assert!(StoreUri::parse("mem://any name").is_ok());
+    }
+
+    #[test]
+    fn local_dot_dot_climbs() {
+        let u = StoreUri::parse("/tmp/a/../b/..").unwrap();
+        assert_eq!(u.to_string(), "file:///tmp");
+        let u = StoreUri::parse("file:///tmp/a/../../../x").unwrap();
+        assert_eq!(u.to_string(), "file:///x");
     }
 }
 

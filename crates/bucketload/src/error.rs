@@ -5,6 +5,8 @@
 //! [`crate::dataset::Location`]; the engine adds its own failures (bad arguments, corrupt data,
 //! encoding).
 
+pub use bucketload_store::ErrorKind;
+
 /// A boxed error used as the source of some variants.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -112,6 +114,25 @@ impl Error {
         }
     }
 
+    /// What this error means to the user (exit code, Python exception, errno): see
+    /// [`ErrorKind`].
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Store(e) | Error::Copy { source: e, .. } => e.kind(),
+            Error::Format(e) => format_kind(e),
+            Error::InvalidInput { .. } => ErrorKind::InvalidInput,
+            Error::Corrupt { .. } => ErrorKind::Corrupt,
+            Error::Io { source, .. } => io_kind(source),
+            Error::BackgroundSave {
+                unconfirmed: true, ..
+            } => ErrorKind::Store,
+            Error::Encode { .. }
+            | Error::BackgroundSave { .. }
+            | Error::Incomplete { .. }
+            | Error::Task { .. } => ErrorKind::Other,
+        }
+    }
+
     /// Whether a write may have taken effect although it failed: its completion was sent, the
     /// answer was lost and the object could not be checked.
     pub fn is_unconfirmed(&self) -> bool {
@@ -124,10 +145,86 @@ impl Error {
     }
 }
 
+/// The kind of a shard, index or manifest error: corrupt data, except a writer given a bad
+/// member (invalid input) and failed reads (the cause's kind).
+pub fn format_kind(err: &bucketload_format::Error) -> ErrorKind {
+    use bucketload_format::Error as F;
+    match err {
+        F::InvalidMember { .. } => ErrorKind::InvalidInput,
+        F::WriterState { .. } => ErrorKind::Other,
+        F::Io { source, .. } => io_kind(source),
+        _ => ErrorKind::Corrupt,
+    }
+}
+
+/// The kind of an I/O error, looking first for a store error it carries (streams of object
+/// bytes report store failures as I/O errors).
+fn io_kind(err: &std::io::Error) -> ErrorKind {
+    if let Some(store) = err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<bucketload_store::Error>())
+    {
+        return store.kind();
+    }
+    if let Some(engine) = err.get_ref().and_then(|e| e.downcast_ref::<Error>()) {
+        return engine.kind();
+    }
+    ErrorKind::of_io(err).unwrap_or(ErrorKind::Other)
+}
+
 /// What a failed write left: nothing, or (when its outcome is unknown) perhaps the whole object.
 fn written_note(unconfirmed: bool) -> &'static str {
     match unconfirmed {
         true => " (it may have been written whole: check before writing again)",
         false => " (nothing was written)",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store_not_found() -> bucketload_store::Error {
+        bucketload_store::Error::NotFound {
+            uri: "s3://b/k".into(),
+            what: "object",
+            hint: String::new(),
+        }
+    }
+
+    /// Wrapped errors keep the kind of what they wrap: a copy, a shard read whose stream
+    /// failed, a local I/O error.
+    #[test]
+    fn kinds_see_through_wrappers() {
+        let copy = Error::Copy {
+            src: "a".into(),
+            dst: "b".into(),
+            source: store_not_found(),
+        };
+        assert_eq!(copy.kind(), ErrorKind::NotFound);
+        let read = bucketload_format::Error::Io {
+            shard: "s3://b/s.tar".into(),
+            offset: 512,
+            source: std::io::Error::other(store_not_found()),
+        };
+        assert_eq!(Error::from(read).kind(), ErrorKind::NotFound);
+        let truncated = bucketload_format::Error::Truncated {
+            shard: "s".into(),
+            offset: 0,
+            what: "a header".into(),
+        };
+        assert_eq!(Error::from(truncated).kind(), ErrorKind::Corrupt);
+        let io = Error::Io {
+            path: "/x".into(),
+            action: "write".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        assert_eq!(io.kind(), ErrorKind::PermissionDenied);
+        let save = Error::BackgroundSave {
+            uri: "s3://b/c".into(),
+            reason: "lost".into(),
+            unconfirmed: true,
+        };
+        assert_eq!(save.kind(), ErrorKind::Store);
     }
 }

@@ -31,4 +31,4 @@ pub mod panics;
 pub mod shards;
 pub mod source;
 
-pub use error::{BoxError, Error, Result};
+pub use error::{BoxError, Error, ErrorKind, Result, format_kind};

@@ -262,6 +262,7 @@ async fn a_range_past_the_end_fails_at_once_with_the_size() {
     let msg = err.to_string();
     assert!(msg.contains("has only 10000 bytes"), "{msg}");
     assert!(msg.contains(&location.uri_of(&key)), "{msg}");
+    assert_eq!(err.kind(), bucketload::ErrorKind::Corrupt, "{msg}");
     assert_eq!(counters.snapshot().retries, 0);
     assert_eq!(server.counters().get("GetObject") - before, 3);
 }

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use bucketload::loader::{DEFAULT_CONCURRENCY, Loader};
 use clap::Args;
 
@@ -112,11 +112,16 @@ pub struct BenchArgs {
 /// Runs `bucketload bench`.
 pub async fn bench(store: &StoreArgs, a: BenchArgs) -> anyhow::Result<()> {
     if !(a.compute_ms.is_finite() && a.compute_ms >= 0.0) {
-        bail!("--compute-ms must be 0 or more, got {}", a.compute_ms);
+        return Err(bucketload::Error::invalid_input(format!(
+            "--compute-ms must be 0 or more, got {}",
+            a.compute_ms
+        ))
+        .into());
     }
     check_name(&a.name)?;
     let uri = local_to_absolute(&a.dataset)?;
     let loader = Loader::open(loader_config(store, &a.loader, &uri, a.epochs)?).await?;
+    crate::metrics::register(loader.store());
     let decoder = Decoder::new(&decode_args(&a), a.loader.seed)?;
     let live = Arc::new(prom::Live::new(loader.store().clone()));
     let server = match a.metrics_addr {
@@ -152,7 +157,10 @@ fn check_name(name: &str) -> anyhow::Result<()> {
         && !name.contains(['/', '\\'])
         && !name.chars().any(char::is_control);
     if !plain {
-        bail!("--name {name:?} must be a plain file name (no slashes)");
+        return Err(bucketload::Error::invalid_input(format!(
+            "--name {name:?} must be a plain file name (no slashes)"
+        ))
+        .into());
     }
     Ok(())
 }

@@ -15,7 +15,15 @@ pub(super) const PARTIAL_MARK: &str = ".partial-";
 /// The directory of a local checkpoint URI (`file:///dir` or a path); `None` for other schemes.
 pub(super) fn local_dir(uri: &str) -> Result<Option<PathBuf>> {
     let path = match uri.strip_prefix("file://") {
-        Some(rest) => PathBuf::from(rest),
+        // As the store crate reads them: `file:///abs` or `file://localhost/abs`.
+        Some(rest) => match rest.strip_prefix("localhost").unwrap_or(rest) {
+            abs if abs.starts_with('/') => PathBuf::from(abs),
+            _ => {
+                return Err(Error::invalid_input(format!(
+                    "`{uri}`: file URIs need an absolute path, e.g. file:///data/ckpt"
+                )));
+            }
+        },
         None if uri.contains("://") => return Ok(None),
         None => PathBuf::from(uri),
     };

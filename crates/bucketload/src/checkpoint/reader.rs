@@ -48,10 +48,14 @@ impl CheckpointReader {
             Target::Object(store) => {
                 let key = Checkpoints::key(name);
                 let objects = store.object_store();
-                let meta = objects
-                    .head(&key)
-                    .await
-                    .map_err(|e| store.map_error(e, &key))?;
+                let meta = match objects.head(&key).await {
+                    Ok(meta) => meta,
+                    Err(e) => {
+                        let err = crate::Error::Store(store.map_error(e, &key));
+                        let location = crate::dataset::Location::from_store(store);
+                        return Err(location.explain_not_found(err).await);
+                    }
+                };
                 let source = Source::Object {
                     store: store.clone(),
                     objects,

@@ -71,7 +71,11 @@ pub struct CopyReport {
     pub seconds: f64,
 }
 
-/// Copies every object below the root of `src` to the same relative key below `dst`.
+/// Copies every object below the root of `src` to the same relative key below `dst`. Nothing
+/// below `src` (a missing prefix, folder or bucket) is [`ErrorKind::NotFound`]: a copy of
+/// nothing is a mistyped source, not a success.
+///
+/// [`ErrorKind::NotFound`]: crate::ErrorKind::NotFound
 pub async fn copy_tree(
     src: &Location,
     dst: &Location,
@@ -114,6 +118,21 @@ pub async fn copy_tree(
         .await;
     progress.finish();
     let mut report = result?;
+    if report.objects == 0 {
+        let uri = src.to_string();
+        return Err(bucketload_store::Error::NotFound {
+            what: if uri.starts_with("file://") {
+                "folder"
+            } else {
+                "prefix"
+            },
+            uri,
+            hint: "there is nothing below it to copy; check the name with `bucketload ls` on its \
+                   parent"
+                .to_owned(),
+        }
+        .into());
+    }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
 }
@@ -129,7 +148,10 @@ pub async fn copy_object(
 ) -> Result<CopyReport> {
     let started = Instant::now();
     let big = Semaphore::new(1);
-    let bytes = copy_one(src, src_key, dst, dst_key, None, options, &big, progress).await;
+    let bytes = match copy_one(src, src_key, dst, dst_key, None, options, &big, progress).await {
+        Err(e) => Err(src.explain_not_found(e).await),
+        ok => ok,
+    };
     progress.advance(u64::from(bytes.is_ok()), 0);
     progress.finish();
     Ok(CopyReport {

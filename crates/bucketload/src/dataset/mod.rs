@@ -27,6 +27,7 @@ mod shard_stats;
 mod stats;
 pub mod synth;
 
+use futures::StreamExt;
 use std::sync::Arc;
 
 use bucketload_store::object_store::{ObjectStore, ObjectStoreExt, path::Path};
@@ -152,6 +153,22 @@ impl Location {
             Some(store) => store.object_uri(key),
             None if key.as_ref().is_empty() => self.base.clone(),
             None => format!("{}/{}", self.base, key),
+        }
+    }
+
+    /// `err`, an object not found, said as "bucket not found" when the bucket itself is
+    /// missing: a HEAD or GET of a key cannot tell the two apart (S3 answers a bare 404), a
+    /// LIST can. Costs one LIST, on the error path only.
+    pub async fn explain_not_found(&self, err: Error) -> Error {
+        if err.kind() != crate::ErrorKind::NotFound {
+            return err;
+        }
+        let listed = self.store.list(None).next().await;
+        match listed.map(|r| r.map_err(|e| self.error(&Path::default(), e))) {
+            Some(Err(
+                missing @ Error::Store(bucketload_store::Error::NotFound { what: "bucket", .. }),
+            )) => missing,
+            _ => err,
         }
     }
 

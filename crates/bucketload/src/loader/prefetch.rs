@@ -660,15 +660,18 @@ async fn attempt(
     Ok(Attempt::Done)
 }
 
-/// The error for a range that ends past the object: a wrong size, not a transient failure.
+/// The error for a range that ends past the object: the object disagrees with the size its
+/// manifest or index recorded (corrupt data, not a transient failure or a bad setting).
 fn past_the_end(object: &Object, range: Range<u64>, size: u64) -> Error {
-    Error::invalid_input(format!(
-        "{} (bytes {}-{}): the object has only {size} bytes; check the size given to the reader \
-         (a stale manifest or index?)",
-        object.uri,
-        range.start,
-        range.end - 1
-    ))
+    Error::Corrupt {
+        uri: object.uri.clone(),
+        reason: format!(
+            "bytes {}-{} were asked but the object has only {size} bytes; the manifest or index \
+             that recorded its size is stale: re-create it",
+            range.start,
+            range.end - 1
+        ),
+    }
 }
 
 /// An error and its causes on one line, for the final error's message.

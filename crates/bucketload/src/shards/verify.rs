@@ -132,20 +132,30 @@ async fn verify_files(
     let mut results = futures::stream::iter(todo)
         .map(|file| check_file(&location, file, progress))
         .buffer_unordered(concurrency.max(1));
-    while let Some((bytes, problems)) = results.next().await {
+    while let Some(checked) = results.next().await {
         report.objects += 1;
-        report.bytes += bytes;
-        report.problems.extend(problems);
+        report.bytes += checked.bytes;
+        report.problems.extend(checked.problems);
+        report.warnings.extend(checked.warnings);
     }
     Ok(report)
 }
 
-/// GETs one object and compares its size, ETag and CRC32C with `file`; returns the bytes read.
-async fn check_file(
-    location: &Location,
-    file: FileEntry,
-    progress: &dyn Progress,
-) -> (u64, Vec<Problem>) {
+/// What checking one object found.
+#[derive(Default)]
+struct Checked {
+    /// Bytes read.
+    bytes: u64,
+    problems: Vec<Problem>,
+    warnings: Vec<Problem>,
+}
+
+/// GETs one object and compares its size, ETag and CRC32C with `file`.
+///
+/// An ETag that differs while the size and the recorded CRC32C match is a warning, not a
+/// problem, when either ETag is a multipart one (`…-N`): the same bytes uploaded with another
+/// part size (or as one part) get another ETag.
+async fn check_file(location: &Location, file: FileEntry, progress: &dyn Progress) -> Checked {
     let key = key_path(&file.key);
     let uri = location.uri_of(&key);
     let read = read_crc(location, &key).await;
@@ -153,32 +163,61 @@ async fn check_file(
     let read = match read {
         Ok(read) => read,
         Err(Error::Store(bucketload_store::Error::NotFound { .. })) => {
-            return (0, vec![problem(uri, "missing")]);
+            return Checked::problem(uri, "missing".to_owned());
         }
-        Err(e) => return (0, vec![problem(uri, format!("cannot be read: {e}"))]),
+        Err(e) => return Checked::problem(uri, format!("cannot be read: {e}")),
     };
-    let mut problems = Vec::new();
-    if read.size != file.size {
+    let mut checked = Checked {
+        bytes: read.size,
+        ..Checked::default()
+    };
+    let size_ok = read.size == file.size;
+    if !size_ok {
         let message = format!(
             "wrong size: {} bytes, the manifest says {}",
             read.size, file.size
         );
-        problems.push(problem(uri.clone(), message));
+        checked.problems.push(problem(uri.clone(), message));
     }
+    let crc = format!("{:08x}", read.crc);
+    let crc_ok = file
+        .crc32c
+        .as_ref()
+        .map(|want| want.eq_ignore_ascii_case(&crc));
     if let (Some(want), Some(got)) = (ETag::from_store(file.etag.as_deref()), &read.etag)
         && &want != got
     {
-        let message = format!("wrong ETag: {got}, the manifest says {want}");
-        problems.push(problem(uri.clone(), message));
+        let multipart = is_multipart(&want) || is_multipart(got);
+        if size_ok && crc_ok == Some(true) && multipart {
+            let message = format!(
+                "ETag {got} differs from the manifest's {want}, but the size and CRC32C match: \
+                 the same bytes uploaded with another part size"
+            );
+            checked.warnings.push(problem(uri.clone(), message));
+        } else {
+            let message = format!("wrong ETag: {got}, the manifest says {want}");
+            checked.problems.push(problem(uri.clone(), message));
+        }
     }
-    let crc = format!("{:08x}", read.crc);
-    if let Some(want) = &file.crc32c
-        && !want.eq_ignore_ascii_case(&crc)
-    {
+    if let (Some(false), Some(want)) = (crc_ok, &file.crc32c) {
         let message = format!("checksum mismatch: CRC32C {crc}, the manifest says {want}");
-        problems.push(problem(uri, message));
+        checked.problems.push(problem(uri, message));
     }
-    (read.size, problems)
+    checked
+}
+
+impl Checked {
+    fn problem(uri: String, message: String) -> Checked {
+        Checked {
+            problems: vec![problem(uri, message)],
+            ..Checked::default()
+        }
+    }
+}
+
+/// A multipart upload's ETag (`<md5 of the part MD5s>-<parts>`), which depends on the part size.
+fn is_multipart(etag: &ETag) -> bool {
+    etag.as_str().contains('-')
 }
 
 /// What reading one object found.
