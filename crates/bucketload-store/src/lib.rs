@@ -37,6 +37,7 @@ mod error;
 mod etag;
 mod http;
 mod ini;
+mod listing;
 mod metered;
 mod metrics;
 mod multipart;
@@ -53,6 +54,7 @@ pub use config::{
 };
 pub use error::{BoxError, Error};
 pub use etag::ETag;
+pub use listing::{ListPage, Listed, ListedKind, list_object_store};
 pub use metered::MeteredStore;
 pub use metrics::{
     Cost, ErrorCounts, Latency, METRICS, MetricDef, Metrics, MetricsSnapshot, Percentiles,

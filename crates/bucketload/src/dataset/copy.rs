@@ -71,7 +71,33 @@ pub struct CopyReport {
     pub seconds: f64,
 }
 
-/// Copies every object below the root of `src` to the same relative key below `dst`.
+/// Makes the local folder of the folder marker `folder` (a key ending in `/`, relative to
+/// the root of `src`) below a local `dst`, so empty folders are copied too. Other stores need
+/// no folder: it exists as soon as an object is below it.
+async fn make_folder(src: &Location, dst: &Location, folder: &str) -> Result<()> {
+    let Some(root) = dst.handle().and_then(|s| s.uri().local_dir()) else {
+        return Ok(());
+    };
+    let segments: Vec<&str> = folder.split('/').filter(|s| !s.is_empty()).collect();
+    if segments.iter().any(|s| *s == "." || *s == "..") {
+        tracing::warn!(
+            "{}: a folder marker whose key leaves its folder (`.` or `..`): skipped",
+            src.uri_of_key(folder)
+        );
+        return Ok(());
+    }
+    let dir = segments.iter().fold(root, |dir, s| dir.join(s));
+    tokio::fs::create_dir_all(&dir)
+        .await
+        .map_err(|source| Error::Io {
+            path: dir.display().to_string(),
+            action: "create the folder".to_owned(),
+            source,
+        })
+}
+
+/// Copies every object below the root of `src` to the same relative key below `dst`; the
+/// folder markers of `src` become folders when `dst` is a local folder.
 pub async fn copy_tree(
     src: &Location,
     dst: &Location,
@@ -84,7 +110,14 @@ pub async fn copy_tree(
         .try_filter_map(|entry| async move {
             Ok(match entry {
                 Entry::Object(meta) => Some(meta),
-                _ => None,
+                Entry::Dir(folder) => {
+                    make_folder(src, dst, &folder).await?;
+                    None
+                }
+                Entry::Unaddressable(listed) => {
+                    super::warn_unaddressable(src, &listed);
+                    None
+                }
             })
         })
         .map_ok(|meta| {
