@@ -72,7 +72,7 @@ impl Listed {
 /// One page of a listing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListPage {
-    /// The objects, in key order.
+    /// The objects, in key order (local folders: in directory order).
     pub objects: Vec<Listed>,
     /// With a delimiter: the folders one level down, relative to the store's prefix, each
     /// ending in `/` (`a/`, or `a//` for a folder with an empty name).
