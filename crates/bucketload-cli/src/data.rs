@@ -656,6 +656,13 @@ pub async fn cp(args: &StoreArgs, a: CpArgs) -> anyhow::Result<()> {
         report.seconds,
         report.bytes as f64 / 1e6 / secs
     )?;
+    if report.skipped > 0 {
+        writeln!(
+            std::io::stdout().lock(),
+            "skipped {} with an empty segment (`//`) in the key, which cannot be read (named above)",
+            objects(report.skipped)
+        )?;
+    }
     Ok(())
 }
 

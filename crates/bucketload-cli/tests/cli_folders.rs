@@ -313,6 +313,11 @@ fn folder_markers_and_empty_segments_on_moto() {
         .bucketload(&["cp", "-r", &uri, down.to_str().unwrap()])
         .ok();
     assert!(cp.stdout.contains("copied 8 objects"), "{cp:#?}");
+    assert!(
+        cp.stdout
+            .contains("skipped 1 object with an empty segment (`//`) in the key"),
+        "{cp:#?}"
+    );
     assert!(down.join("full").is_dir() && down.join("odd").is_dir());
     let read = b.bucketload(&["read", &uri, "--no-shuffle"]).ok();
     assert!(read.stdout.contains("8 samples"), "{read:#?}");

@@ -17,8 +17,10 @@ use object_store::{ObjectMeta, ObjectStore};
 use serde::Deserialize;
 use std::sync::Arc;
 
-use crate::bucket::{bucket_url, execute, signed};
+use crate::bucket::{bucket_url, execute};
+use crate::config::Credentials;
 use crate::metrics::RequestKind;
+use crate::sigv4::{self, SignParams};
 use crate::{Error, Scheme, Store};
 
 /// Keys per page of a listing (the most S3 returns).
@@ -185,7 +187,8 @@ impl Store {
         }
         let uri = self.uri().join(prefix);
         let client = self.http_client()?;
-        let request = || signed(self, Method::GET, url.as_str(), Bytes::new());
+        let credentials = self.signing_credentials(&uri).await?;
+        let request = || signed_get(self, &url, credentials.as_ref());
         let sent = async {
             let (status, text) = execute(self, &client, request, &uri).await?;
             self.check_list_answer(status, text, &uri)
@@ -244,7 +247,11 @@ impl Store {
             },
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Error::PermissionDenied {
                 uri: uri.to_owned(),
-                hint: crate::error::CREDENTIALS_HINT.to_owned(),
+                hint: match self.config().has_credentials() || self.config().anonymous() {
+                    true => crate::error::CREDENTIALS_HINT,
+                    false => crate::error::NO_CREDENTIALS_HINT,
+                }
+                .to_owned(),
                 source,
             },
             StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => Error::Throttled {
@@ -258,6 +265,38 @@ impl Store {
             },
         })
     }
+}
+
+/// A GET of `url` signed with `credentials` (unsigned without).
+fn signed_get(
+    store: &Store,
+    url: &url::Url,
+    credentials: Option<&Credentials>,
+) -> Result<object_store::client::HttpRequest, Error> {
+    let invalid = |reason: String| Error::InvalidUri {
+        uri: store.uri().root().trim_end_matches('/').to_owned(),
+        reason,
+    };
+    let mut headers = http::HeaderMap::new();
+    if let Some(creds) = credentials {
+        let params = SignParams {
+            method: &Method::GET,
+            url,
+            payload_sha256: &sigv4::sha256_hex(&[]),
+            region: store.config().region(),
+            service: "s3",
+            now: Utc::now(),
+        };
+        sigv4::sign(&mut headers, &params, creds)
+            .map_err(|e| invalid(format!("credentials contain invalid characters: {e}")))?;
+    }
+    let mut request = http::Request::builder()
+        .method(Method::GET)
+        .uri(url.as_str())
+        .body(Bytes::new().into())
+        .map_err(|e| invalid(e.to_string()))?;
+    *request.headers_mut() = headers;
+    Ok(request)
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -40,6 +40,9 @@ struct Inner {
     store: Arc<dyn ObjectStore>,
     metrics: Metrics,
     endpoint: Option<String>,
+    /// The S3 client's credentials (static, profile, web identity or instance metadata), for
+    /// the requests the store crate signs itself.
+    s3_credentials: Option<object_store::aws::AwsCredentialProvider>,
 }
 
 impl fmt::Debug for Store {
@@ -84,11 +87,13 @@ impl Store {
         if parsed.scheme() == Scheme::S3 {
             check_endpoint(config)?;
         }
+        let mut s3_credentials = None;
         let (backend, prefix): (Arc<dyn ObjectStore>, &str) = match parsed.scheme() {
-            Scheme::S3 => (
-                Arc::new(s3(&parsed, config, &metrics).map_err(invalid)?),
-                parsed.prefix(),
-            ),
+            Scheme::S3 => {
+                let client = s3(&parsed, config, &metrics).map_err(invalid)?;
+                s3_credentials = Some(Arc::clone(client.credentials()));
+                (Arc::new(client), parsed.prefix())
+            }
             Scheme::Gcs => (
                 Arc::new(gcs(&parsed, config, &metrics).map_err(invalid)?),
                 parsed.prefix(),
@@ -119,6 +124,7 @@ impl Store {
                 store,
                 metrics,
                 endpoint,
+                s3_credentials,
             }),
         })
     }
@@ -240,6 +246,37 @@ impl Store {
     pub(crate) fn endpoint(&self) -> Option<&str> {
         self.inner.endpoint.as_deref()
     }
+
+    /// The credentials to sign a request with: none when anonymous; else the configured keys,
+    /// else those the S3 client finds (web identity, instance metadata).
+    pub(crate) async fn signing_credentials(
+        &self,
+        uri: &str,
+    ) -> Result<Option<crate::config::Credentials>, Error> {
+        let config = &self.inner.config;
+        if config.anonymous() {
+            return Ok(None);
+        }
+        if let Some(c) = config.credentials() {
+            return Ok(Some(c));
+        }
+        let Some(provider) = &self.inner.s3_credentials else {
+            return Ok(None);
+        };
+        let c = provider
+            .get_credential()
+            .await
+            .map_err(|e| Error::PermissionDenied {
+                uri: uri.to_owned(),
+                hint: crate::error::NO_CREDENTIALS_HINT.to_owned(),
+                source: Box::new(e),
+            })?;
+        Ok(Some(crate::config::Credentials {
+            key: c.key_id.clone(),
+            secret: c.secret_key.clone(),
+            token: c.token.clone(),
+        }))
+    }
 }
 
 fn client_options(config: &StoreConfig) -> ClientOptions {
@@ -306,7 +343,7 @@ fn s3(
     uri: &StoreUri,
     config: &StoreConfig,
     metrics: &Metrics,
-) -> object_store::Result<impl ObjectStore> {
+) -> object_store::Result<object_store::aws::AmazonS3> {
     let mut b = AmazonS3Builder::new()
         .with_bucket_name(uri.bucket())
         .with_region(config.region())

@@ -7,6 +7,7 @@
 //! a temporary name and renamed), so no partial object is ever visible. Errors name the object.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
@@ -69,6 +70,9 @@ pub struct CopyReport {
     pub bytes: u64,
     /// Wall-clock seconds.
     pub seconds: f64,
+    /// Objects left out because they cannot be read (a key with an empty segment, `a//b`),
+    /// each logged as a warning naming it.
+    pub skipped: u64,
 }
 
 /// Makes the local folder of the folder marker `folder` (a key ending in `/`, relative to
@@ -106,6 +110,8 @@ pub async fn copy_tree(
 ) -> Result<CopyReport> {
     let started = Instant::now();
     let big = Arc::new(Semaphore::new(BIG_TRANSFERS));
+    let skipped = AtomicU64::new(0);
+    let skipped = &skipped;
     let result = list(src, None, true)
         .try_filter_map(|entry| async move {
             Ok(match entry {
@@ -116,6 +122,7 @@ pub async fn copy_tree(
                 }
                 Entry::Unaddressable(listed) => {
                     super::warn_unaddressable(src, &listed);
+                    skipped.fetch_add(1, Ordering::Relaxed);
                     None
                 }
             })
@@ -148,6 +155,7 @@ pub async fn copy_tree(
     progress.finish();
     let mut report = result?;
     report.seconds = started.elapsed().as_secs_f64();
+    report.skipped = skipped.load(Ordering::Relaxed);
     Ok(report)
 }
 
@@ -169,6 +177,7 @@ pub async fn copy_object(
         objects: 1,
         bytes: bytes?,
         seconds: started.elapsed().as_secs_f64(),
+        skipped: 0,
     })
 }
 

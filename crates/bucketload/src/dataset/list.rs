@@ -22,9 +22,9 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Entry {
-    /// A folder, relative to the listed prefix and ending in `/`: a common prefix in a
-    /// one-level listing, a folder marker in a recursive one (`""` is the marker of the listed
-    /// prefix itself).
+    /// A folder, its key relative to the location's root and ending in `/` (`""` for the
+    /// root itself): a common prefix in a one-level listing, a folder marker in a recursive
+    /// one. A one-level listing of a folder that has a marker also yields that marker.
     Dir(String),
     /// An object.
     Object(ObjectMeta),
@@ -125,7 +125,8 @@ fn entry(location: &Location, listed: Listed) -> Entry {
 ///
 /// A recursive listing streams page by page and yields folder markers as [`Entry::Dir`]; a
 /// one-level listing arrives whole (directories first), as the store's delimiter listing
-/// does. The folder marker of `prefix` itself, if any, is `Entry::Dir("")`.
+/// does, and includes the folder marker of `prefix` itself, if any, as an [`Entry::Dir`] of
+/// `prefix` (`""` for the root).
 pub fn list(
     location: &Location,
     prefix: Option<Path>,
@@ -148,7 +149,7 @@ pub fn list(
         let (mut dirs, mut objects) = (Vec::new(), Vec::new());
         for page in level {
             dirs.extend(page.prefixes);
-            // Folder markers here can only be the listed folder's own, `Entry::Dir("")`.
+            // A folder marker here can only be the listed folder's own.
             objects.extend(page.objects.into_iter().map(|l| entry(&location, l)));
         }
         // Local folders list in directory order; sort so every store prints alike.
