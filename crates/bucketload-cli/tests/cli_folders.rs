@@ -251,6 +251,22 @@ fn every_command_sees_folders_not_samples(b: &Backend) -> String {
     let index = b.bucketload(&["index", &shards, "--force"]).ok();
     assert!(index.stdout.contains("indexed 2 shards"), "{index:#?}");
     b.bucketload(&["verify", &shards]).ok();
+
+    // A checkpoint prefix with markers: they are no checkpoints.
+    let ckpt = format!("s3://{bucket}/ckpt");
+    std::fs::write(b.local("model.pt"), b"weights").unwrap();
+    let saved = format!("{ckpt}/step-1.pt");
+    b.bucketload(&[
+        "ckpt",
+        "save",
+        b.local("model.pt").to_str().unwrap(),
+        &saved,
+    ])
+    .ok();
+    b.put(&bucket, &["ckpt/", "ckpt/step-0/"], "");
+    let ls = b.bucketload(&["ckpt", "ls", &ckpt]).ok();
+    assert!(ls.stdout.contains("1 checkpoints, 7 B"), "{ls:#?}");
+    assert_eq!(ls.stdout.lines().count(), 2, "{ls:#?}");
     bucket
 }
 
