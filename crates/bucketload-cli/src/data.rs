@@ -170,11 +170,21 @@ pub async fn ls(args: &StoreArgs, a: LsArgs) -> anyhow::Result<()> {
     let mut totals = ListReport::default();
     let mut entries = dataset::list(&location, None, a.recursive);
     let print = if a.json { print_json } else { print_entry };
+    // Something is below the URI, if only its folder marker.
+    let mut found = false;
     while let Some(entry) = entries.try_next().await? {
+        found = true;
+        // A recursive listing lists objects; folder markers are folders, not objects. The
+        // marker of the listed folder itself is not shown either.
+        match &entry {
+            Entry::Dir(_) if a.recursive => continue,
+            Entry::Dir(own) if own.is_empty() => continue,
+            _ => {}
+        }
         totals.add(&entry);
         print(&mut out, &entry)?;
     }
-    if totals == ListReport::default() {
+    if !found {
         // Nothing below the URI: it may name a single object.
         let meta = head_object(&uri, &config).await?;
         let entry = Entry::Object(meta);
@@ -199,7 +209,7 @@ pub async fn ls(args: &StoreArgs, a: LsArgs) -> anyhow::Result<()> {
 
 fn print_entry(out: &mut impl Write, entry: &Entry) -> std::io::Result<()> {
     match entry {
-        Entry::Dir(prefix) => writeln!(out, "{:>30} {prefix}/", "PRE"),
+        Entry::Dir(prefix) => writeln!(out, "{:>30} {prefix}", "PRE"),
         Entry::Object(meta) => {
             writeln!(
                 out,
@@ -209,18 +219,31 @@ fn print_entry(out: &mut impl Write, entry: &Entry) -> std::io::Result<()> {
                 meta.location
             )
         }
+        Entry::Unaddressable(listed) => writeln!(
+            out,
+            "{} {:>10} {}",
+            listed.last_modified.format("%Y-%m-%d %H:%M:%S"),
+            listed.size,
+            listed.key
+        ),
         _ => Ok(()),
     }
 }
 
 fn print_json(out: &mut impl Write, entry: &Entry) -> std::io::Result<()> {
     let value = match entry {
-        Entry::Dir(prefix) => serde_json::json!({ "prefix": format!("{prefix}/") }),
+        Entry::Dir(prefix) => serde_json::json!({ "prefix": prefix }),
         Entry::Object(meta) => serde_json::json!({
             "key": meta.location.as_ref(),
             "size": meta.size,
             "etag": meta.e_tag,
             "last_modified": meta.last_modified.to_rfc3339(),
+        }),
+        Entry::Unaddressable(listed) => serde_json::json!({
+            "key": listed.key,
+            "size": listed.size,
+            "etag": listed.e_tag,
+            "last_modified": listed.last_modified.to_rfc3339(),
         }),
         _ => return Ok(()),
     };
@@ -634,6 +657,13 @@ pub async fn cp(args: &StoreArgs, a: CpArgs) -> anyhow::Result<()> {
         report.seconds,
         report.bytes as f64 / 1e6 / secs
     )?;
+    if report.skipped > 0 {
+        writeln!(
+            std::io::stdout().lock(),
+            "skipped {} with an empty segment (`//`) in the key, which cannot be read (named above)",
+            objects(report.skipped)
+        )?;
+    }
     Ok(())
 }
 

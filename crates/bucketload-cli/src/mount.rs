@@ -17,7 +17,6 @@ use bucketload::loader::CacheBuilder;
 use bucketload_cache::Policy;
 use bucketload_fuse::{DEFAULT_MAX_THREADS, Fs, INDEFINITE, MountConfig};
 use bucketload_store::Store;
-use bucketload_store::object_store::ObjectStore;
 use clap::Args;
 use futures::StreamExt;
 
@@ -231,15 +230,10 @@ fn mount_config(store: &Store, args: &MountArgs) -> anyhow::Result<MountConfig> 
 }
 
 /// One LIST request, so that a wrong bucket, endpoint or credentials fail now rather than on
-/// the first `ls`.
+/// the first `ls` (keys as stored: a key with `//` in the first page is no error).
 async fn check_reachable(store: &Store) -> anyhow::Result<()> {
-    let object_store = store.object_store();
-    let mut listing = object_store.list(None);
-    match listing.next().await {
-        Some(Err(e)) => {
-            let root = bucketload_store::object_store::path::Path::from("");
-            Err(store.map_error(e, &root).into())
-        }
+    match store.list_pages("", false).next().await {
+        Some(Err(e)) => Err(e.into()),
         _ => Ok(()),
     }
 }

@@ -18,7 +18,7 @@ use bucketload_format::{DatasetKind, MANIFEST_PATH, Manifest};
 use bucketload_store::Store;
 use bucketload_store::object_store::{ObjectMeta, ObjectStoreExt};
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use tokio::sync::Mutex as AsyncMutex;
 
 mod writing;
@@ -328,26 +328,39 @@ impl Fs {
             .get(ino)
             .is_some_and(|n| n.listed.fresh(self.ttl()));
         if !fresh {
-            let prefix = (!key.is_empty()).then(|| bucketload_store::key_path(&key));
-            let store = self.inner.store.object_store();
-            let listing = store
-                .list_with_delimiter(prefix.as_ref())
+            // Keys as stored: a folder marker is its directory, and a key or folder with an
+            // empty segment (`a//b`) is not shown instead of failing the whole listing.
+            let folder = match key.as_str() {
+                "" => String::new(),
+                k => format!("{k}/"),
+            };
+            let pages: Vec<bucketload_store::ListPage> = self
+                .inner
+                .store
+                .list_pages(&folder, true)
+                .try_collect()
                 .await
-                .map_err(|e| self.map(&key, e))?;
-            let mut entries =
-                Vec::with_capacity(listing.objects.len() + listing.common_prefixes.len());
-            for object in &listing.objects {
-                match object.location.filename() {
-                    Some(name) if Some(&object.location) != prefix.as_ref() => {
-                        entries.push(file_entry(name, object));
+                .map_err(Error::Store)?;
+            let mut entries = Vec::new();
+            for page in &pages {
+                for object in &page.objects {
+                    if let bucketload_store::ListedKind::Object(meta) = object.kind()
+                        && let Some(name) = meta.location.filename()
+                    {
+                        entries.push(file_entry(name, &meta));
                     }
-                    _ => {}
                 }
             }
-            for dir in &listing.common_prefixes {
-                if let Some(name) = dir.filename() {
-                    entries.retain(|e| e.name != name);
-                    entries.push(Entry::dir(name));
+            for page in &pages {
+                for dir in &page.prefixes {
+                    let name = dir
+                        .get(folder.len()..)
+                        .and_then(|d| d.strip_suffix('/'))
+                        .unwrap_or_default();
+                    if !name.is_empty() && !name.contains('/') {
+                        entries.retain(|e| e.name != name);
+                        entries.push(Entry::dir(name));
+                    }
                 }
             }
             self.tree()

@@ -848,3 +848,48 @@ async fn unmount_aborts_the_uploads_of_files_still_open() {
     assert_eq!(b.get("old.pt").await.unwrap(), pattern(1000, 1));
     assert_eq!(fs.open_handles(), 0);
 }
+
+/// Folder markers are directories, and a key or folder with an empty segment (`a//b`, which
+/// S3 and moto store but object_store cannot address) is not shown, instead of failing the
+/// listing of its directory. The keys are written by boto3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folder_markers_are_directories_and_empty_segments_are_hidden() {
+    let moto = bucketload_test_support::MotoServer::start();
+    let bucket = moto.bucket().await;
+    let keys = [
+        "data/",
+        "data/a/",
+        "data/a/x.jpg",
+        "data/odd//y.jpg",
+        "data/empty/",
+    ];
+    let script = "import boto3, sys\n\
+                  s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', \
+                  aws_access_key_id='testing', aws_secret_access_key='testing')\n\
+                  for k in sys.argv[3:]: s3.put_object(Bucket=sys.argv[2], Key=k, Body=b'')\n";
+    let python = bucketload_test_support::workspace_root().join(".venv/bin/python");
+    let status = std::process::Command::new(python)
+        .args(["-c", script, moto.endpoint(), &bucket])
+        .args(keys)
+        .status()
+        .unwrap();
+    assert!(status.success(), "boto3 failed");
+    let store = Store::open(&format!("s3://{bucket}/data"), &moto.store_config()).unwrap();
+    let fs = Fs::new(store, MountConfig::default()).await.unwrap();
+    let mut root = names(&fs, ROOT).await;
+    root.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        root,
+        [
+            ("a".to_string(), Kind::Dir),
+            ("empty".to_string(), Kind::Dir),
+            ("odd".to_string(), Kind::Dir)
+        ]
+    );
+    let a = fs.lookup(ROOT, "a").await.unwrap();
+    assert_eq!(names(&fs, a.ino).await, [("x.jpg".to_string(), Kind::File)]);
+    let odd = fs.lookup(ROOT, "odd").await.unwrap();
+    assert_eq!(names(&fs, odd.ino).await, []);
+    let empty = fs.lookup(ROOT, "empty").await.unwrap();
+    assert_eq!(names(&fs, empty.ino).await, []);
+}

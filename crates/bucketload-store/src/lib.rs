@@ -39,6 +39,7 @@ mod etag;
 mod http;
 mod ini;
 mod kind;
+mod listing;
 mod metered;
 mod metrics;
 mod multipart;
@@ -58,6 +59,7 @@ pub use config::{
 pub use error::{BoxError, Error, Tries};
 pub use etag::ETag;
 pub use kind::ErrorKind;
+pub use listing::{ListPage, Listed, ListedKind, list_object_store};
 pub use metered::MeteredStore;
 pub use metrics::{
     Cost, ErrorCounts, Latency, METRICS, MetricDef, Metrics, MetricsSnapshot, Percentiles,

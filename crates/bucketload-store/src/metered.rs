@@ -79,6 +79,32 @@ async fn metered<T>(
     result
 }
 
+/// Runs one logical request that bucketload sends itself (not through object_store), as
+/// [`metered`] does.
+pub(crate) async fn metered_raw<T>(
+    metrics: &Metrics,
+    kind: RequestKind,
+    fut: impl Future<Output = std::result::Result<T, crate::Error>>,
+) -> std::result::Result<T, crate::Error> {
+    use crate::error::ErrorClass;
+    let attempts = Arc::new(Attempts::default());
+    let start = Instant::now();
+    let result = ATTEMPTS.scope(Arc::clone(&attempts), fut).await;
+    metrics.request(kind, 1);
+    metrics.retries(attempts.repeats());
+    metrics.total(start.elapsed());
+    if let Err(e) = &result {
+        metrics.error(match e {
+            crate::Error::NotFound { .. } => ErrorClass::NotFound,
+            crate::Error::PermissionDenied { .. } => ErrorClass::Permission,
+            crate::Error::Throttled { .. } => ErrorClass::Throttled,
+            crate::Error::Unreachable { .. } => ErrorClass::Network,
+            _ => ErrorClass::Other,
+        });
+    }
+    result
+}
+
 fn get_kind(options: &GetOptions) -> RequestKind {
     match (options.head, &options.range) {
         (true, _) => RequestKind::Head,

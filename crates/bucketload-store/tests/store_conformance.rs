@@ -121,6 +121,31 @@ async fn list_pagination(f: Fixture) {
     if let Some(server) = f.embedded() {
         assert_eq!(server.counters().get("ListObjectsV2"), 2);
     }
+
+    // The same keys as stored, page by page: one LIST per page on S3.
+    let before = f.store.metrics().snapshot();
+    let pages: Vec<_> = f
+        .store
+        .list_pages("many/", false)
+        .try_collect()
+        .await
+        .unwrap();
+    let mut listed: Vec<&str> = pages
+        .iter()
+        .flat_map(|p| p.objects.iter().map(|o| o.key.as_str()))
+        .collect();
+    listed.sort();
+    assert_eq!(listed.len(), KEYS);
+    assert_eq!(listed[1000], "many/01000");
+    assert!(pages.iter().all(|p| p.prefixes.is_empty()));
+    let after = f.store.metrics().snapshot();
+    let lists = after.requests.list - before.requests.list;
+    assert_eq!(lists, if f.is_s3() { 2 } else { 1 });
+    let top: Vec<_> = f.store.list_pages("", true).try_collect().await.unwrap();
+    assert!(
+        top.iter().any(|p| p.prefixes.iter().any(|d| d == "many/")),
+        "{top:?}"
+    );
 }
 
 async fn copy_and_delete(f: Fixture) {

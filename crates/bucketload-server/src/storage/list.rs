@@ -96,6 +96,13 @@ impl Walk<'_> {
             Err(e) if super::is_missing(&e) => return Ok(ControlFlow::Continue(())),
             Err(e) => return Err(e),
         };
+        // The folder's own marker sorts before every key inside it.
+        if name_start.is_empty() && !dir_key.is_empty() && dir_key.starts_with(&self.query.prefix) {
+            let flow = self.visit_marker(dir_key)?;
+            if flow.is_break() {
+                return Ok(flow);
+            }
+        }
         let first = self.first_index(&entries, dir_key, name_start);
         for entry in &entries[first..] {
             if !entry.sort_name.starts_with(name_start) {
@@ -186,6 +193,19 @@ impl Walk<'_> {
         Ok(self.push(ListItem::Object(key, meta)))
     }
 
+    /// Lists the folder marker `key` (ending in '/') if it exists and is not skipped.
+    fn visit_marker(&mut self, key: &str) -> std::io::Result<ControlFlow<()>> {
+        if self.skipped(key, false) || !self.storage.has_marker(self.bucket, key) {
+            return Ok(ControlFlow::Continue(()));
+        }
+        let (data, meta_path) = self.storage.marker_paths(self.bucket, key);
+        let Ok(stat) = fs::metadata(&data) else {
+            return Ok(ControlFlow::Continue(()));
+        };
+        let meta = self.storage.sidecar(&data, &meta_path, &stat)?;
+        Ok(self.push(ListItem::Object(key.to_owned(), meta)))
+    }
+
     /// The common prefix `key` rolls up into, if the delimiter occurs after the prefix.
     fn common_prefix(&self, key: &str) -> Option<String> {
         let delimiter = self.query.delimiter.as_deref().filter(|d| !d.is_empty())?;
@@ -212,6 +232,9 @@ impl Walk<'_> {
             Err(e) if super::is_missing(&e) => return Ok(false),
             Err(e) => return Err(e),
         };
+        if !self.skipped(dir_key, false) && self.storage.has_marker(self.bucket, dir_key) {
+            return Ok(true);
+        }
         for entry in &entries[self.first_index(&entries, dir_key, "")..] {
             let key = format!("{dir_key}{}", entry.sort_name);
             if self.skipped(&key, entry.is_dir) {
@@ -312,6 +335,33 @@ mod tests {
     }
 
     const KEYS: &[&str] = &["a-c", "a/b", "a/c/d", "a0", "b", "a/c-x", "ab/x", "z/y/x"];
+
+    #[test]
+    fn folder_markers_are_listed_in_key_order_and_keep_their_folder() {
+        let keys = ["a/", "a/b/", "a/b/x", "a/c", "e/"];
+        let (_d, s) = storage_with(&keys);
+        let all = s.list("b", &query("", None, None, 1000)).unwrap();
+        assert_eq!(names(&all), keys);
+        let top = s.list("b", &query("", Some("/"), None, 1000)).unwrap();
+        assert_eq!(names(&top), ["[a/]", "[e/]"]);
+        let a = s.list("b", &query("a/", Some("/"), None, 1000)).unwrap();
+        assert_eq!(names(&a), ["a/", "[a/b/]", "a/c"]);
+        let paged = s.list("b", &query("", None, Some("a/"), 1)).unwrap();
+        assert_eq!(names(&paged), ["a/b/"]);
+        assert_eq!(s.head("b", "a/b/").unwrap().size, 4);
+        s.delete("b", "a/b/x").unwrap();
+        let a = s.list("b", &query("a/", Some("/"), None, 1000)).unwrap();
+        assert_eq!(
+            names(&a),
+            ["a/", "[a/b/]", "a/c"],
+            "the marker keeps its folder"
+        );
+        s.delete("b", "a/b/").unwrap();
+        s.delete("b", "e/").unwrap();
+        let all = s.list("b", &query("", None, None, 1000)).unwrap();
+        assert_eq!(names(&all), ["a/", "a/c"]);
+        assert!(s.head("b", "a/b/").is_err());
+    }
 
     #[test]
     fn full_listing_is_in_byte_order() {

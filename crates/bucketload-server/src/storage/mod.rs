@@ -5,12 +5,17 @@
 //! ```text
 //! <bucket>/<key>                      object bytes; key segments are directories
 //! .bucketload/meta/<bucket>/<key>     sidecar JSON: ETag, size, mtime, content type, user metadata
+//! .bucketload/folders/<bucket>/<md5>  folder markers (keys ending in '/'), named by the key's MD5
+//! .bucketload/folder-meta/<bucket>/<md5>  their sidecars
 //! .bucketload/uploads/<bucket>/<id>/  multipart uploads in progress (upload.json + one file per part)
 //! .bucketload/tmp/                    files being written, renamed into place when complete
 //! ```
 //!
 //! Bucket names cannot start with '.', so the internal directory never shows as a bucket, and
-//! sidecars live outside the bucket directories, so they never show in listings. A sidecar
+//! sidecars live outside the bucket directories, so they never show in listings. A folder
+//! marker `a/b/` (the S3 console's "Create folder") cannot be a file at `<bucket>/a/b/`, so
+//! its bytes live apart and the directory `<bucket>/a/b` is kept while the marker exists; the
+//! listing emits the marker when it enters that directory. A sidecar
 //! records the size and mtime of the data file it describes; when they no longer match (the
 //! file was replaced behind the server's back), the ETag is computed again from the bytes.
 //! Every function here is blocking; the S3 layer calls them on Tokio's blocking pool.
@@ -189,17 +194,31 @@ impl Storage {
     /// Data and sidecar paths of a key, after checking the key maps safely onto files.
     fn object_paths(&self, bucket: &str, key: &str) -> Result<(PathBuf, PathBuf), S3Error> {
         check_key(key)?;
+        if key.ends_with('/') {
+            self.bucket_dir(bucket)?;
+            return Ok(self.marker_paths(bucket, key));
+        }
         let data = self.bucket_dir(bucket)?.join(key);
         let meta = self.internal("meta", bucket).join(key);
         Ok((data, meta))
     }
 
+    /// Data and sidecar paths of the folder marker `key` (ending in '/'; checked).
+    fn marker_paths(&self, bucket: &str, key: &str) -> (PathBuf, PathBuf) {
+        let name = hex::encode(Md5::digest(key.as_bytes()));
+        (
+            self.internal("folders", bucket).join(&name),
+            self.internal("folder-meta", bucket).join(&name),
+        )
+    }
+
+    /// True if the folder marker `key` (ending in '/') exists.
+    pub(crate) fn has_marker(&self, bucket: &str, key: &str) -> bool {
+        fs::metadata(self.marker_paths(bucket, key).0).is_ok_and(|m| m.is_file())
+    }
+
     /// Metadata of an existing object; a key naming a directory does not exist.
     pub(crate) fn head(&self, bucket: &str, key: &str) -> Result<ObjectMeta, S3Error> {
-        if key.ends_with('/') {
-            self.bucket_dir(bucket)?;
-            return Err(no_such_key(bucket, key));
-        }
         let (data, meta) = self.object_paths(bucket, key)?;
         let stat = match fs::metadata(&data) {
             Ok(m) if m.is_file() => m,
@@ -227,13 +246,9 @@ impl Storage {
         bucket: &str,
         key: &str,
     ) -> Result<(File, fs::Metadata), S3Error> {
-        if key.ends_with('/') {
-            self.bucket_dir(bucket)?;
-            return Err(no_such_key(bucket, key));
-        }
         check_bucket(bucket)?;
         check_key(key)?;
-        let file = match File::open(self.root.join(bucket).join(key)) {
+        let file = match File::open(self.data_path(bucket, key)) {
             Ok(file) => file,
             Err(e) if is_missing(&e) => {
                 return Err(self
@@ -257,9 +272,20 @@ impl Storage {
         key: &str,
         stat: &fs::Metadata,
     ) -> Result<ObjectMeta, S3Error> {
-        let data = self.root.join(bucket).join(key);
-        self.sidecar(&data, &self.internal("meta", bucket).join(key), stat)
+        let meta_path = match key.ends_with('/') {
+            true => self.marker_paths(bucket, key).1,
+            false => self.internal("meta", bucket).join(key),
+        };
+        self.sidecar(&self.data_path(bucket, key), &meta_path, stat)
             .map_err(internal)
+    }
+
+    /// The data file of a checked key.
+    fn data_path(&self, bucket: &str, key: &str) -> PathBuf {
+        match key.ends_with('/') {
+            true => self.marker_paths(bucket, key).0,
+            false => self.root.join(bucket).join(key),
+        }
     }
 
     /// Reads the sidecar of `data` (from memory when cached), recomputing it when it is
@@ -356,6 +382,14 @@ impl Storage {
         let Some(path) = temp.path.take() else {
             return Err(s3_error!(InternalError, "object written twice"));
         };
+        if let Some(folder) = key.strip_suffix('/') {
+            // The listing finds a marker by entering its folder's directory.
+            let dir = self.root.join(bucket).join(folder);
+            if let Err(e) = fs::create_dir_all(&dir) {
+                let _ = fs::remove_file(&path);
+                return Err(write_error(e, bucket, key));
+            }
+        }
         if let Err(e) = rename_into(&path, &data) {
             let _ = fs::remove_file(&path);
             return Err(write_error(e, bucket, key));
@@ -367,8 +401,12 @@ impl Storage {
 
     /// Deletes an object; deleting a missing object succeeds, as in S3.
     pub(crate) fn delete(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
-        if key.ends_with('/') {
-            self.bucket_dir(bucket)?;
+        if let Some(folder) = key.strip_suffix('/') {
+            let (data, meta) = self.object_paths(bucket, key)?;
+            let _ = fs::remove_file(&data);
+            let _ = fs::remove_file(&meta);
+            self.cache_lock().remove(&data);
+            self.prune_data_dirs(bucket, &self.root.join(bucket).join(folder).join("_"));
             return Ok(());
         }
         let (data, meta) = self.object_paths(bucket, key)?;
@@ -385,9 +423,26 @@ impl Storage {
         }
         let _ = fs::remove_file(&meta);
         self.cache_lock().remove(&data);
-        prune_empty_dirs(&data, &self.root.join(bucket));
+        self.prune_data_dirs(bucket, &data);
         prune_empty_dirs(&meta, &self.internal("meta", bucket));
         Ok(())
+    }
+
+    /// Removes the now-empty directories above `path` in the bucket, up to the first one that
+    /// holds a folder marker.
+    fn prune_data_dirs(&self, bucket: &str, path: &Path) {
+        let stop = self.root.join(bucket);
+        let mut dir = path.parent();
+        while let Some(d) = dir {
+            let Ok(rel) = d.strip_prefix(&stop) else {
+                break;
+            };
+            let marker = format!("{}/", rel.to_string_lossy());
+            if d == stop || self.has_marker(bucket, &marker) || fs::remove_dir(d).is_err() {
+                break;
+            }
+            dir = d.parent();
+        }
     }
 
     /// Copies an object's bytes into a new temporary file.
@@ -523,6 +578,8 @@ pub(crate) fn check_key(key: &str) -> Result<(), S3Error> {
     if key.is_empty() || key.len() > 1024 {
         return Err(s3_error!(KeyTooLongError, "keys must hold 1 to 1024 bytes"));
     }
+    // A folder marker `a/b/` is stored apart from objects (see `Storage::marker_paths`).
+    let key = key.strip_suffix('/').unwrap_or(key);
     if key.contains('\0') {
         return Err(s3_error!(InvalidArgument, "keys must not contain NUL"));
     }
@@ -580,7 +637,7 @@ mod tests {
     #[test]
     fn keys_that_cannot_be_paths_are_rejected() {
         for bad in [
-            "", "/abs", "a//b", "a/../b", "..", ".", "a/./b", "dir/", "nul\0",
+            "", "/", "/abs", "a//b", "a/../b", "..", ".", "a/./b", "dir//", "nul\0",
         ] {
             assert!(check_key(bad).is_err(), "{bad:?}");
         }
@@ -592,6 +649,8 @@ mod tests {
             "..a",
             "a..",
             ".hidden",
+            "dir/",
+            "a/b/",
         ] {
             assert!(check_key(good).is_ok(), "{good:?}");
         }

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use bucketload_store::object_store::{ObjectStore, ObjectStoreExt};
+use bucketload_store::ListedKind;
+use bucketload_store::object_store::ObjectStoreExt;
 use futures::TryStreamExt;
 
 use super::local::{PARTIAL_MARK, blocking, io_error};
@@ -150,13 +151,24 @@ impl Checkpoints {
         };
         match &self.target {
             Target::Object(store) => {
-                let objects = store.object_store();
-                let mut listing = objects.list(None);
-                while let Some(meta) = listing.try_next().await.map_err(|e| {
-                    store.map_error(e, &bucketload_store::object_store::path::Path::default())
-                })? {
-                    let modified = SystemTime::from(meta.last_modified);
-                    add(meta.location.to_string(), meta.size, Some(modified));
+                // Keys as stored: a folder marker (`step-100/`, an empty folder made in the S3
+                // console) is no checkpoint and no part of one.
+                let mut listing = store.list_pages("", false);
+                while let Some(page) = listing.try_next().await? {
+                    for listed in page.objects {
+                        match listed.kind() {
+                            ListedKind::Object(meta) => {
+                                let modified = SystemTime::from(meta.last_modified);
+                                add(meta.location.to_string(), meta.size, Some(modified));
+                            }
+                            ListedKind::Folder => {}
+                            ListedKind::Unaddressable => tracing::warn!(
+                                "{}: the key has an empty segment (`//`), which bucketload \
+                                 cannot address: not counted in any checkpoint",
+                                self.uri_of(&listed.key)
+                            ),
+                        }
+                    }
                 }
             }
             Target::Local(dir) => {

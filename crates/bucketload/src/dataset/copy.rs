@@ -7,6 +7,7 @@
 //! a temporary name and renamed), so no partial object is ever visible. Errors name the object.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
@@ -69,11 +70,40 @@ pub struct CopyReport {
     pub bytes: u64,
     /// Wall-clock seconds.
     pub seconds: f64,
+    /// Objects left out because they cannot be read (a key with an empty segment, `a//b`),
+    /// each logged as a warning naming it.
+    pub skipped: u64,
 }
 
-/// Copies every object below the root of `src` to the same relative key below `dst`. Nothing
-/// below `src` (a missing prefix, folder or bucket) is [`ErrorKind::NotFound`]: a copy of
-/// nothing is a mistyped source, not a success.
+/// Makes the local folder of the folder marker `folder` (a key ending in `/`, relative to
+/// the root of `src`) below a local `dst`, so empty folders are copied too. Other stores need
+/// no folder: it exists as soon as an object is below it.
+async fn make_folder(src: &Location, dst: &Location, folder: &str) -> Result<()> {
+    let Some(root) = dst.handle().and_then(|s| s.uri().local_dir()) else {
+        return Ok(());
+    };
+    let segments: Vec<&str> = folder.split('/').filter(|s| !s.is_empty()).collect();
+    if segments.iter().any(|s| *s == "." || *s == "..") {
+        tracing::warn!(
+            "{}: a folder marker whose key leaves its folder (`.` or `..`): skipped",
+            src.uri_of_key(folder)
+        );
+        return Ok(());
+    }
+    let dir = segments.iter().fold(root, |dir, s| dir.join(s));
+    tokio::fs::create_dir_all(&dir)
+        .await
+        .map_err(|source| Error::Io {
+            path: dir.display().to_string(),
+            action: "create the folder".to_owned(),
+            source,
+        })
+}
+
+/// Copies every object below the root of `src` to the same relative key below `dst`; the
+/// folder markers of `src` become folders when `dst` is a local folder. Nothing below `src`
+/// (a missing prefix, folder or bucket) is [`ErrorKind::NotFound`]: a copy of nothing is a
+/// mistyped source, not a success.
 ///
 /// [`ErrorKind::NotFound`]: crate::ErrorKind::NotFound
 pub async fn copy_tree(
@@ -84,11 +114,21 @@ pub async fn copy_tree(
 ) -> Result<CopyReport> {
     let started = Instant::now();
     let big = Arc::new(Semaphore::new(BIG_TRANSFERS));
+    let skipped = AtomicU64::new(0);
+    let skipped = &skipped;
     let result = list(src, None, true)
         .try_filter_map(|entry| async move {
             Ok(match entry {
                 Entry::Object(meta) => Some(meta),
-                _ => None,
+                Entry::Dir(folder) => {
+                    make_folder(src, dst, &folder).await?;
+                    None
+                }
+                Entry::Unaddressable(listed) => {
+                    super::warn_unaddressable(src, &listed);
+                    skipped.fetch_add(1, Ordering::Relaxed);
+                    None
+                }
             })
         })
         .map_ok(|meta| {
@@ -134,6 +174,7 @@ pub async fn copy_tree(
         .into());
     }
     report.seconds = started.elapsed().as_secs_f64();
+    report.skipped = skipped.load(Ordering::Relaxed);
     Ok(report)
 }
 
@@ -158,6 +199,7 @@ pub async fn copy_object(
         objects: 1,
         bytes: bytes?,
         seconds: started.elapsed().as_secs_f64(),
+        skipped: 0,
     })
 }
 

@@ -1,6 +1,17 @@
 //! Lists a store: one level (directories and objects, like `aws s3 ls`) or everything below.
+//!
+//! Listings come from [`bucketload_store::Store::list_pages`], which keeps keys exactly as
+//! the store holds them, and every key is sorted into what it is for a dataset:
+//!
+//! - an object, read like any other;
+//! - a **folder marker**, a key ending in `/` (the S3 console's "Create folder", `aws s3api
+//!   put-object --key dir/`): a folder, never a sample. One that holds bytes is skipped with a
+//!   warning naming it;
+//! - a key with an empty segment (`a//b`), which cannot be addressed: listed by `ls`, skipped
+//!   with a warning by everything that reads.
 
 use bucketload_store::object_store::{ObjectMeta, path::Path};
+use bucketload_store::{ListPage, Listed, ListedKind};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 
@@ -11,10 +22,14 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Entry {
-    /// A common prefix (a "directory"), only in non-recursive listings.
-    Dir(Path),
+    /// A folder, its key relative to the location's root and ending in `/` (`""` for the
+    /// root itself): a common prefix in a one-level listing, a folder marker in a recursive
+    /// one. A one-level listing of a folder that has a marker also yields that marker.
+    Dir(String),
     /// An object.
     Object(ObjectMeta),
+    /// An object whose key has an empty segment (`a//b`): it exists, but cannot be read.
+    Unaddressable(Listed),
 }
 
 /// Totals of a listing (`--summarize`).
@@ -37,45 +52,122 @@ impl ListReport {
                 self.objects += 1;
                 self.bytes += meta.size;
             }
+            Entry::Unaddressable(listed) => {
+                self.objects += 1;
+                self.bytes += listed.size;
+            }
         }
+    }
+}
+
+/// The pages of the listing of `prefix` (`""`, or a folder ending in `/`), keys as stored.
+fn pages(
+    location: &Location,
+    prefix: &str,
+    delimiter: bool,
+) -> BoxStream<'static, Result<ListPage>> {
+    match location.handle() {
+        Some(store) => store
+            .list_pages(prefix, delimiter)
+            .map_err(Error::Store)
+            .boxed(),
+        None => {
+            let (location, key) = (location.clone(), Path::from(prefix));
+            bucketload_store::list_object_store(location.store().clone(), prefix, delimiter)
+                .map_err(move |e| location.error(&key, e))
+                .boxed()
+        }
+    }
+}
+
+/// `prefix` as a listing prefix: `""` or ending in `/`.
+fn folder(prefix: Option<&Path>) -> String {
+    match prefix {
+        Some(p) if !p.as_ref().is_empty() => format!("{p}/"),
+        _ => String::new(),
+    }
+}
+
+/// Logs that a folder marker holding bytes is not read (an empty one is an ordinary folder).
+fn warn_full_marker(location: &Location, listed: &Listed) {
+    if listed.size > 0 {
+        tracing::warn!(
+            "{}: a folder marker (its key ends in `/`) holding {} bytes: a folder, not an \
+             object, so it is skipped; copy it to a key without the trailing `/` to read it",
+            location.uri_of_key(&listed.key),
+            listed.size
+        );
+    }
+}
+
+/// Logs that an object whose key has an empty segment is skipped.
+pub(crate) fn warn_unaddressable(location: &Location, listed: &Listed) {
+    tracing::warn!(
+        "{}: the key has an empty segment (`//`), which bucketload cannot read, so the object \
+         is skipped; copy it to a key without `//` (e.g. with `aws s3 cp`) to read it",
+        location.uri_of_key(&listed.key)
+    );
+}
+
+/// The entry of a listed key; folder markers holding bytes are logged.
+fn entry(location: &Location, listed: Listed) -> Entry {
+    match listed.kind() {
+        ListedKind::Object(meta) => Entry::Object(meta),
+        ListedKind::Folder => {
+            warn_full_marker(location, &listed);
+            Entry::Dir(listed.key)
+        }
+        ListedKind::Unaddressable => Entry::Unaddressable(listed),
     }
 }
 
 /// Lists `prefix` (the root when `None`) in `location`, one level or recursively.
 ///
-/// A recursive listing streams page by page; a one-level listing arrives whole (directories
-/// first), as the store's delimiter listing does.
+/// A recursive listing streams page by page and yields folder markers as [`Entry::Dir`]; a
+/// one-level listing arrives whole (directories first), as the store's delimiter listing
+/// does, and includes the folder marker of `prefix` itself, if any, as an [`Entry::Dir`] of
+/// `prefix` (`""` for the root).
 pub fn list(
     location: &Location,
     prefix: Option<Path>,
     recursive: bool,
 ) -> BoxStream<'static, Result<Entry>> {
     let location = location.clone();
-    let key = prefix.clone().unwrap_or_default();
+    let prefix = folder(prefix.as_ref());
     if recursive {
-        let store = location.store().clone();
-        return store
-            .list(prefix.as_ref())
-            .map_ok(Entry::Object)
-            .map_err(move |e| location.error(&key, e))
+        return pages(&location, &prefix, false)
+            .map_ok(move |page| {
+                let location = location.clone();
+                let entries = page.objects.into_iter().map(move |l| entry(&location, l));
+                futures::stream::iter(entries.map(Ok))
+            })
+            .try_flatten()
             .boxed();
     }
     futures::stream::once(async move {
-        let result = location
-            .store()
-            .list_with_delimiter(prefix.as_ref())
-            .await
-            .map_err(|e| location.error(&key, e))?;
+        let level: Vec<ListPage> = pages(&location, &prefix, true).try_collect().await?;
+        let (mut dirs, mut objects) = (Vec::new(), Vec::new());
+        for page in level {
+            dirs.extend(page.prefixes);
+            // A folder marker here can only be the listed folder's own.
+            objects.extend(page.objects.into_iter().map(|l| entry(&location, l)));
+        }
         // Local folders list in directory order; sort so every store prints alike.
-        let (mut dirs, mut objects) = (result.common_prefixes, result.objects);
         dirs.sort();
-        objects.sort_by(|a, b| a.location.cmp(&b.location));
+        objects.sort_by(|a, b| key_of(a).cmp(key_of(b)));
         let dirs = dirs.into_iter().map(Entry::Dir);
-        let objects = objects.into_iter().map(Entry::Object);
         Ok::<_, Error>(futures::stream::iter(dirs.chain(objects).map(Ok)))
     })
     .try_flatten()
     .boxed()
+}
+
+fn key_of(entry: &Entry) -> &str {
+    match entry {
+        Entry::Dir(key) => key,
+        Entry::Object(meta) => meta.location.as_ref(),
+        Entry::Unaddressable(listed) => &listed.key,
+    }
 }
 
 /// Listing requests in flight in [`list_all`].
@@ -83,45 +175,52 @@ const LIST_FAN_OUT: usize = 32;
 
 /// Every object below the location's root, sorted by key, listed in parallel.
 ///
+/// Folder markers are left out (they are folders, not objects); keys with an empty segment
+/// too, each with a warning naming it.
+///
 /// A flat listing is one page of 1,000 keys after another, one round trip each: 100 pages for
 /// 100,000 objects. This lists the root with a delimiter (descending through levels that hold
 /// a single folder and nothing else), then lists every folder found there in parallel, so a
 /// class-per-folder dataset costs about two round trips plus the pages of its largest class.
 /// It sends at most one request per folder more than a flat listing.
 pub async fn list_all(location: &Location) -> Result<Vec<ObjectMeta>> {
-    let store = location.store();
-    let mut objects = Vec::new();
-    let mut prefix: Option<Path> = None;
+    let mut listed = Vec::new();
+    let mut prefix = String::new();
     let folders = loop {
-        let key = prefix.clone().unwrap_or_default();
-        let level = store
-            .list_with_delimiter(prefix.as_ref())
-            .await
-            .map_err(|e| location.error(&key, e))?;
-        let only_one_folder = level.objects.is_empty() && level.common_prefixes.len() == 1;
-        objects.extend(level.objects);
-        if only_one_folder {
-            prefix = level.common_prefixes.into_iter().next();
-            continue;
+        let mut folders = Vec::new();
+        let mut level = pages(location, &prefix, true);
+        let before = listed.len();
+        while let Some(page) = level.try_next().await? {
+            listed.extend(page.objects);
+            folders.extend(page.prefixes);
         }
-        break level.common_prefixes;
+        // The level's own folder marker does not make it hold anything.
+        let only_one_folder = folders.len() == 1
+            && listed[before..]
+                .iter()
+                .all(|o| matches!(o.kind(), ListedKind::Folder));
+        if !only_one_folder {
+            break folders;
+        }
+        prefix = folders.swap_remove(0);
     };
     let mut lists = futures::stream::iter(folders)
-        .map(|folder| {
-            let store = store.clone();
-            let location = location.clone();
-            async move {
-                store
-                    .list(Some(&folder))
-                    .map_err(|e| location.error(&folder, e))
-                    .try_collect::<Vec<ObjectMeta>>()
-                    .await
-            }
-        })
+        .map(|folder| pages(location, &folder, false).try_collect::<Vec<ListPage>>())
         .buffer_unordered(LIST_FAN_OUT);
-    while let Some(listed) = lists.next().await {
-        objects.extend(listed?);
+    while let Some(level) = lists.next().await {
+        listed.extend(level?.into_iter().flat_map(|page| page.objects));
     }
+    let mut objects: Vec<ObjectMeta> = listed
+        .into_iter()
+        .filter_map(|l| match entry(location, l) {
+            Entry::Object(meta) => Some(meta),
+            Entry::Unaddressable(l) => {
+                warn_unaddressable(location, &l);
+                None
+            }
+            Entry::Dir(_) => None,
+        })
+        .collect();
     objects.sort_by(|a, b| a.location.cmp(&b.location));
     Ok(objects)
 }

@@ -39,6 +39,7 @@ pub use generate::{GenReport, GenSpec, class_name, generate, sample_key};
 pub use indexes::{
     ShardSamples, extensions, read_all_indexes, read_index, read_indexes, sample_bytes, shards_in,
 };
+pub(crate) use list::warn_unaddressable;
 pub use list::{Entry, ListReport, list, list_all};
 pub use stats::{
     ClassesFrom, CostEstimate, DatasetStats, Percentiles, RandomAccessCost, SampledImages,
@@ -142,9 +143,17 @@ impl Location {
         &self.store
     }
 
-    /// The [`Store`](bucketload_store::Store) this location wraps, if it was made from one.
+    /// The opened store, when this location wraps one ([`Location::from_store`]).
     pub fn handle(&self) -> Option<&bucketload_store::Store> {
         self.handle.as_ref()
+    }
+
+    /// The full URI of `key` as the store holds it (it may end in `/` or hold `//`).
+    pub fn uri_of_key(&self, key: &str) -> String {
+        match key {
+            "" => format!("{}/", self.base),
+            key => format!("{}/{key}", self.base),
+        }
     }
 
     /// The full URI of `key`.

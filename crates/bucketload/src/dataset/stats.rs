@@ -253,11 +253,16 @@ async fn list_dataset(location: &Location, progress: &dyn Progress) -> Result<Ve
     let mut objects = Vec::new();
     let mut listing = list(location, None, true);
     while let Some(entry) = listing.try_next().await? {
-        if let Entry::Object(meta) = entry {
-            progress.advance(1, meta.size);
-            if !meta.location.as_ref().starts_with(RESERVED) {
-                objects.push((meta.location, meta.size));
+        match entry {
+            Entry::Object(meta) => {
+                progress.advance(1, meta.size);
+                if !meta.location.as_ref().starts_with(RESERVED) {
+                    objects.push((meta.location, meta.size));
+                }
             }
+            Entry::Unaddressable(listed) => super::warn_unaddressable(location, &listed),
+            // Folder markers are folders, not samples.
+            _ => {}
         }
     }
     progress.finish();

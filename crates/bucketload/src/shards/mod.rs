@@ -40,7 +40,7 @@ pub use bucketload_format as format;
 use bucketload_format::ShardIndex;
 use bucketload_store::Store;
 use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 
 use crate::dataset::{Location, Progress};
 use crate::error::{Error, Result};
@@ -218,12 +218,7 @@ pub async fn find_shards(store: &Store, key: Option<&Path>) -> Result<Vec<ShardO
             has_index,
         }]);
     }
-    let root = Path::default();
-    let metas: Vec<_> = os
-        .list(None)
-        .map_err(|e| location.error(&root, e))
-        .try_collect()
-        .await?;
+    let metas = crate::dataset::list_all(&location).await?;
     let keys: HashSet<&str> = metas.iter().map(|m| m.location.as_ref()).collect();
     let mut shards: Vec<ShardObject> = metas
         .iter()

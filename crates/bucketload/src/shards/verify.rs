@@ -13,7 +13,7 @@ use std::time::Instant;
 use bucketload_format::{DatasetKind, FileEntry, MANIFEST_PATH, Manifest, ShardEntry, ShardIndex};
 use bucketload_store::object_store::{ObjectMeta, ObjectStoreExt, path::Path};
 use bucketload_store::{ETag, Store, key_path};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 
 use super::{IndexOptions, SHARD_EXT, ShardObject, find_shards, index_key, index_shard};
 use crate::dataset::{Location, Progress};
@@ -83,14 +83,9 @@ pub async fn verify(
 
 /// Lists the dataset's objects (bucketload's own excluded).
 async fn list(store: &Store) -> Result<Vec<ObjectMeta>> {
-    let location = Location::from_store(store);
-    store
-        .object_store()
-        .list(None)
-        .map_err(|e| location.error(&Path::default(), e))
-        .try_filter(|m| futures::future::ready(!m.location.as_ref().starts_with(RESERVED)))
-        .try_collect()
-        .await
+    let mut objects = crate::dataset::list_all(&Location::from_store(store)).await?;
+    objects.retain(|m| !m.location.as_ref().starts_with(RESERVED));
+    Ok(objects)
 }
 
 async fn verify_files(

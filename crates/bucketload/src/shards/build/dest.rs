@@ -108,14 +108,11 @@ async fn abort_unfinished(dst: &Store, plan: &Plan, part: Range<usize>) {
 
 /// Everything below the destination: key → size.
 async fn list(dst: &Store) -> Result<HashMap<String, u64>> {
-    let location = Location::from_store(dst);
-    let root = Path::default();
-    dst.object_store()
-        .list(None)
-        .map_ok(|m| (m.location.to_string(), m.size))
-        .map_err(|e| location.error(&root, e))
-        .try_collect()
-        .await
+    let listed = crate::dataset::list_all(&Location::from_store(dst)).await?;
+    Ok(listed
+        .into_iter()
+        .map(|m| (m.location.to_string(), m.size))
+        .collect())
 }
 
 /// Whether a sharding run writes objects named `key`.

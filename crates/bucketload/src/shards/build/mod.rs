@@ -29,7 +29,6 @@ use bucketload_format::{
 };
 use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
 use bucketload_store::{ETag, Store, key_path};
-use futures::TryStreamExt;
 
 use super::manifest::now_rfc3339;
 use crate::dataset::{Location, Progress, list_all};
@@ -466,13 +465,11 @@ pub struct MergeReport {
 pub async fn merge_parts(dst: &Store) -> Result<MergeReport> {
     let location = Location::from_store(dst);
     let os = dst.object_store();
-    let root = Path::default();
-    let listing: HashMap<String, u64> = os
-        .list(None)
-        .map_ok(|m| (m.location.to_string(), m.size))
-        .map_err(|e| location.error(&root, e))
-        .try_collect()
-        .await?;
+    let listing: HashMap<String, u64> = list_all(&location)
+        .await?
+        .into_iter()
+        .map(|m| (m.location.to_string(), m.size))
+        .collect();
     let mut keys: Vec<&String> = listing
         .keys()
         .filter(|k| k.starts_with(&format!("{PARTS_DIR}/")) && k.ends_with(".json"))

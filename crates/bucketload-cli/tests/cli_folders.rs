@@ -1,0 +1,340 @@
+//! Folder markers (keys ending in `/`, as the S3 console's "Create folder" and `aws s3api
+//! put-object --key dir/` make them) are folders, never samples, in every command; against
+//! the embedded server and against moto, with the markers written by boto3 and the listings
+//! compared with the AWS CLI's.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use bucketload_server::{DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY};
+use bucketload_test_support::{MotoServer, unique_bucket, workspace_root};
+use common::{Fixture, Run};
+
+/// An S3 server the test talks to: its endpoint and credentials.
+struct Backend {
+    endpoint: String,
+    key: &'static str,
+    secret: &'static str,
+    work: tempfile::TempDir,
+}
+
+impl Backend {
+    fn bucketload(&self, args: &[&str]) -> Run {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bucketload"));
+        for (key, _) in std::env::vars() {
+            if key.starts_with("AWS_") || key == "RUST_LOG" {
+                cmd.env_remove(key);
+            }
+        }
+        let out = cmd
+            .args(args)
+            .env("HOME", self.work.path())
+            .env("AWS_ENDPOINT_URL", &self.endpoint)
+            .env("AWS_ACCESS_KEY_ID", self.key)
+            .env("AWS_SECRET_ACCESS_KEY", self.secret)
+            .env("AWS_REGION", "us-east-1")
+            .current_dir(self.work.path())
+            .output()
+            .unwrap();
+        Run::from(out)
+    }
+
+    fn local(&self, name: &str) -> PathBuf {
+        self.work.path().join(name)
+    }
+
+    /// Runs `script` in the workspace's Python with boto3 client `s3` for this server.
+    fn python(&self, script: &str) -> String {
+        let prelude = "import boto3, sys\n\
+                       s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', \
+                       aws_access_key_id=sys.argv[2], aws_secret_access_key=sys.argv[3])\n";
+        let out = Command::new(workspace_root().join(".venv/bin/python"))
+            .arg("-c")
+            .arg(format!("{prelude}{script}"))
+            .args([&self.endpoint, self.key, self.secret])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "python failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// PUTs each key with `bytes` through boto3.
+    fn put(&self, bucket: &str, keys: &[&str], bytes: &str) {
+        let keys = keys
+            .iter()
+            .map(|k| format!("{k:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.python(&format!(
+            "for k in [{keys}]: s3.put_object(Bucket={bucket:?}, Key=k, Body={bytes:?})\n"
+        ));
+    }
+
+    /// `aws s3 ls --recursive s3://BUCKET/PREFIX/`: (size, key relative to the prefix).
+    fn aws_ls_recursive(&self, bucket: &str, prefix: &str) -> Vec<(u64, String)> {
+        let out = Command::new(workspace_root().join(".venv/bin/python"))
+            .arg(workspace_root().join(".venv/bin/aws"))
+            .args(["--endpoint-url", &self.endpoint, "s3", "ls", "--recursive"])
+            .arg(format!("s3://{bucket}/{prefix}/"))
+            .env("HOME", self.work.path())
+            .env("AWS_ACCESS_KEY_ID", self.key)
+            .env("AWS_SECRET_ACCESS_KEY", self.secret)
+            .env("AWS_DEFAULT_REGION", "us-east-1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "aws failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        parse_ls(&String::from_utf8_lossy(&out.stdout))
+            .into_iter()
+            .map(|(size, key)| (size, key[prefix.len() + 1..].to_string()))
+            .collect()
+    }
+}
+
+/// `date time size key` lines (of `aws s3 ls` or `bucketload ls`): (size, key).
+fn parse_ls(text: &str) -> Vec<(u64, String)> {
+    text.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|words| words.len() >= 3 && words[0] != "PRE" && !words[0].starts_with("Total"))
+        .map(|words| {
+            let key = words.get(3).copied().unwrap_or("");
+            (words[2].parse().unwrap(), key.to_string())
+        })
+        .collect()
+}
+
+fn files_below(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in walk(dir) {
+        if entry.is_file() {
+            out.push(entry.strip_prefix(dir).unwrap().display().to_string());
+        }
+    }
+    out.sort();
+    out
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            all.extend(walk(&path));
+        }
+        all.push(path);
+    }
+    all
+}
+
+/// The markers every test writes below `data`: the prefix's own, one of a folder with
+/// objects, one of an empty folder and one of a nested empty folder.
+const MARKERS: [&str; 4] = [
+    "data/",
+    "data/class_000/",
+    "data/empty/",
+    "data/empty/deeper/",
+];
+
+/// A dataset of 8 samples in 2 classes below `s3://BUCKET/data`, with [`MARKERS`]; every
+/// command must see 8 samples and exit 0.
+fn every_command_sees_folders_not_samples(b: &Backend) -> String {
+    let bucket = unique_bucket();
+    let uri = format!("s3://{bucket}/data");
+    b.bucketload(&[
+        "gen",
+        &uri,
+        "--samples",
+        "8",
+        "--classes",
+        "2",
+        "--size",
+        "2KB",
+    ])
+    .ok();
+    b.put(&bucket, &MARKERS, "");
+
+    let ls = b.bucketload(&["ls", &uri]).ok();
+    let dirs: Vec<&str> = ls.stdout.lines().map(str::trim).collect();
+    assert_eq!(
+        dirs,
+        ["PRE class_000/", "PRE class_001/", "PRE empty/"],
+        "{ls:#?}"
+    );
+    let ls = b.bucketload(&["ls", &format!("{uri}/empty")]).ok();
+    assert_eq!(ls.stdout.trim(), "PRE deeper/", "{ls:#?}");
+    let ls = b.bucketload(&["ls", &format!("{uri}/empty/deeper")]).ok();
+    assert_eq!(ls.stdout, "", "an empty folder lists nothing: {ls:#?}");
+
+    // `ls -r` lists what `aws s3 ls --recursive` lists, but the markers.
+    let ls = b.bucketload(&["ls", "-r", &uri, "--summarize"]).ok();
+    let mut ours = parse_ls(&ls.stdout);
+    let mut reference: Vec<(u64, String)> = b
+        .aws_ls_recursive(&bucket, "data")
+        .into_iter()
+        .filter(|(_, key)| !key.is_empty() && !key.ends_with('/'))
+        .collect();
+    ours.sort();
+    reference.sort();
+    assert_eq!(ours, reference, "{ls:#?}");
+    assert_eq!(ours.len(), 8);
+    assert!(ls.stdout.contains("Total Objects: 8"), "{ls:#?}");
+    let json = b.bucketload(&["ls", "-r", "--json", &uri]).ok();
+    assert_eq!(json.stdout.lines().count(), 8, "{json:#?}");
+
+    let stats = b.bucketload(&["stats", &uri, "--json"]).ok();
+    let v: serde_json::Value = serde_json::from_str(&stats.stdout).unwrap();
+    assert_eq!(v["objects"], 8, "{stats:#?}");
+    assert_eq!(
+        v["classes"],
+        serde_json::json!({"class_000": 4, "class_001": 4}),
+        "{stats:#?}"
+    );
+
+    let read = b.bucketload(&["read", &uri, "--no-shuffle"]).ok();
+    assert!(read.stdout.contains("8 samples"), "{read:#?}");
+    let bench = b
+        .bucketload(&[
+            "bench",
+            "--dataset",
+            &uri,
+            "--epochs",
+            "1",
+            "--batch-size",
+            "4",
+            "--no-decode",
+            "--compute-ms",
+            "0",
+            "--json",
+        ])
+        .ok();
+    assert!(bench.stdout.contains("\"samples\": 8") || bench.stdout.contains("\"samples\":8"));
+
+    let down = b.local("down");
+    b.bucketload(&["cp", "-r", &uri, down.to_str().unwrap()])
+        .ok();
+    assert_eq!(files_below(&down).len(), 8, "{:?}", files_below(&down));
+    assert!(down.join("empty/deeper").is_dir(), "empty folders are made");
+    let back = format!("s3://{bucket}/back");
+    let up = b
+        .bucketload(&["cp", "-r", down.to_str().unwrap(), &back])
+        .ok();
+    assert!(up.stdout.contains("copied 8 objects"), "{up:#?}");
+
+    let manifest = b.bucketload(&["manifest", &uri]).ok();
+    assert!(
+        manifest.stdout.contains("(8 files") && manifest.stdout.contains("2 classes"),
+        "{manifest:#?}"
+    );
+    let verify = b.bucketload(&["verify", &uri]).ok();
+    assert!(verify.stdout.contains("0 problems"), "{verify:#?}");
+    assert!(
+        !verify.stderr.contains("not in the manifest"),
+        "{verify:#?}"
+    );
+
+    let shards = format!("s3://{bucket}/shards");
+    b.put(&bucket, &["shards/"], "");
+    let shard = b
+        .bucketload(&["shard", &uri, &shards, "--samples-per-shard", "4"])
+        .ok();
+    assert!(shard.stdout.contains("8 samples"), "{shard:#?}");
+    let index = b.bucketload(&["index", &shards, "--force"]).ok();
+    assert!(index.stdout.contains("indexed 2 shards"), "{index:#?}");
+    b.bucketload(&["verify", &shards]).ok();
+
+    // A checkpoint prefix with markers: they are no checkpoints.
+    let ckpt = format!("s3://{bucket}/ckpt");
+    std::fs::write(b.local("model.pt"), b"weights").unwrap();
+    let saved = format!("{ckpt}/step-1.pt");
+    b.bucketload(&[
+        "ckpt",
+        "save",
+        b.local("model.pt").to_str().unwrap(),
+        &saved,
+    ])
+    .ok();
+    b.put(&bucket, &["ckpt/", "ckpt/step-0/"], "");
+    let ls = b.bucketload(&["ckpt", "ls", &ckpt]).ok();
+    assert!(ls.stdout.contains("1 checkpoints, 7 B"), "{ls:#?}");
+    assert_eq!(ls.stdout.lines().count(), 2, "{ls:#?}");
+    bucket
+}
+
+#[test]
+fn folder_markers_are_folders_on_the_embedded_server() {
+    let fx = Fixture::start();
+    let b = Backend {
+        endpoint: fx.endpoint(),
+        key: DEFAULT_ACCESS_KEY,
+        secret: DEFAULT_SECRET_KEY,
+        work: tempfile::tempdir().unwrap(),
+    };
+    every_command_sees_folders_not_samples(&b);
+}
+
+#[test]
+fn folder_markers_and_empty_segments_on_moto() {
+    let moto = MotoServer::start();
+    let b = Backend {
+        endpoint: moto.endpoint().to_string(),
+        key: "testing",
+        secret: "testing",
+        work: tempfile::tempdir().unwrap(),
+    };
+    let bucket = every_command_sees_folders_not_samples(&b);
+    let uri = format!("s3://{bucket}/data");
+
+    // A marker that holds bytes and keys with an empty segment, which only some stores
+    // accept: listed by `ls`, skipped with a warning naming them by everything that reads.
+    b.put(
+        &bucket,
+        &["data/full/", "data/odd//", "data/class_001//x.jpg"],
+        "bytes",
+    );
+    b.python(&format!(
+        "s3.delete_object(Bucket={bucket:?}, Key='data/_bucketload/manifest.json')\n"
+    ));
+    let ls = b.bucketload(&["ls", &uri]).ok();
+    assert!(ls.stdout.contains("PRE full/") && ls.stdout.contains("PRE odd/"));
+    let ls = b.bucketload(&["ls", "-r", &uri]).ok();
+    let ours = parse_ls(&ls.stdout);
+    assert!(
+        ours.contains(&(5, "class_001//x.jpg".to_string())),
+        "{ls:#?}"
+    );
+    assert_eq!(ours.len(), 9, "{ls:#?}");
+    assert!(ls.stderr.contains(&format!("{uri}/full/")), "{ls:#?}");
+
+    let stats = b.bucketload(&["stats", &uri, "--json"]).ok();
+    let v: serde_json::Value = serde_json::from_str(&stats.stdout).unwrap();
+    assert_eq!(v["objects"], 8, "{stats:#?}");
+    assert!(
+        stats.stderr.contains(&format!(
+            "{uri}/class_001//x.jpg: the key has an empty segment"
+        )),
+        "{stats:#?}"
+    );
+    let down = b.local("down2");
+    let cp = b
+        .bucketload(&["cp", "-r", &uri, down.to_str().unwrap()])
+        .ok();
+    assert!(cp.stdout.contains("copied 8 objects"), "{cp:#?}");
+    assert!(
+        cp.stdout
+            .contains("skipped 1 object with an empty segment (`//`) in the key"),
+        "{cp:#?}"
+    );
+    assert!(down.join("full").is_dir() && down.join("odd").is_dir());
+    let read = b.bucketload(&["read", &uri, "--no-shuffle"]).ok();
+    assert!(read.stdout.contains("8 samples"), "{read:#?}");
+}
