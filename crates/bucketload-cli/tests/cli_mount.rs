@@ -8,11 +8,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use bucketload_store::object_store::ObjectStoreExt;
 use bucketload_store::object_store::path::Path as Key;
-use common::Fixture;
+use common::{Fixture, ServeProcess, free_port, wait_until};
 
 fn pattern(len: usize, salt: u8) -> Vec<u8> {
     (0..len)
@@ -41,15 +40,6 @@ fn is_mounted(dir: &Path) -> bool {
     mounts()
         .lines()
         .any(|l| l.split(' ').nth(1) == Some(dir) && l.contains("bucketload"))
-}
-
-/// Polls `done` every 10 ms for up to 30 s.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// A mount of `uri` on a fresh directory, unmounted on drop.
@@ -673,37 +663,6 @@ fn a_threaded_program_exiting_normally_completes_its_output() {
     m.unmount();
 }
 
-/// `bucketload serve` as a process of its own on `port` over `root`, killed on drop.
-struct ServeProcess(std::process::Child);
-
-impl ServeProcess {
-    fn start(root: &Path, port: u16) -> ServeProcess {
-        let child = Command::new(env!("CARGO_BIN_EXE_bucketload"))
-            .args(["serve", "--root", root.to_str().unwrap()])
-            .args(["--addr", &format!("127.0.0.1:{port}"), "--latency", "20ms"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        wait_until("the server listens", || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        ServeProcess(child)
-    }
-
-    fn kill(&mut self) {
-        self.0.kill().unwrap();
-        self.0.wait().unwrap();
-    }
-}
-
-impl Drop for ServeProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The case: the server is killed during `cp big x.bin` and comes back. The writer got
 /// an error; the name then shows the old object again (size and bytes), and it can be read,
 /// written and deleted at once — no phantom at the partial size, no EBUSY.
@@ -711,13 +670,9 @@ impl Drop for ServeProcess {
 fn a_server_killed_mid_cp_and_restarted_leaves_the_name_as_the_store_has_it() {
     let fx = Fixture::start();
     let root = fx.work_path("serve-root");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let endpoint = format!("http://127.0.0.1:{port}");
-    let mut server = ServeProcess::start(&root, port);
+    let mut server = ServeProcess::start(&root, port, &["--latency", "20ms"]);
     let old = pattern(3 << 20, 8);
     let (old_path, big_path) = (fx.work_path("old.bin"), fx.work_path("big.bin"));
     std::fs::write(&old_path, &old).unwrap();
@@ -755,7 +710,7 @@ fn a_server_killed_mid_cp_and_restarted_leaves_the_name_as_the_store_has_it() {
     server.kill();
     let status = cp.wait().unwrap();
     assert!(!status.success(), "cp succeeded although the server died");
-    let _server = ServeProcess::start(&root, port);
+    let _server = ServeProcess::start(&root, port, &["--latency", "20ms"]);
 
     assert_eq!(
         std::fs::metadata(m.path("x.bin")).unwrap().len(),

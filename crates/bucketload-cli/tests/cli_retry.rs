@@ -8,57 +8,9 @@ mod common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::Fixture;
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// `bucketload serve` as a process of its own on `port` over `root`, killed on drop.
-struct ServeProcess(std::process::Child);
-
-impl ServeProcess {
-    fn start(root: &Path, port: u16, extra: &[&str]) -> ServeProcess {
-        let child = Command::new(env!("CARGO_BIN_EXE_bucketload"))
-            .args(["serve", "--root", root.to_str().unwrap()])
-            .args(["--addr", &format!("127.0.0.1:{port}")])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        wait_until("the server listens", || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        ServeProcess(child)
-    }
-
-    fn kill(&mut self) {
-        self.0.kill().unwrap();
-        self.0.wait().unwrap();
-    }
-}
-
-impl Drop for ServeProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use common::{Fixture, ServeProcess, free_port, wait_until};
 
 fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 % 251) as u8).collect()

@@ -174,3 +174,57 @@ pub fn python_tar(dir: &Path, out: &Path, names: &[impl AsRef<std::ffi::OsStr>])
         .unwrap();
     assert!(status.success(), "python tarfile failed");
 }
+
+/// Polls `done` every 10 ms until it holds; panics naming `what` after 30 s.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// A free port on loopback (bound and released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `bucketload serve` as a process of its own on `port` over `root` (with `extra` flags),
+/// killed on drop; for tests that kill and restart the server.
+pub struct ServeProcess(std::process::Child);
+
+impl ServeProcess {
+    pub fn start(root: &Path, port: u16, extra: &[&str]) -> ServeProcess {
+        let child = Command::new(env!("CARGO_BIN_EXE_bucketload"))
+            .args(["serve", "--root", root.to_str().unwrap()])
+            .args(["--addr", &format!("127.0.0.1:{port}")])
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_until("the server listens", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        ServeProcess(child)
+    }
+
+    pub fn kill(&mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
