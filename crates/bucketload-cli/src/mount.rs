@@ -10,6 +10,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -19,6 +20,9 @@ use bucketload_fuse::{DEFAULT_MAX_THREADS, Fs, INDEFINITE, MountConfig};
 use bucketload_store::Store;
 use clap::Args;
 use futures::StreamExt;
+
+/// `ECONNABORTED` on Linux: how a FUSE session can end when its connection is aborted.
+const ECONNABORTED: i32 = 103;
 
 use crate::store_args::{StoreArgs, parse_size};
 
@@ -272,8 +276,11 @@ fn foreground(store_args: &StoreArgs, args: &MountArgs) -> anyhow::Result<()> {
     };
     let mut unmounter = mounted.unmounter();
     let point = dir.clone();
+    let asked = Arc::new(AtomicBool::new(false));
+    let asked_by_signal = Arc::clone(&asked);
     let signals = runtime.spawn(async move {
         signals.wait().await;
+        asked_by_signal.store(true, Ordering::SeqCst);
         tracing::info!("mount: signal received, unmounting");
         if let Err(e) = unmounter.unmount() {
             tracing::warn!(error = %e, "mount: unmount failed");
@@ -293,7 +300,15 @@ fn foreground(store_args: &StoreArgs, args: &MountArgs) -> anyhow::Result<()> {
         }
     });
     tracing::info!(%uri, dir = %dir.display(), "mounted");
-    let served = mounted.run();
+    let served = match mounted.run() {
+        // Unmounting on a signal can end the session with the connection aborted instead of
+        // the device gone (a lazy unmount racing the last read): the end we asked for.
+        Err(e) if e.raw_os_error() == Some(ECONNABORTED) && asked.load(Ordering::SeqCst) => {
+            tracing::debug!(error = %e, "mount: the session ended with the unmount we asked for");
+            Ok(())
+        }
+        other => other,
+    };
     signals.abort();
     runtime.shutdown_timeout(Duration::from_secs(2));
     served.with_context(|| format!("serving {} failed", dir.display()))

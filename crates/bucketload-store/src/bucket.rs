@@ -188,10 +188,13 @@ async fn send_once(
     request: HttpRequest,
     uri: &str,
 ) -> Result<(StatusCode, String), Error> {
+    let endpoint = store
+        .endpoint()
+        .map_or_else(|| bucket_url(store), str::to_owned);
     let unreachable = |e: BoxError| Error::Unreachable {
         uri: uri.to_owned(),
         tried: crate::error::Tries::default(),
-        endpoint: bucket_url(store),
+        endpoint: endpoint.clone(),
         source: e,
     };
     let response = client
