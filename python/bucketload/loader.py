@@ -48,8 +48,10 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
     that many times ``image_size`` (faster on large pictures, slightly different pixels);
     ``"whole"`` decodes every pixel.
 
-    Partitioning: ``rank``/``world_size`` default to torch.distributed, else ``RANK`` and
-    ``WORLD_SIZE``, else Ray Train's context. Every rank gets the same number of samples
+    Partitioning: ``rank``/``world_size`` given win; else the torch.distributed process group
+    initialised where the loader is built (or pickled for spawned DataLoader workers), else
+    ``RANK`` and ``WORLD_SIZE``, else Ray Train's context; a process that cannot tell its rank
+    raises :class:`ConfigError` (docs/PYTHON.md). Every rank gets the same number of samples
     (padded by repeating samples, or with ``drop_last=True`` trimmed; ``drop_last`` also
     drops a short last batch). Inside a ``DataLoader`` worker (use ``batch_size=None`` there)
     each worker reads its own disjoint part of the rank's samples.
@@ -102,6 +104,9 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
         self._return_indices = return_indices
         self._rank = rank
         self._world_size = world_size
+        # The process group of the process building the loader: DataLoader workers never
+        # have torch.distributed initialised, so they use this.
+        self._group = _env.captured() if rank is None else None
         self._epoch = 0
         self._resume: str | None = None
         self._native: Any = None
@@ -115,11 +120,17 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
         state["_native"] = None
         state["_native_for"] = None
         state["_current"] = None
+        if self._rank is None and self._group is None:
+            # Pickled for spawned DataLoader workers after init_process_group.
+            state["_group"] = _env.captured()
         return state
 
     def _placement(self) -> tuple[int, int, int, int]:
-        rank, world = (self._rank, self._world_size)
-        if rank is None or world is None:
+        if self._rank is not None and self._world_size is not None:
+            rank, world = self._rank, self._world_size
+        elif self._group is not None:
+            rank, world = self._group
+        else:
             rank, world = _env.distributed()
         worker, workers = _env.worker()
         return rank, world, worker, workers

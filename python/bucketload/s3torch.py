@@ -196,8 +196,11 @@ class S3IterableDataset(_IterBase):  # type: ignore[misc,valid-type]
 
     ``enable_sharding=True`` splits the objects across torch.distributed ranks (equal
     counts) and DataLoader workers (disjoint); otherwise every worker reads everything, as
-    the connector does. ``shuffle=True`` visits a fresh permutation per epoch (``seed``);
-    :meth:`set_epoch` picks the epoch. Over a tar-shard dataset (``format="shards"``, or
+    the connector does. The rank is the process group's where the dataset is built (or
+    pickled for spawned workers), as the connector reads it, else ``RANK``/``WORLD_SIZE``;
+    a worker that cannot tell its rank raises :class:`bucketload.ConfigError`.
+    ``shuffle=True`` visits a fresh permutation per epoch (``seed``); :meth:`set_epoch` picks
+    the epoch. Over a tar-shard dataset (``format="shards"``, or
     detected) each item is a :class:`Sample` passed to ``transform``."""
 
     def __init__(self, s3_uri: str, *, region: str | None = None, endpoint: str | None = None,
@@ -214,6 +217,9 @@ class S3IterableDataset(_IterBase):  # type: ignore[misc,valid-type]
         self._format = format
         self._concurrency = concurrency
         self._epoch = 0
+        # The process group of the process building the dataset: DataLoader workers never
+        # have torch.distributed initialised, so they use this.
+        self._group = _env.captured() if enable_sharding else None
         self._bucket, prefix = _split(s3_uri)
         self._prefix = prefix if not prefix or prefix.endswith("/") else prefix + "/"
 
@@ -231,8 +237,20 @@ class S3IterableDataset(_IterBase):  # type: ignore[misc,valid-type]
         """The epoch of the next iteration (its permutation when shuffling)."""
         self._epoch = epoch
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        if self._sharding and self._group is None:
+            # Pickled for spawned DataLoader workers after init_process_group.
+            state["_group"] = _env.captured()
+        return state
+
     def _loader(self) -> Any:
-        rank, world = _env.distributed() if self._sharding else (0, 1)
+        if not self._sharding:
+            rank, world = 0, 1
+        elif self._group is not None:
+            rank, world = self._group
+        else:
+            rank, world = _env.distributed()
         worker, workers = _env.worker() if self._sharding else (0, 1)
         return _native.NativeLoader(
             self.s3_uri, format=self._format, decode=False, shuffle=self._shuffle,
