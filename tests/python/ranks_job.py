@@ -1,8 +1,8 @@
 """One rank of a 2-rank gloo job reading a dataset through DataLoader workers; started by
-test_ranks.py. Prints one JSON line per rank: the sample indices of the Loader and the keys of
-S3IterableDataset(enable_sharding=True) that this rank received, per epoch.
+test_ranks.py. Writes OUT/rank-N.json per rank: the sample indices of the Loader and the keys
+of S3IterableDataset(enable_sharding=True) that this rank received, per epoch.
 
-usage: ranks_job.py spawn|env URI ENDPOINT fork|spawn persistent|fresh PORT [RANK WORLD]
+usage: ranks_job.py spawn|env URI ENDPOINT fork|spawn persistent|fresh PORT OUT
 ``spawn`` starts the ranks with torch.multiprocessing.spawn and init_process_group(rank=,
 world_size=) (no RANK/WORLD_SIZE in the environment); ``env`` is one rank of a job whose
 RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT the caller set, as torchrun does."""
@@ -48,7 +48,7 @@ def _keep(item):
 
 
 def job(rank: int, world: int, uri: str, endpoint: str, context: str, persistent: bool,
-        port: str, init_first: bool = True) -> None:
+        port: str, out: str, init_first: bool = True) -> None:
     kwargs = {"backend": "gloo", "rank": rank, "world_size": world}
     if "MASTER_ADDR" not in os.environ:
         kwargs["init_method"] = f"tcp://127.0.0.1:{port}"
@@ -67,26 +67,27 @@ def job(rank: int, world: int, uri: str, endpoint: str, context: str, persistent
     result = {"rank": rank, "loader": indices, "keys": names}
     dist.barrier()
     dist.destroy_process_group()
-    print(json.dumps(result), flush=True)
+    with open(os.path.join(out, f"rank-{rank}.json"), "w") as f:
+        json.dump(result, f)
 
 
 def main() -> None:
-    launch, uri, endpoint, context, persistence, port = sys.argv[1:7]
+    launch, uri, endpoint, context, persistence, port, out = sys.argv[1:8]
     persistent = persistence == "persistent"
     if launch == "spawn":
         for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                     "MASTER_PORT"):
             os.environ.pop(var, None)
         # Rank 0 builds its datasets after init_process_group, rank 1 before.
-        mp.spawn(_spawned, args=(uri, endpoint, context, persistent, port), nprocs=2)
+        mp.spawn(_spawned, args=(uri, endpoint, context, persistent, port, out), nprocs=2)
     else:
         job(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), uri, endpoint, context,
-            persistent, port)
+            persistent, port, out)
 
 
 def _spawned(rank: int, uri: str, endpoint: str, context: str, persistent: bool,
-             port: str) -> None:
-    job(rank, 2, uri, endpoint, context, persistent, port, init_first=rank == 0)
+             port: str, out: str) -> None:
+    job(rank, 2, uri, endpoint, context, persistent, port, out, init_first=rank == 0)
 
 
 if __name__ == "__main__":

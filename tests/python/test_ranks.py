@@ -38,9 +38,11 @@ def _clean_env(env) -> dict[str, str]:  # noqa: F811
     return clean
 
 
-def _run(launch: str, uri: str, env, context: str, persistence: str) -> list[dict]:  # noqa: F811
+def _run(launch: str, uri: str, env, context: str, persistence: str,  # noqa: F811
+         out: Path) -> list[dict]:
     port = str(_free_port())
-    args = [sys.executable, JOB, launch, uri, env["AWS_ENDPOINT_URL"], context, persistence, port]
+    args = [sys.executable, JOB, launch, uri, env["AWS_ENDPOINT_URL"], context, persistence, port,
+            str(out)]
     if launch == "spawn":
         procs = [subprocess.Popen(args, env=_clean_env(env), stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)]
@@ -52,11 +54,10 @@ def _run(launch: str, uri: str, env, context: str, persistence: str) -> list[dic
                             MASTER_PORT=port)
             procs.append(subprocess.Popen(args, env=rank_env, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True))
-    results = []
     for proc in procs:
-        out, err = proc.communicate(timeout=300)
+        _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
-        results += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    results = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(2)]
     assert sorted(r["rank"] for r in results) == [0, 1]
     return results
 
@@ -81,9 +82,9 @@ def dataset(bucketload_bin, env, s3):  # noqa: F811
     ("env", "fork", "fresh"),
 ])
 def test_every_sample_reaches_one_rank_once_per_epoch(dataset, env, launch, context,  # noqa: F811
-                                                       persistence):
+                                                       persistence, tmp_path):
     uri, keys = dataset
-    results = _run(launch, uri, env, context, persistence)
+    results = _run(launch, uri, env, context, persistence, tmp_path)
     for epoch in range(2):
         indices = [i for r in results for i in r["loader"][epoch]]
         assert sorted(indices) == list(range(SAMPLES)), f"Loader, epoch {epoch}"
