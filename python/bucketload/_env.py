@@ -29,9 +29,13 @@ def captured() -> tuple[int, int] | None:
     return _process_group()
 
 
-def _env_pair(rank_var: str, world_var: str) -> tuple[int, int] | None:
+def _env_pair(rank_var: str, world_var: str, strict: bool = True) -> tuple[int, int] | None:
+    """The pair from the environment; half a pair raises when ``strict`` and is ignored
+    otherwise (``LOCAL_RANK`` alone is commonly set just to pick a GPU)."""
     env = os.environ
     if rank_var not in env and world_var not in env:
+        return None
+    if not strict and (rank_var not in env or world_var not in env):
         return None
     if rank_var not in env or world_var not in env:
         have, missing = (rank_var, world_var) if rank_var in env else (world_var, rank_var)
@@ -63,7 +67,7 @@ def distributed() -> tuple[int, int]:
         return group
     pair = _env_pair("RANK", "WORLD_SIZE")
     if pair is None:
-        pair = _env_pair("LOCAL_RANK", "LOCAL_WORLD_SIZE")
+        pair = _env_pair("LOCAL_RANK", "LOCAL_WORLD_SIZE", strict=False)
     if pair is not None:
         return pair
     try:
