@@ -182,6 +182,20 @@ pub(crate) async fn execute(
     }
 }
 
+/// Sends a request of `method` to `url` without a body, signed with the store's credentials
+/// and retried as [`execute`] does; the answer's status and body text.
+pub(crate) async fn send_signed(
+    store: &Store,
+    client: &HttpClient,
+    method: Method,
+    url: &str,
+    uri: &str,
+) -> Result<(StatusCode, String), Error> {
+    let creds = store.signing_credential().await?;
+    let request = || signed(store, method.clone(), url, Bytes::new(), creds.as_deref());
+    execute(store, client, request, uri).await
+}
+
 async fn send_once(
     store: &Store,
     client: &HttpClient,

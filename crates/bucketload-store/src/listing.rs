@@ -8,7 +8,6 @@
 //! stores cannot hold such keys). Either way the answer is a stream of [`ListPage`]s of raw
 //! keys relative to the store's prefix; [`Listed::kind`] says what each key is.
 
-use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use http::{Method, StatusCode};
@@ -17,7 +16,7 @@ use object_store::{ObjectMeta, ObjectStore};
 use serde::Deserialize;
 use std::sync::Arc;
 
-use crate::bucket::{bucket_url, execute, signed};
+use crate::bucket::{bucket_url, send_signed};
 use crate::metrics::RequestKind;
 use crate::{Error, Scheme, Store};
 
@@ -185,18 +184,9 @@ impl Store {
         }
         let uri = self.uri().join(prefix);
         let client = self.http_client()?;
-        let credentials = self.signing_credential().await?;
-        let request = || {
-            signed(
-                self,
-                Method::GET,
-                url.as_str(),
-                Bytes::new(),
-                credentials.as_deref(),
-            )
-        };
         let sent = async {
-            let (status, text) = execute(self, &client, request, &uri).await?;
+            let (status, text) =
+                send_signed(self, &client, Method::GET, url.as_str(), &uri).await?;
             self.check_list_answer(status, text, &uri)
         };
         let text = crate::metered::metered_raw(self.metrics(), RequestKind::List, sent).await?;

@@ -5,12 +5,11 @@
 //! Both are SigV4-signed requests like CreateBucket's. Keys are relative to the store's
 //! prefix, as everywhere in [`Store`].
 
-use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use http::Method;
 use serde::Deserialize;
 
-use crate::bucket::{bucket_url, execute, signed};
+use crate::bucket::{bucket_url, send_signed};
 use crate::{Error, Scheme, Store};
 
 /// Pages of ListMultipartUploads fetched at most (1,000 uploads each).
@@ -65,17 +64,7 @@ impl Store {
                     .append_pair("key-marker", key)
                     .append_pair("upload-id-marker", id);
             }
-            let creds = self.signing_credential().await?;
-            let request = || {
-                signed(
-                    self,
-                    Method::GET,
-                    url.as_str(),
-                    Bytes::new(),
-                    creds.as_deref(),
-                )
-            };
-            let text = self.send(&client, request, prefix).await?;
+            let text = self.send(&client, Method::GET, &url, prefix).await?;
             let page: ListResult = quick_xml::de::from_str(&text).map_err(|e| Error::Other {
                 uri: self.uri().join(prefix),
                 message: "the store's list of multipart uploads is not valid XML".to_owned(),
@@ -117,18 +106,8 @@ impl Store {
         );
         let mut url = url::Url::parse(&object).map_err(|e| self.invalid(&e))?;
         url.query_pairs_mut().append_pair("uploadId", upload_id);
-        let creds = self.signing_credential().await?;
-        let request = || {
-            signed(
-                self,
-                Method::DELETE,
-                url.as_str(),
-                Bytes::new(),
-                creds.as_deref(),
-            )
-        };
         let client = self.http_client()?;
-        match self.send(&client, request, key).await {
+        match self.send(&client, Method::DELETE, &url, key).await {
             Ok(_) => Ok(()),
             Err(Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e),
@@ -165,11 +144,12 @@ impl Store {
     async fn send(
         &self,
         client: &object_store::client::HttpClient,
-        request: impl Fn() -> Result<object_store::client::HttpRequest, Error>,
+        method: Method,
+        url: &url::Url,
         key: &str,
     ) -> Result<String, Error> {
         let uri = self.uri().join(key);
-        let (status, text) = execute(self, client, request, &uri).await?;
+        let (status, text) = send_signed(self, client, method, url.as_str(), &uri).await?;
         if status.is_success() {
             return Ok(text);
         }
