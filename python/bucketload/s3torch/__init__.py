@@ -26,9 +26,9 @@ import io
 import os
 from typing import Any, Callable, Iterable, Iterator
 
-from . import _env, _native
-from .checkpoint import Reader as _CheckpointReader
-from .checkpoint import Writer as _CheckpointWriter
+from .. import _env, _native
+from ..checkpoint import Reader as _CheckpointReader
+from ..checkpoint import Writer as _CheckpointWriter
 
 try:
     from torch.utils.data import Dataset as _MapBase
