@@ -98,3 +98,12 @@ def worker() -> tuple[int, int]:
     if info is None:
         return 0, 1
     return info.id, info.num_workers
+
+
+def in_worker() -> bool:
+    """Whether this process is a ``torch.utils.data.DataLoader`` worker."""
+    try:
+        from torch.utils.data import get_worker_info
+    except ImportError:
+        return False
+    return get_worker_info() is not None

@@ -6,6 +6,7 @@ import os
 from typing import Any, Iterator
 
 from . import _env, _native
+from ._epochs import Epochs
 from ._util import parse_size
 from .errors import ConfigError
 
@@ -57,11 +58,12 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
     each worker reads its own disjoint part of the rank's samples.
 
     The order is a fresh permutation per epoch from ``seed`` (``shuffle=False``: dataset
-    order). Each complete iteration moves to the next epoch; :meth:`set_epoch` chooses one.
-    :meth:`state_dict` / :meth:`load_state_dict` resume mid-epoch with no sample repeated or
-    skipped. Waiting for a batch releases the GIL. The loader can be pickled (for spawned
-    DataLoader workers) and is safe to use after a fork: connections and threads are opened
-    again in each process.
+    order). Each iteration reads the next epoch, also through DataLoader workers that are
+    made anew every epoch; :meth:`set_epoch` chooses one. :meth:`state_dict` /
+    :meth:`load_state_dict` resume mid-epoch with no sample repeated or skipped (through
+    DataLoader workers: torchdata's ``StatefulDataLoader``). Waiting for a batch releases the GIL. The loader can
+    be pickled (for spawned DataLoader workers) and is safe to use after a fork: connections
+    and threads are opened again in each process.
     """
 
     def __init__(
@@ -107,11 +109,13 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
         # The process group of the process building the loader: DataLoader workers never
         # have torch.distributed initialised, so they use this.
         self._group = _env.captured() if rank is None else None
-        self._epoch = 0
+        self._epochs = Epochs()
         self._resume: str | None = None
         self._native: Any = None
         self._native_for: tuple[int, int, int] | None = None
         self._current: Any = None
+        # A DataLoader worker's part of its last epoch, read to the end: (epoch, state).
+        self._finished: tuple[int, str] | None = None
         self.skipped: list[tuple[str, str]] = []
         """``(key, reason)`` of every image left out with ``skip_corrupt=True``."""
 
@@ -120,6 +124,7 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
         state["_native"] = None
         state["_native_for"] = None
         state["_current"] = None
+        state["_finished"] = None
         if self._rank is None and self._group is None:
             # Pickled for spawned DataLoader workers after init_process_group.
             state["_group"] = _env.captured()
@@ -152,19 +157,26 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
 
     @property
     def epoch(self) -> int:
-        """The epoch the next iteration reads."""
-        return self._epoch
+        """The epoch the next iteration reads (also when DataLoader workers iterate)."""
+        return self._epochs.next()
 
     def set_epoch(self, epoch: int) -> None:
-        """Reads epoch ``epoch`` next (a new permutation and new augmentations)."""
-        self._epoch = epoch
+        """Reads epoch ``epoch`` next (a new permutation and new augmentations), in this
+        process and in DataLoader workers, persistent or not."""
+        self._epochs.set(epoch)
         self._resume = None
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        """Starts the next epoch (each iteration reads a new one, also when it is left before
+        the end) and returns its batches."""
         native = self._open()
-        epoch = native.epoch(self._epoch, self._resume)
+        epoch = native.epoch(self._epochs.begin(), self._resume)
         self._resume = None
         self._current = epoch
+        self._finished = None
+        return self._batches(epoch)
+
+    def _batches(self, epoch: Any) -> Iterator[tuple[Any, ...]]:
         images_dtype = None
         if torch is not None:
             images_dtype = torch.float32 if self._settings["dtype"] == "float32" else torch.uint8
@@ -184,19 +196,38 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
                 yield images, _tensor(labels, int64), _tensor(_indices, int64)
             else:
                 yield images, _tensor(labels, int64)
-        self._epoch = epoch.epoch + 1
-        self._current = None
+        if self._current is epoch:
+            self._finished = (epoch.epoch, epoch.state())
+            self._current = None
+        self._epochs.end()
 
     def state_dict(self) -> dict[str, Any]:
         """Where the loader stands: restore it with :meth:`load_state_dict` (also in a new
-        process) to continue with the next batch."""
+        process) to continue with the next batch.
+
+        Through DataLoader workers, use torchdata's ``StatefulDataLoader``: its
+        ``state_dict()`` holds each worker's state (taken from this method in the worker,
+        with the batches it had handed out). Called in the process that built the loader while
+        plain DataLoader workers are reading it, this raises :class:`ConfigError`: only the
+        workers know where they stand, and the DataLoader has read ahead of your batches."""
         if self._current is not None:
             return {"epoch": self._current.epoch, "state": self._current.state()}
-        return {"epoch": self._epoch, "state": self._resume}
+        if _env.in_worker() and self._finished is not None:
+            # This worker read its part to the end; the other workers may not have.
+            return {"epoch": self._finished[0], "state": self._finished[1]}
+        if self._epochs.workers_busy():
+            raise ConfigError(
+                "Loader.state_dict(): DataLoader workers are reading this loader and only they "
+                "know where they stand (the DataLoader also reads ahead of the batches you "
+                "received); use torchdata.stateful_dataloader.StatefulDataLoader and its "
+                "state_dict(), which holds each worker's position, or take the state at the "
+                "end of an epoch")
+        return {"epoch": self._epochs.next(), "state": self._resume}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continues from a :meth:`state_dict`: the next iteration starts after the last
         batch that was handed out when it was taken."""
-        self._epoch = int(state["epoch"])
+        self._epochs.set(int(state["epoch"]))
         self._resume = state.get("state")
         self._current = None
+        self._finished = None

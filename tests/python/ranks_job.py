@@ -1,6 +1,7 @@
 """One rank of a 2-rank gloo job reading a dataset through DataLoader workers; started by
 test_ranks.py. Writes OUT/rank-N.json per rank: the sample indices of the Loader and the keys
-of S3IterableDataset(enable_sharding=True) that this rank received, per epoch.
+of S3IterableDataset(enable_sharding=True, shuffle=True) that this rank received, per epoch
+(epochs advance by themselves: the job never calls set_epoch).
 
 usage: ranks_job.py spawn|env URI ENDPOINT fork|spawn persistent|fresh PORT OUT
 ``spawn`` starts the ranks with torch.multiprocessing.spawn and init_process_group(rank=,
@@ -30,9 +31,7 @@ def read(images, keys, context: str, persistent: bool) -> tuple[list[list], list
                         multiprocessing_context=context, persistent_workers=persistent,
                         collate_fn=_keep)
     indices, names = [], []
-    for epoch in range(EPOCHS):
-        images.set_epoch(epoch)
-        keys.set_epoch(epoch)
+    for _ in range(EPOCHS):  # each iteration reads the next epoch: no set_epoch needed
         indices.append([])
         names.append([])
         for item in loader:
@@ -54,15 +53,15 @@ def job(rank: int, world: int, uri: str, endpoint: str, context: str, persistent
         kwargs["init_method"] = f"tcp://127.0.0.1:{port}"
     images = bucketload.Loader(uri, batch_size=4, image_size=8, shuffle=True, seed=1,
                                return_indices=True)
-    keys = S3IterableDataset(uri, endpoint=endpoint, enable_sharding=True,
+    keys = S3IterableDataset(uri, endpoint=endpoint, enable_sharding=True, shuffle=True, seed=2,
                              transform=operator.attrgetter("key"))
     # The datasets are built before or after the process group: both must work.
     dist.init_process_group(**kwargs)
     if init_first:
         images = bucketload.Loader(uri, batch_size=4, image_size=8, shuffle=True, seed=1,
                                    return_indices=True)
-        keys = S3IterableDataset(uri, endpoint=endpoint, enable_sharding=True,
-                                 transform=operator.attrgetter("key"))
+        keys = S3IterableDataset(uri, endpoint=endpoint, enable_sharding=True, shuffle=True,
+                                 seed=2, transform=operator.attrgetter("key"))
     indices, names = read(images, keys, context, persistent)
     result = {"rank": rank, "loader": indices, "keys": names}
     dist.barrier()

@@ -1,7 +1,8 @@
 """Ranks of a distributed job read disjoint parts of the dataset through DataLoader workers:
 2 gloo ranks started by torch.multiprocessing.spawn (rank only in init_process_group) or by
 RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (as torchrun starts them), workers by fork and by
-spawn, persistent or not. Every sample reaches exactly one rank once per epoch, for
+spawn, persistent or not. Every sample reaches exactly one rank once per epoch, in a new order
+every epoch, for
 ``bucketload.Loader`` and ``S3IterableDataset(enable_sharding=True)``. A process that cannot
 tell its rank raises instead of reading everything. Against a real `bucketload serve`."""
 
@@ -92,6 +93,8 @@ def test_every_sample_reaches_one_rank_once_per_epoch(dataset, env, launch, cont
         assert sorted(seen) == sorted(keys), f"S3IterableDataset, epoch {epoch}"
         for r in results:
             assert len(r["loader"][epoch]) == len(r["keys"][epoch]) == SAMPLES // 2
+    for r in results:  # a new order (and new augmentations) every epoch, on every rank
+        assert r["loader"][0] != r["loader"][1] and r["keys"][0] != r["keys"][1]
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ import os
 from typing import Any, Callable, Iterable, Iterator
 
 from .. import _env, _native
+from .._epochs import Epochs
 from ..checkpoint import Reader as _CheckpointReader
 from ..checkpoint import Writer as _CheckpointWriter
 
@@ -199,8 +200,9 @@ class S3IterableDataset(_IterBase):  # type: ignore[misc,valid-type]
     the connector does. The rank is the process group's where the dataset is built (or
     pickled for spawned workers), as the connector reads it, else ``RANK``/``WORLD_SIZE``;
     a worker that cannot tell its rank raises :class:`bucketload.ConfigError`.
-    ``shuffle=True`` visits a fresh permutation per epoch (``seed``); :meth:`set_epoch` picks
-    the epoch. Over a tar-shard dataset (``format="shards"``, or
+    ``shuffle=True`` visits a fresh permutation per epoch (``seed``); each iteration reads the
+    next epoch, also through DataLoader workers made anew every epoch, and :meth:`set_epoch`
+    picks one. Over a tar-shard dataset (``format="shards"``, or
     detected) each item is a :class:`Sample` passed to ``transform``."""
 
     def __init__(self, s3_uri: str, *, region: str | None = None, endpoint: str | None = None,
@@ -216,7 +218,7 @@ class S3IterableDataset(_IterBase):  # type: ignore[misc,valid-type]
         self._seed = seed
         self._format = format
         self._concurrency = concurrency
-        self._epoch = 0
+        self._epochs = Epochs()
         # The process group of the process building the dataset: DataLoader workers never
         # have torch.distributed initialised, so they use this.
         self._group = _env.captured() if enable_sharding else None
@@ -234,8 +236,9 @@ class S3IterableDataset(_IterBase):  # type: ignore[misc,valid-type]
                    enable_sharding=enable_sharding, **bucketload_options)
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch of the next iteration (its permutation when shuffling)."""
-        self._epoch = epoch
+        """The epoch of the next iteration (its permutation when shuffling), also in
+        DataLoader workers."""
+        self._epochs.set(epoch)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -259,11 +262,15 @@ class S3IterableDataset(_IterBase):  # type: ignore[misc,valid-type]
         )
 
     def __iter__(self) -> Iterator[Any]:
-        epoch = self._loader().epoch(self._epoch)
-        self._epoch += 1
+        """Starts the next epoch (each iteration reads a new one, also through DataLoader
+        workers made anew every epoch) and returns its items."""
+        return self._items(self._loader().epoch(self._epochs.begin()))
+
+    def _items(self, epoch: Any) -> Iterator[Any]:
         while True:
             batch = epoch.next_samples(64)
             if not batch:
+                self._epochs.end()
                 return
             for key, label, members, _index, is_object in batch:
                 if is_object:

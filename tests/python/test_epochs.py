@@ -1,0 +1,156 @@
+"""Epochs and resumable state through DataLoader workers, against a real `bucketload serve`.
+
+A DataLoader with ``persistent_workers=False`` (the default) makes new copies of the dataset
+every epoch: each epoch must still read a new permutation (and new augmentations), and
+``loader.epoch`` must move, under fork and spawn, persistent or not, for ``bucketload.Loader``
+and ``S3IterableDataset(shuffle=True)``. torchdata's ``StatefulDataLoader`` resumes mid-epoch
+through workers with nothing repeated or skipped; a plain DataLoader's ``state_dict()`` in the
+parent raises rather than return an empty state."""
+
+from __future__ import annotations
+
+import operator
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+import bucketload
+from bucketload.s3torch import S3IterableDataset
+
+from test_package import SAMPLES, dataset, env  # noqa: F401  (fixtures)
+
+EPOCHS = 3
+SETUPS = [("fork", False), ("fork", True), ("spawn", False), ("spawn", True)]
+IDS = ["fork-fresh", "fork-persistent", "spawn-fresh", "spawn-persistent"]
+
+
+def _keep(item):
+    return item
+
+
+def _loader(uri: str, **kw) -> bucketload.Loader:
+    return bucketload.Loader(uri, batch_size=4, image_size=8, shuffle=True, seed=7,
+                             return_indices=True, **kw)
+
+
+def _indices(batches) -> list[int]:
+    return [i for batch in batches for i in batch[2].tolist()]
+
+
+def _epoch_order(uri: str, epoch: int) -> list[int]:
+    """Epoch ``epoch`` read in this process."""
+    data = _loader(uri)
+    data.set_epoch(epoch)
+    return _indices(data)
+
+
+@pytest.mark.parametrize("context,persistent", SETUPS, ids=IDS)
+def test_loader_epochs_advance_through_workers(dataset, context, persistent):  # noqa: F811
+    uri = dataset[0]
+    data = _loader(uri)
+    loader = DataLoader(data, batch_size=None, num_workers=2, multiprocessing_context=context,
+                        persistent_workers=persistent)
+    epochs = []
+    for _ in range(EPOCHS):
+        epochs.append(_indices(loader))
+    for order in epochs:
+        assert sorted(order) == list(range(SAMPLES))  # every sample exactly once per epoch
+    assert len({tuple(order) for order in epochs}) == EPOCHS  # a new order every epoch
+    assert data.epoch == EPOCHS
+    # set_epoch in the parent reaches the workers, persistent or new.
+    data.set_epoch(1)
+    assert _indices(loader) == epochs[1]
+    assert data.epoch == 2
+
+
+@pytest.mark.parametrize("context,persistent", SETUPS, ids=IDS)
+def test_s3iterabledataset_shuffle_epochs_advance_through_workers(dataset, context,  # noqa: F811
+                                                                  persistent):
+    uri, _, keys, _ = dataset
+    data = S3IterableDataset(uri, shuffle=True, seed=3, enable_sharding=True,
+                             transform=operator.attrgetter("key"))
+    loader = DataLoader(data, batch_size=None, num_workers=2, multiprocessing_context=context,
+                        persistent_workers=persistent, collate_fn=_keep)
+    epochs = [list(loader) for _ in range(EPOCHS)]
+    for order in epochs:
+        assert sorted(order) == keys
+    assert len({tuple(order) for order in epochs}) == EPOCHS
+
+
+def test_workers_of_different_dataloaders_agree_on_the_epoch(dataset):  # noqa: F811
+    """Two workers, then three: every worker of one iteration reads the same epoch."""
+    uri = dataset[0]
+    data = _loader(uri)
+    for workers in (2, 3, 1):
+        loader = DataLoader(data, batch_size=None, num_workers=workers,
+                            multiprocessing_context="fork")
+        assert sorted(_indices(loader)) == list(range(SAMPLES))
+    assert data.epoch == 3
+
+
+def test_direct_iteration_moves_to_the_next_epoch_even_when_left_early(dataset):  # noqa: F811
+    uri = dataset[0]
+    data = _loader(uri)
+    first = next(iter(data))[2].tolist()
+    assert data.epoch == 1
+    whole_next = _indices(data)
+    assert sorted(whole_next) == list(range(SAMPLES))
+    assert whole_next == _epoch_order(uri, 1)
+    assert whole_next[:4] != first
+
+
+def test_plain_dataloader_state_dict_mid_epoch_raises(dataset):  # noqa: F811
+    data = _loader(dataset[0])
+    loader = DataLoader(data, batch_size=None, num_workers=2, multiprocessing_context="fork")
+    it = iter(loader)
+    next(it)
+    with pytest.raises(bucketload.ConfigError, match="StatefulDataLoader"):
+        data.state_dict()
+    del it
+    # At an epoch's end the state is the next epoch's start, and it works.
+    for _ in loader:
+        pass
+    assert data.state_dict() == {"epoch": 2, "state": None}
+
+
+def _stateful(data, context: str, workers: int) -> StatefulDataLoader:
+    kwargs = {"multiprocessing_context": context} if workers else {}
+    return StatefulDataLoader(data, batch_size=None, num_workers=workers, **kwargs)
+
+
+@pytest.mark.parametrize("context,workers", [("fork", 0), ("fork", 2), ("spawn", 2),
+                                             ("spawn", 3)])
+def test_stateful_dataloader_resumes_mid_epoch(dataset, context, workers):  # noqa: F811
+    uri = dataset[0]
+    whole = _indices(_stateful(_loader(uri), context, workers))
+    assert sorted(whole) == list(range(SAMPLES))
+
+    data = _loader(uri)
+    loader = _stateful(data, context, workers)
+    it = iter(loader)
+    seen = _indices(next(it) for _ in range(4))
+    state = loader.state_dict()
+    del it, loader
+
+    again = _stateful(_loader(uri), context, workers)
+    again.load_state_dict(state)
+    rest = _indices(again)
+    assert len(seen) + len(rest) == SAMPLES  # nothing repeated, nothing skipped
+    assert seen + rest == whole  # and in the uninterrupted order
+    # The epoch after the resumed one is the next epoch, in every worker.
+    following = _indices(again)
+    assert sorted(following) == list(range(SAMPLES)) and following != whole
+
+
+def test_stateful_dataloader_state_at_an_epoch_end_starts_the_next(dataset):  # noqa: F811
+    uri = dataset[0]
+    loader = _stateful(_loader(uri), "fork", 2)
+    first = _indices(loader)
+    state = loader.state_dict()
+    again = _stateful(_loader(uri), "fork", 2)
+    again.load_state_dict(state)
+    second = _indices(again)
+    assert sorted(second) == list(range(SAMPLES)) and second != first
+    assert torch.tensor(second).unique().numel() == SAMPLES
