@@ -40,6 +40,7 @@ mod checksum;
 mod config;
 mod conn;
 mod faults;
+mod fidelity;
 #[allow(unsafe_code)]
 mod mapped;
 mod s3;

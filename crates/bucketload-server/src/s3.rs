@@ -13,6 +13,7 @@ use s3s::{S3, S3Error, S3Request, S3Response, S3Result, s3_error};
 use crate::body::prepare_body;
 use crate::bufpool::BufferPool;
 use crate::checksum;
+use crate::fidelity::{self, WriteFeatures};
 use crate::storage::{ListItem, ListQuery, ObjectAttrs, ObjectMeta, Storage, TempObject};
 
 /// GETs of objects up to this size are prepared on the Tokio worker instead of the blocking
@@ -23,6 +24,8 @@ use crate::storage::{ListItem, ListQuery, ObjectAttrs, ObjectMeta, Storage, Temp
 const INLINE_READ_MAX: u64 = 256 * 1024;
 /// S3's page size limit for listings.
 const MAX_LIST_KEYS: i32 = 1000;
+/// S3's limit on the keys of one DeleteObjects request.
+const MAX_DELETE_KEYS: usize = 1000;
 
 /// The S3 implementation served by s3s.
 #[derive(Debug, Clone)]
@@ -103,6 +106,7 @@ fn attrs(content_type: Option<String>, metadata: Option<Metadata>) -> ObjectAttr
         metadata: metadata
             .map(|m| m.into_iter().collect())
             .unwrap_or_default(),
+        parts: Vec::new(),
     }
 }
 
@@ -112,6 +116,17 @@ fn user_metadata(meta: &BTreeMap<String, String>) -> Option<Metadata> {
 
 fn etag(meta: &ObjectMeta) -> ETag {
     ETag::Strong(meta.etag.clone())
+}
+
+/// `Content-Range` of bytes `span` of an object of `size` bytes.
+fn content_range(span: &std::ops::Range<u64>, size: u64) -> String {
+    format!("bytes {}-{}/{size}", span.start, span.end.saturating_sub(1))
+}
+
+/// `x-amz-mp-parts-count` of a GET or HEAD with `partNumber`: S3 sends it for objects made by
+/// a multipart upload.
+fn part_count(meta: &ObjectMeta, part_number: Option<i32>) -> Option<i32> {
+    (part_number.is_some() && !meta.parts.is_empty()).then_some(meta.parts.len() as i32)
 }
 
 fn timestamp(t: std::time::SystemTime) -> Timestamp {
@@ -215,7 +230,29 @@ impl S3 for Backend {
         &self,
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
-        let bucket = req.input.bucket;
+        let input = req.input;
+        if input.object_lock_enabled_for_bucket == Some(true) {
+            return Err(fidelity::not_implemented(
+                "x-amz-bucket-object-lock-enabled (object lock)",
+            ));
+        }
+        if let Some(acl) = input.acl.as_ref().filter(|a| a.as_str() != "private") {
+            return Err(fidelity::not_implemented(&format!(
+                "x-amz-acl: {}",
+                acl.as_str()
+            )));
+        }
+        if input.grant_full_control.is_some()
+            || input.grant_read.is_some()
+            || input.grant_read_acp.is_some()
+            || input.grant_write.is_some()
+            || input.grant_write_acp.is_some()
+        {
+            return Err(fidelity::not_implemented(
+                "x-amz-grant-* (access control lists)",
+            ));
+        }
+        let bucket = input.bucket;
         let location = format!("/{bucket}");
         self.blocking(move |s| s.create_bucket(&bucket)).await?;
         Ok(S3Response::new(CreateBucketOutput {
@@ -250,9 +287,15 @@ impl S3 for Backend {
         let (bucket, key) = (input.bucket.clone(), input.key.clone());
         let meta = self.blocking(move |s| s.head(&bucket, &key)).await?;
         check_conditions(&meta, input.if_match.as_ref(), input.if_none_match.as_ref())?;
+        let part = input
+            .part_number
+            .map(|n| fidelity::part_range(&meta, n))
+            .transpose()?;
         Ok(S3Response::new(HeadObjectOutput {
             accept_ranges: Some("bytes".into()),
-            content_length: Some(meta.size as i64),
+            content_length: Some(part.as_ref().map_or(meta.size, |p| p.end - p.start) as i64),
+            content_range: part.as_ref().map(|p| content_range(p, meta.size)),
+            parts_count: part_count(&meta, input.part_number),
             content_type: meta.content_type.clone(),
             e_tag: Some(etag(&meta)),
             last_modified: Some(timestamp(meta.last_modified())),
@@ -266,7 +309,22 @@ impl S3 for Backend {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let input = req.input;
-        let (bucket, key, range) = (input.bucket.clone(), input.key.clone(), input.range);
+        let (bucket, key, mut range) = (input.bucket.clone(), input.key.clone(), input.range);
+        if let Some(number) = input.part_number {
+            if range.is_some() {
+                return Err(s3_error!(
+                    InvalidRequest,
+                    "Cannot specify both Range header and partNumber query parameter"
+                ));
+            }
+            let (b, k) = (bucket.clone(), key.clone());
+            let meta = self.blocking(move |s| s.head(&b, &k)).await?;
+            let part = fidelity::part_range(&meta, number)?;
+            range = Some(Range::Int {
+                first: part.start,
+                last: Some(part.end.saturating_sub(1)),
+            });
+        }
         let (file, stat) = self.storage.open_file(&bucket, &key)?;
         let (meta, span, body) = if stat.len() <= INLINE_READ_MAX {
             prepare_body(
@@ -296,6 +354,7 @@ impl S3 for Backend {
             body: Some(StreamingBlob::new(body)),
             content_length: Some((span.end - span.start) as i64),
             content_range,
+            parts_count: part_count(&meta, input.part_number),
             content_type: meta.content_type.clone(),
             e_tag: Some(etag(&meta)),
             last_modified: Some(timestamp(meta.last_modified())),
@@ -309,6 +368,29 @@ impl S3 for Backend {
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let input = req.input;
+        WriteFeatures {
+            acl: input.acl.as_ref().map(|a| a.as_str()),
+            grants: input.grant_full_control.is_some()
+                || input.grant_read.is_some()
+                || input.grant_read_acp.is_some()
+                || input.grant_write_acp.is_some(),
+            lock: input.object_lock_mode.is_some()
+                || input.object_lock_retain_until_date.is_some()
+                || input.object_lock_legal_hold_status.is_some(),
+            sse: input.server_side_encryption.as_ref().map(|s| s.as_str()),
+            sse_kms_or_customer: input.ssekms_key_id.is_some()
+                || input.ssekms_encryption_context.is_some()
+                || input.sse_customer_algorithm.is_some()
+                || input.sse_customer_key.is_some(),
+            storage_class: input.storage_class.as_ref().map(|c| c.as_str()),
+            tagging: input.tagging.is_some(),
+            website_redirect: input.website_redirect_location.is_some(),
+            write_offset: input.write_offset_bytes.is_some(),
+        }
+        .refuse_unsupported()?;
+        let precondition =
+            fidelity::write_precondition(input.if_match.as_ref(), input.if_none_match.as_ref())?;
+        let md5 = fidelity::declared_md5(&req.headers)?;
         let (bucket, key) = (input.bucket, input.key);
         let check = (bucket.clone(), key.clone());
         self.blocking(move |s| {
@@ -324,11 +406,12 @@ impl S3 for Backend {
             input.checksum_sha256,
         ]);
         let (temp, sums) = self.receive(input.body, declared).await?;
+        fidelity::verify_md5(md5, &temp.md5())?;
         let attrs = attrs(input.content_type, input.metadata);
         let meta = self
             .blocking(move |s| {
                 let etag = hex::encode(temp.md5());
-                s.commit(&bucket, &key, temp, etag, attrs)
+                s.commit_if(&bucket, &key, temp, etag, attrs, &precondition)
             })
             .await?;
         Ok(S3Response::new(PutObjectOutput {
@@ -347,26 +430,83 @@ impl S3 for Backend {
         &self,
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
+        let precondition = fidelity::header_precondition(&req.headers)?;
         let input = req.input;
+        WriteFeatures {
+            acl: input.acl.as_ref().map(|a| a.as_str()),
+            grants: input.grant_full_control.is_some()
+                || input.grant_read.is_some()
+                || input.grant_read_acp.is_some()
+                || input.grant_write_acp.is_some(),
+            lock: input.object_lock_mode.is_some()
+                || input.object_lock_retain_until_date.is_some()
+                || input.object_lock_legal_hold_status.is_some(),
+            sse: input.server_side_encryption.as_ref().map(|s| s.as_str()),
+            sse_kms_or_customer: input.ssekms_key_id.is_some()
+                || input.ssekms_encryption_context.is_some()
+                || input.sse_customer_algorithm.is_some()
+                || input.sse_customer_key.is_some()
+                || input.copy_source_sse_customer_algorithm.is_some()
+                || input.copy_source_sse_customer_key.is_some(),
+            storage_class: input.storage_class.as_ref().map(|c| c.as_str()),
+            tagging: input.tagging.is_some()
+                || input
+                    .tagging_directive
+                    .as_ref()
+                    .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE),
+            website_redirect: input.website_redirect_location.is_some(),
+            write_offset: false,
+        }
+        .refuse_unsupported()?;
         let (src_bucket, src_key) = bucket_and_key(input.copy_source)?;
         let replace = input
             .metadata_directive
             .as_ref()
             .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+        if !replace
+            && (src_bucket.as_str(), src_key.as_str())
+                == (input.bucket.as_str(), input.key.as_str())
+            && input.storage_class.is_none()
+            && input.server_side_encryption.is_none()
+        {
+            return Err(s3_error!(
+                InvalidRequest,
+                "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
+            ));
+        }
+        let source_conditions = (
+            input.copy_source_if_match,
+            input.copy_source_if_none_match,
+            input.copy_source_if_modified_since,
+            input.copy_source_if_unmodified_since,
+        );
         let new_attrs = attrs(input.content_type, input.metadata);
         let (bucket, key) = (input.bucket, input.key);
         let meta = self
             .blocking(move |s| {
+                let (if_match, if_none_match, modified_since, unmodified_since) = source_conditions;
+                let check = |source: &ObjectMeta| {
+                    fidelity::check_copy_source(
+                        source,
+                        if_match.as_ref(),
+                        if_none_match.as_ref(),
+                        modified_since.as_ref(),
+                        unmodified_since.as_ref(),
+                    )
+                };
+                check(&s.head(&src_bucket, &src_key)?)?;
                 let (source, temp) = s.copy_to_temp(&src_bucket, &src_key)?;
+                check(&source)?; // the source may have changed while it was checked
                 let attrs = if replace {
                     new_attrs
                 } else {
                     ObjectAttrs {
                         content_type: source.content_type,
                         metadata: source.metadata,
+                        parts: Vec::new(),
                     }
                 };
-                s.commit(&bucket, &key, temp, source.etag, attrs)
+                s.commit_if(&bucket, &key, temp, source.etag, attrs, &precondition)
             })
             .await?;
         let result = CopyObjectResult {
@@ -396,6 +536,13 @@ impl S3 for Backend {
         let input = req.input;
         let quiet = input.delete.quiet.unwrap_or(false);
         let bucket = input.bucket;
+        if input.delete.objects.len() > MAX_DELETE_KEYS {
+            return Err(s3_error!(
+                MalformedXML,
+                "DeleteObjects takes at most {MAX_DELETE_KEYS} keys; this request has {}",
+                input.delete.objects.len()
+            ));
+        }
         let keys: Vec<String> = input.delete.objects.into_iter().map(|o| o.key).collect();
         let output = self
             .blocking(move |s| {
@@ -507,6 +654,7 @@ impl S3 for Backend {
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
         let input = req.input;
+        let md5 = fidelity::declared_md5(&req.headers)?;
         let (bucket, key, id, part) = (input.bucket, input.key, input.upload_id, input.part_number);
         let ids = (bucket.clone(), key.clone(), id.clone());
         self.blocking(move |s| s.check_upload(&ids.0, &ids.1, &ids.2, part))
@@ -519,6 +667,7 @@ impl S3 for Backend {
             input.checksum_sha256,
         ]);
         let (temp, sums) = self.receive(input.body, declared).await?;
+        fidelity::verify_md5(md5, &temp.md5())?;
         let info = self
             .blocking(move |s| s.commit_part(&bucket, &key, &id, part, temp))
             .await?;
@@ -576,6 +725,8 @@ impl S3 for Backend {
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
         let input = req.input;
+        let precondition =
+            fidelity::write_precondition(input.if_match.as_ref(), input.if_none_match.as_ref())?;
         let parts = input
             .multipart_upload
             .and_then(|m| m.parts)
@@ -596,7 +747,7 @@ impl S3 for Backend {
             self.min_part_size,
         );
         let meta = self
-            .blocking(move |s| s.complete_upload(&bucket, &key, &id, &parts, min))
+            .blocking(move |s| s.complete_upload(&bucket, &key, &id, &parts, min, &precondition))
             .await?;
         Ok(S3Response::new(CompleteMultipartUploadOutput {
             bucket: Some(input.bucket.clone()),

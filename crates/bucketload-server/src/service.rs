@@ -123,6 +123,14 @@ impl ConnService {
             }
             _ => {}
         }
+        if let Some(what) =
+            crate::fidelity::unrouted(req.uri().query().unwrap_or(""), req.headers())
+        {
+            let message = format!(
+                "{what} is not implemented by bucketload serve; the request changed nothing"
+            );
+            return Ok(drain_then_explain(req, 501, Some("NotImplemented"), &message, head).await);
+        }
         let response = shared
             .s3
             .call(req.map(s3s::Body::from))
@@ -180,6 +188,17 @@ async fn drain_then_error(
     code: Option<&str>,
     head: bool,
 ) -> Response<RespBody> {
+    drain_then_explain(req, status, code, "Injected failure.", head).await
+}
+
+/// [`drain_then_error`] with a message of its own.
+async fn drain_then_explain(
+    req: Request<Incoming>,
+    status: u16,
+    code: Option<&str>,
+    message: &str,
+    head: bool,
+) -> Response<RespBody> {
     let resource = req.uri().path().to_owned();
     let mut body = req.into_body();
     while let Some(frame) = body.frame().await {
@@ -188,7 +207,7 @@ async fn drain_then_error(
         }
     }
     match code {
-        Some(code) => error_xml(status, code, "Injected failure.", &resource, head),
+        Some(code) => error_xml(status, code, &xml_escape(message), &resource, head),
         None => error_response(status, &resource, head),
     }
 }

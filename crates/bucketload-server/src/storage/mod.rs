@@ -54,6 +54,10 @@ pub(crate) struct ObjectMeta {
     pub(crate) content_type: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) metadata: BTreeMap<String, String>,
+    /// Sizes of the parts of an object made by a multipart upload, in order (GET and HEAD
+    /// with `partNumber`); empty for an object written whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) parts: Vec<u64>,
 }
 
 impl ObjectMeta {
@@ -67,6 +71,48 @@ impl ObjectMeta {
 pub(crate) struct ObjectAttrs {
     pub(crate) content_type: Option<String>,
     pub(crate) metadata: BTreeMap<String, String>,
+    /// Part sizes, for an object a multipart upload completes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) parts: Vec<u64>,
+}
+
+/// What must hold of the object a write replaces for the write to take effect: S3's
+/// conditional writes (`If-None-Match: *`, `If-Match: "<etag>"`). Checked and committed
+/// under one lock, so of concurrent conditional creates of one key exactly one succeeds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Precondition {
+    /// Write whatever is there.
+    #[default]
+    None,
+    /// `If-None-Match: *`: only if no object has the key.
+    Absent,
+    /// `If-Match`: only if the object has this ETag (`*`: any object).
+    Matches(String),
+}
+
+impl Precondition {
+    fn check(&self, current: Result<ObjectMeta, S3Error>) -> Result<(), S3Error> {
+        let failed = || {
+            s3_error!(
+                PreconditionFailed,
+                "At least one of the pre-conditions you specified did not hold"
+            )
+        };
+        match (self, current) {
+            (Self::None, _) => Ok(()),
+            (Self::Absent, Ok(_)) => Err(failed()),
+            (Self::Absent, Err(e)) if *e.code() == S3ErrorCode::NoSuchKey => Ok(()),
+            (Self::Matches(_), Err(e)) | (Self::Absent, Err(e)) => Err(e),
+            (Self::Matches(tag), Ok(meta)) => {
+                let tag = tag.trim_matches('"');
+                if tag == "*" || tag == meta.etag {
+                    Ok(())
+                } else {
+                    Err(failed())
+                }
+            }
+        }
+    }
 }
 
 /// The directory tree holding every bucket.
@@ -77,6 +123,8 @@ pub(crate) struct Storage {
     unique: AtomicU64,
     /// Sidecars by data path, checked against the data file's size and mtime before use.
     cache: Mutex<HashMap<PathBuf, ObjectMeta>>,
+    /// Held while a conditional write checks the object it replaces and takes its place.
+    commits: Mutex<()>,
 }
 
 impl Storage {
@@ -88,6 +136,7 @@ impl Storage {
             fsync,
             unique: AtomicU64::new(0),
             cache: Mutex::new(HashMap::new()),
+            commits: Mutex::new(()),
         })
     }
 
@@ -156,7 +205,9 @@ impl Storage {
                 "bucket {bucket} is not empty; delete its objects first"
             ));
         }
-        if has_entries(&self.internal("uploads", bucket)) {
+        // Completed uploads leave a record (for repeated completions); only unfinished ones
+        // keep a bucket from being deleted.
+        if !self.list_uploads(bucket, "")?.is_empty() {
             return Err(s3_error!(
                 BucketNotEmpty,
                 "bucket {bucket} has multipart uploads in progress; abort them first"
@@ -358,6 +409,7 @@ impl Storage {
     }
 
     /// Makes a finished temporary file the object `key`, with the given ETag.
+    #[cfg(test)]
     pub(crate) fn commit(
         &self,
         bucket: &str,
@@ -365,6 +417,20 @@ impl Storage {
         temp: TempObject,
         etag: String,
         attrs: ObjectAttrs,
+    ) -> Result<ObjectMeta, S3Error> {
+        self.commit_if(bucket, key, temp, etag, attrs, &Precondition::None)
+    }
+
+    /// [`Storage::commit`] if `precondition` holds of the object it would replace; otherwise
+    /// the temporary file is dropped and nothing changes.
+    pub(crate) fn commit_if(
+        &self,
+        bucket: &str,
+        key: &str,
+        temp: TempObject,
+        etag: String,
+        attrs: ObjectAttrs,
+        precondition: &Precondition,
     ) -> Result<ObjectMeta, S3Error> {
         let (data, meta_path) = self.object_paths(bucket, key)?;
         let mut temp = temp;
@@ -378,7 +444,12 @@ impl Storage {
             mtime_ns: mtime_ns(&stat),
             content_type: attrs.content_type,
             metadata: attrs.metadata,
+            parts: attrs.parts,
         };
+        // Every write takes the lock, so a conditional write sees no write land between its
+        // check and its rename.
+        let _commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
+        precondition.check(self.head(bucket, key))?;
         let Some(path) = temp.path.take() else {
             return Err(s3_error!(InternalError, "object written twice"));
         };

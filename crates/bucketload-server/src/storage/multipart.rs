@@ -11,10 +11,34 @@ use md5::{Digest, Md5};
 use s3s::{S3Error, s3_error};
 use serde::{Deserialize, Serialize};
 
-use super::{ObjectAttrs, ObjectMeta, Storage, TempObject, internal, is_missing};
+use super::{ObjectAttrs, ObjectMeta, Precondition, Storage, TempObject, internal, is_missing};
 
 /// S3's limit on part numbers.
 const MAX_PART_NUMBER: i32 = 10_000;
+/// In the directory of a completed upload (its parts gone): the key and the object's ETag.
+const COMPLETED: &str = "completed.json";
+
+/// How long a completed upload's record answers repeated completions.
+const REMEMBER_COMPLETED: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Completed {
+    key: String,
+    etag: String,
+}
+
+/// Removes the record of an upload completed more than [`REMEMBER_COMPLETED`] ago.
+fn forget_old_completion(dir: &Path) {
+    let done = dir.join(COMPLETED);
+    let old = fs::metadata(&done)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > REMEMBER_COMPLETED);
+    if old {
+        let _ = fs::remove_dir_all(dir);
+    }
+}
 
 #[derive(Debug, Serialize, Deserialize)]
 struct UploadRecord {
@@ -203,8 +227,12 @@ impl Storage {
         id: &str,
         parts: &[(i32, String)],
         min_part_size: u64,
+        precondition: &Precondition,
     ) -> Result<ObjectMeta, S3Error> {
-        let (dir, record) = self.upload_dir(bucket, key, id)?;
+        let (dir, record) = match self.upload_dir(bucket, key, id) {
+            Ok(found) => found,
+            Err(e) => return self.completed_before(bucket, key, id).ok_or(e),
+        };
         if parts.is_empty() {
             return Err(s3_error!(
                 MalformedXML,
@@ -220,6 +248,7 @@ impl Storage {
         let stored = read_parts(&dir).map_err(internal)?;
         let mut temp = self.begin_write()?;
         let mut md5s = Md5::new();
+        let mut sizes = Vec::with_capacity(parts.len());
         for (i, (number, etag)) in parts.iter().enumerate() {
             let info = stored
                 .iter()
@@ -242,11 +271,37 @@ impl Storage {
                     .map_err(|_| s3_error!(InternalError, "corrupt part record"))?,
             );
             temp.append_file(&dir.join(format!("{number:05}")))?;
+            sizes.push(info.size);
         }
         let etag = format!("{}-{}", hex::encode(md5s.finalize()), parts.len());
-        let meta = self.commit(bucket, key, temp, etag, record.attrs)?;
+        let attrs = ObjectAttrs {
+            parts: sizes,
+            ..record.attrs
+        };
+        let meta = self.commit_if(bucket, key, temp, etag, attrs, precondition)?;
+        // Remember the completion, so a repeated CompleteMultipartUpload (its first answer
+        // lost) is answered as S3 does: 200 with the object's ETag.
+        let done = Completed {
+            key: key.to_owned(),
+            etag: meta.etag.clone(),
+        };
         let _ = fs::remove_dir_all(&dir);
+        if let Ok(json) = serde_json::to_vec(&done) {
+            let _ = fs::create_dir_all(&dir).and_then(|()| fs::write(dir.join(COMPLETED), json));
+        }
         Ok(meta)
+    }
+
+    /// The object an upload made, when `id` was completed for `key` and the object is still
+    /// the one it made.
+    fn completed_before(&self, bucket: &str, key: &str, id: &str) -> Option<ObjectMeta> {
+        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let dir = self.internal("uploads", bucket).join(id);
+        let done: Completed = serde_json::from_slice(&fs::read(dir.join(COMPLETED)).ok()?).ok()?;
+        let meta = self.head(bucket, key).ok()?;
+        (done.key == key && done.etag == meta.etag).then_some(meta)
     }
 
     pub(crate) fn abort_upload(&self, bucket: &str, key: &str, id: &str) -> Result<(), S3Error> {
@@ -280,6 +335,7 @@ impl Storage {
                 continue;
             };
             let Some(record) = read_record(&entry.path()) else {
+                forget_old_completion(&entry.path());
                 continue;
             };
             if record.key.starts_with(prefix) {
@@ -359,10 +415,12 @@ mod tests {
         assert_eq!(storage.list_parts("b", "k", &id).unwrap().len(), 2);
         let parts = [(1, p1.etag.clone()), (2, p2.etag.clone())];
         let err = storage
-            .complete_upload("b", "k", &id, &parts, 100)
+            .complete_upload("b", "k", &id, &parts, 100, &Precondition::None)
             .unwrap_err();
         assert_eq!(err.code(), &s3s::S3ErrorCode::EntityTooSmall);
-        let meta = storage.complete_upload("b", "k", &id, &parts, 0).unwrap();
+        let meta = storage
+            .complete_upload("b", "k", &id, &parts, 0, &Precondition::None)
+            .unwrap();
         let mut md5s = Vec::new();
         md5s.extend(hex::decode(&p1.etag).unwrap());
         md5s.extend(hex::decode(&p2.etag).unwrap());
@@ -406,7 +464,9 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.code(), &s3s::S3ErrorCode::NoSuchKey);
         let parts = [(1, p1.etag), (2, p2.etag)];
-        storage.complete_upload("b", "k", &id, &parts, 0).unwrap();
+        storage
+            .complete_upload("b", "k", &id, &parts, 0, &Precondition::None)
+            .unwrap();
         assert_eq!(fs::read(dir.path().join("b/k")).unwrap(), b"23450123456789");
     }
 }

@@ -1,0 +1,315 @@
+"""`bucketload serve` does what S3 does, or refuses: never a silent overwrite, never a request
+accepted and ignored. Each case is checked with boto3 against the embedded server and, as a
+second opinion where it implements the operation, moto's server. S3's documentation decides
+what is right; where moto differs from it, the case names moto's difference and runs only
+against bucketload."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import datetime
+import hashlib
+import os
+
+import pytest
+from botocore.exceptions import ClientError
+
+from conftest import make_client
+from test_cli_dataset import moto  # noqa: F401  (a fixture)
+
+MIB = 1024 * 1024
+
+
+@pytest.fixture(params=["bucketload", "moto"])
+def store(request, server):
+    """``(name, boto3 client, fresh bucket)`` on the embedded server or on moto."""
+    if request.param == "bucketload":
+        client = make_client(server.endpoint)
+    else:
+        endpoint, _ = request.getfixturevalue("moto")
+        client = make_client(endpoint, key="moto", secret="moto")
+    bucket = f"fid-{os.urandom(5).hex()}"
+    client.create_bucket(Bucket=bucket)
+    return request.param, client, bucket
+
+
+def _error(call, *args, **kwargs) -> tuple[int, str]:
+    with pytest.raises(ClientError) as err:
+        call(*args, **kwargs)
+    response = err.value.response
+    return response["ResponseMetadata"]["HTTPStatusCode"], response["Error"]["Code"]
+
+
+def _body(s3, bucket, key) -> bytes:
+    return s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+def _missing(s3, bucket, key) -> bool:
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+    except ClientError as e:
+        return e.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+    return False
+
+
+def test_put_if_none_match_never_overwrites(store):
+    _, s3, bucket = store
+    s3.put_object(Bucket=bucket, Key="k", Body=b"first", IfNoneMatch="*")
+    assert _error(s3.put_object, Bucket=bucket, Key="k", Body=b"second", IfNoneMatch="*") == \
+        (412, "PreconditionFailed")
+    assert _body(s3, bucket, "k") == b"first"
+
+
+def test_put_if_match_replaces_only_the_named_version(store):
+    name, s3, bucket = store
+    etag = s3.put_object(Bucket=bucket, Key="k", Body=b"first")["ETag"]
+    other = '"' + hashlib.md5(b"other").hexdigest() + '"'
+    assert _error(s3.put_object, Bucket=bucket, Key="k", Body=b"second", IfMatch=other) == \
+        (412, "PreconditionFailed")
+    assert _body(s3, bucket, "k") == b"first"
+    s3.put_object(Bucket=bucket, Key="k", Body=b"second", IfMatch=etag)
+    assert _body(s3, bucket, "k") == b"second"
+    # S3: If-Match on a key with no object is 404 NoSuchKey, and nothing is written.
+    status, code = _error(s3.put_object, Bucket=bucket, Key="absent", Body=b"x", IfMatch=etag)
+    assert status == 404 and _missing(s3, bucket, "absent")
+
+
+def test_concurrent_conditional_creates_exactly_one_wins(server):
+    s3 = make_client(server.endpoint)
+    bucket = f"fid-{os.urandom(5).hex()}"
+    s3.create_bucket(Bucket=bucket)
+
+    def create(i: int) -> bool:
+        try:
+            s3.put_object(Bucket=bucket, Key="lock", Body=f"writer {i}".encode(), IfNoneMatch="*")
+            return True
+        except ClientError as e:
+            assert e.response["Error"]["Code"] == "PreconditionFailed"
+            return False
+
+    for _ in range(5):
+        s3.delete_object(Bucket=bucket, Key="lock")
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            won = [i for i, ok in enumerate(pool.map(create, range(8))) if ok]
+        assert len(won) == 1
+        assert _body(s3, bucket, "lock") == f"writer {won[0]}".encode()
+
+
+def _multipart(s3, bucket, key, parts: list[bytes]) -> tuple[str, list[dict]]:
+    upload = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    done = []
+    for number, data in enumerate(parts, start=1):
+        etag = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=number,
+                              Body=data)["ETag"]
+        done.append({"PartNumber": number, "ETag": etag})
+    return upload, done
+
+
+def test_complete_multipart_if_none_match_keeps_the_object(store):
+    _, s3, bucket = store
+    s3.put_object(Bucket=bucket, Key="k", Body=b"kept")
+    upload, parts = _multipart(s3, bucket, "k", [b"new"])
+    assert _error(s3.complete_multipart_upload, Bucket=bucket, Key="k", UploadId=upload,
+                  MultipartUpload={"Parts": parts}, IfNoneMatch="*") == (412, "PreconditionFailed")
+    assert _body(s3, bucket, "k") == b"kept"
+
+
+def test_repeated_complete_multipart_answers_as_the_first(store):
+    """A client whose first answer was lost sends CompleteMultipartUpload again: S3 answers
+    200 with the same ETag."""
+    name, s3, bucket = store
+    if name == "moto":
+        pytest.skip("moto answers NoSuchUpload to a repeated CompleteMultipartUpload; S3 200")
+    upload, parts = _multipart(s3, bucket, "k", [b"x" * 1000])
+    first = s3.complete_multipart_upload(Bucket=bucket, Key="k", UploadId=upload,
+                                         MultipartUpload={"Parts": parts})
+    again = s3.complete_multipart_upload(Bucket=bucket, Key="k", UploadId=upload,
+                                         MultipartUpload={"Parts": parts})
+    assert again["ETag"] == first["ETag"]
+    # Once the object is replaced, the upload is gone for good.
+    s3.put_object(Bucket=bucket, Key="k", Body=b"newer")
+    assert _error(s3.complete_multipart_upload, Bucket=bucket, Key="k", UploadId=upload,
+                  MultipartUpload={"Parts": parts})[1] == "NoSuchUpload"
+
+
+def test_write_offset_bytes_is_refused_and_changes_nothing(store):
+    name, s3, bucket = store
+    if name == "moto":
+        pytest.skip("moto appends (S3 refuses WriteOffsetBytes on general-purpose buckets)")
+    s3.put_object(Bucket=bucket, Key="k", Body=b"0123")
+    status, _ = _error(s3.put_object, Bucket=bucket, Key="k", Body=b"4567", WriteOffsetBytes=4)
+    assert status in (400, 501)
+    assert _body(s3, bucket, "k") == b"0123"
+
+
+def test_rename_object_is_refused_and_changes_nothing(server):
+    """Mountpoint's `mv` falls back when RenameObject answers 501."""
+    s3 = make_client(server.endpoint)
+    bucket = f"fid-{os.urandom(5).hex()}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="src", Body=b"data")
+    assert _error(s3.rename_object, Bucket=bucket, Key="dst", RenameSource=f"{bucket}/src") == \
+        (501, "NotImplemented")
+    assert _missing(s3, bucket, "dst") and _body(s3, bucket, "src") == b"data"
+
+
+@pytest.mark.parametrize("digest,code", [
+    (base64.b64encode(hashlib.md5(b"something else").digest()).decode(), "BadDigest"),
+    ("", "InvalidDigest"),
+    ("not-base64!", "InvalidDigest"),
+    (base64.b64encode(b"short").decode(), "InvalidDigest"),
+])
+def test_content_md5_is_verified(store, digest, code):
+    name, s3, bucket = store
+    if name == "moto":
+        pytest.skip("moto does not check Content-MD5")
+    s3.put_object(Bucket=bucket, Key="k", Body=b"kept")
+    # boto3 sends the header as given (it computes one only when none is given).
+    assert _error(s3.put_object, Bucket=bucket, Key="k", Body=b"body", ContentMD5=digest) == \
+        (400, code)
+    assert _body(s3, bucket, "k") == b"kept"
+    right = base64.b64encode(hashlib.md5(b"body").digest()).decode()
+    s3.put_object(Bucket=bucket, Key="k", Body=b"body", ContentMD5=right)
+    assert _body(s3, bucket, "k") == b"body"
+
+
+def test_upload_part_content_md5_is_verified(server):
+    s3 = make_client(server.endpoint)
+    bucket = f"fid-{os.urandom(5).hex()}"
+    s3.create_bucket(Bucket=bucket)
+    upload = s3.create_multipart_upload(Bucket=bucket, Key="k")["UploadId"]
+    wrong = base64.b64encode(hashlib.md5(b"x").digest()).decode()
+    assert _error(s3.upload_part, Bucket=bucket, Key="k", UploadId=upload, PartNumber=1,
+                  Body=b"part", ContentMD5=wrong) == (400, "BadDigest")
+    assert s3.list_parts(Bucket=bucket, Key="k", UploadId=upload).get("Parts", []) == []
+
+
+def test_copy_source_conditions(store):
+    name, s3, bucket = store
+    if name == "moto":
+        pytest.skip("moto ignores x-amz-copy-source-if-* conditions")
+    etag = s3.put_object(Bucket=bucket, Key="src", Body=b"source")["ETag"]
+    s3.put_object(Bucket=bucket, Key="dst", Body=b"kept")
+    source = {"Bucket": bucket, "Key": "src"}
+    past = datetime.datetime(2001, 1, 1, tzinfo=datetime.timezone.utc)
+    future = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)
+    failing = [
+        {"CopySourceIfMatch": '"' + "0" * 32 + '"'},
+        {"CopySourceIfNoneMatch": etag},
+        {"CopySourceIfUnmodifiedSince": past},
+        {"CopySourceIfModifiedSince": future},
+    ]
+    for condition in failing:
+        assert _error(s3.copy_object, Bucket=bucket, Key="dst", CopySource=source,
+                      **condition) == (412, "PreconditionFailed"), condition
+        assert _body(s3, bucket, "dst") == b"kept", condition
+    s3.copy_object(Bucket=bucket, Key="dst", CopySource=source, CopySourceIfMatch=etag,
+                   CopySourceIfModifiedSince=past)
+    assert _body(s3, bucket, "dst") == b"source"
+
+
+def test_copy_destination_if_none_match(store):
+    name, s3, bucket = store
+    if name == "moto":
+        pytest.skip("moto ignores If-None-Match on CopyObject")
+    s3.put_object(Bucket=bucket, Key="src", Body=b"source")
+    s3.put_object(Bucket=bucket, Key="dst", Body=b"kept")
+    assert _error(s3.copy_object, Bucket=bucket, Key="dst",
+                  CopySource={"Bucket": bucket, "Key": "src"}, IfNoneMatch="*") == \
+        (412, "PreconditionFailed")
+    assert _body(s3, bucket, "dst") == b"kept"
+    s3.copy_object(Bucket=bucket, Key="new", CopySource={"Bucket": bucket, "Key": "src"},
+                   IfNoneMatch="*")
+    assert _body(s3, bucket, "new") == b"source"
+
+
+def test_copy_onto_itself_without_changes_is_refused(store):
+    _, s3, bucket = store
+    s3.put_object(Bucket=bucket, Key="k", Body=b"data", Metadata={"a": "1"})
+    source = {"Bucket": bucket, "Key": "k"}
+    assert _error(s3.copy_object, Bucket=bucket, Key="k", CopySource=source) == \
+        (400, "InvalidRequest")
+    s3.copy_object(Bucket=bucket, Key="k", CopySource=source, MetadataDirective="REPLACE",
+                   Metadata={"a": "2"})
+    assert s3.head_object(Bucket=bucket, Key="k")["Metadata"] == {"a": "2"}
+
+
+def test_object_lock_is_refused_not_ignored(server):
+    """An object-lock bucket would be a plain bucket here, and a DeleteObject under
+    COMPLIANCE retention would remove the only copy: refuse instead."""
+    s3 = make_client(server.endpoint)
+    bucket = f"fid-{os.urandom(5).hex()}"
+    assert _error(s3.create_bucket, Bucket=bucket, ObjectLockEnabledForBucket=True) == \
+        (501, "NotImplemented")
+    with pytest.raises(ClientError):
+        s3.head_bucket(Bucket=bucket)
+    s3.create_bucket(Bucket=bucket)
+    until = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)
+    assert _error(s3.put_object, Bucket=bucket, Key="k", Body=b"x", ObjectLockMode="COMPLIANCE",
+                  ObjectLockRetainUntilDate=until) == (400, "InvalidRequest")
+    assert _error(s3.put_object, Bucket=bucket, Key="k", Body=b"x",
+                  ObjectLockLegalHoldStatus="ON") == (400, "InvalidRequest")
+    assert _missing(s3, bucket, "k")
+
+
+@pytest.mark.parametrize("extra", [
+    {"ACL": "public-read"},
+    {"Tagging": "team=ml"},
+    {"ServerSideEncryption": "aws:kms"},
+    {"StorageClass": "GLACIER"},
+    {"WebsiteRedirectLocation": "/elsewhere"},
+], ids=["acl", "tagging", "kms", "glacier", "website-redirect"])
+def test_put_features_not_implemented_are_refused(server, extra):
+    s3 = make_client(server.endpoint)
+    bucket = f"fid-{os.urandom(5).hex()}"
+    s3.create_bucket(Bucket=bucket)
+    assert _error(s3.put_object, Bucket=bucket, Key="k", Body=b"x", **extra) == \
+        (501, "NotImplemented")
+    assert _missing(s3, bucket, "k")
+
+
+@pytest.mark.parametrize("extra", [
+    {"ACL": "private"},
+    {"ACL": "bucket-owner-full-control"},
+    {"StorageClass": "STANDARD"},
+    {"ServerSideEncryption": "AES256"},
+], ids=["private", "owner-full-control", "standard", "aes256"])
+def test_put_options_that_change_nothing_pass(server, extra):
+    s3 = make_client(server.endpoint)
+    bucket = f"fid-{os.urandom(5).hex()}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="k", Body=b"x", **extra)
+    assert _body(s3, bucket, "k") == b"x"
+
+
+def test_get_and_head_with_part_number(store):
+    name, s3, bucket = store
+    if name == "moto":
+        pytest.skip("moto serves other bytes for partNumber")
+    first, second = os.urandom(5 * MIB), os.urandom(1000)
+    upload, parts = _multipart(s3, bucket, "mp", [first, second])
+    s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=upload,
+                                 MultipartUpload={"Parts": parts})
+    got = s3.get_object(Bucket=bucket, Key="mp", PartNumber=2)
+    assert got["Body"].read() == second
+    assert got["PartsCount"] == 2
+    assert got["ContentRange"] == f"bytes {len(first)}-{len(first) + 999}/{len(first) + 1000}"
+    head = s3.head_object(Bucket=bucket, Key="mp", PartNumber=1)
+    assert head["ContentLength"] == len(first) and head["PartsCount"] == 2
+    assert _error(s3.get_object, Bucket=bucket, Key="mp", PartNumber=3)[0] == 416
+    # An object written whole is one part.
+    s3.put_object(Bucket=bucket, Key="whole", Body=b"0123456789")
+    assert s3.get_object(Bucket=bucket, Key="whole", PartNumber=1)["Body"].read() == b"0123456789"
+    assert _error(s3.get_object, Bucket=bucket, Key="whole", PartNumber=2)[0] == 416
+
+
+def test_delete_objects_takes_at_most_1000_keys(store):
+    name, s3, bucket = store
+    if name == "moto":
+        pytest.skip("moto executes DeleteObjects with more than 1000 keys")
+    s3.put_object(Bucket=bucket, Key="k0", Body=b"x")
+    keys = [{"Key": f"k{i}"} for i in range(1001)]
+    assert _error(s3.delete_objects, Bucket=bucket, Delete={"Objects": keys}) == \
+        (400, "MalformedXML")
+    assert not _missing(s3, bucket, "k0")
