@@ -24,6 +24,8 @@ use crate::storage::{ListItem, ListQuery, ObjectAttrs, ObjectMeta, Storage, Temp
 const INLINE_READ_MAX: u64 = 256 * 1024;
 /// S3's page size limit for listings.
 const MAX_LIST_KEYS: i32 = 1000;
+/// S3's page size limit for ListBuckets.
+const MAX_LIST_BUCKETS: i32 = 10_000;
 /// S3's limit on the keys of one DeleteObjects request.
 const MAX_DELETE_KEYS: usize = 1000;
 
@@ -98,16 +100,165 @@ impl Backend {
         checksum::verify(&declared, &computed)?;
         Ok((temp, computed))
     }
+
+    /// One page of a listing (ListObjects and ListObjectsV2), keys encoded as asked.
+    async fn list_page(
+        &self,
+        bucket: String,
+        mut query: ListQuery,
+        max_keys: Option<i32>,
+        encode: UrlEncoding,
+    ) -> S3Result<Listed> {
+        let max_keys = max_keys.unwrap_or(MAX_LIST_KEYS).clamp(0, MAX_LIST_KEYS);
+        query.max_keys = max_keys as usize;
+        let page = self.blocking(move |s| s.list(&bucket, &query)).await?;
+        let last_token = page.items.last().map(encode_token);
+        let last = page.items.last().map(|item| match item {
+            ListItem::Object(key, _) => key.clone(),
+            ListItem::CommonPrefix(p) => p.clone(),
+        });
+        let (mut contents, mut prefixes) = (Vec::new(), Vec::new());
+        let key_count = page.items.len() as i32;
+        for item in page.items {
+            match item {
+                ListItem::Object(key, meta) => contents.push(Object {
+                    e_tag: Some(etag(&meta)),
+                    last_modified: Some(timestamp(meta.last_modified())),
+                    size: Some(meta.size as i64),
+                    storage_class: Some(ObjectStorageClass::from_static(
+                        ObjectStorageClass::STANDARD,
+                    )),
+                    key: Some(encode.apply(key)),
+                    ..Default::default()
+                }),
+                ListItem::CommonPrefix(p) => prefixes.push(CommonPrefix {
+                    prefix: Some(encode.apply(p)),
+                }),
+            }
+        }
+        Ok(Listed {
+            contents,
+            prefixes,
+            key_count,
+            max_keys,
+            truncated: page.truncated,
+            last,
+            last_token,
+        })
+    }
 }
 
-fn attrs(content_type: Option<String>, metadata: Option<Metadata>) -> ObjectAttrs {
+/// A listing page as S3 answers it.
+struct Listed {
+    contents: Vec<Object>,
+    prefixes: Vec<CommonPrefix>,
+    key_count: i32,
+    max_keys: i32,
+    truncated: bool,
+    /// The last key or common prefix of the page (ListObjects' NextMarker).
+    last: Option<String>,
+    /// ListObjectsV2's continuation token after the page.
+    last_token: Option<String>,
+}
+
+/// Whether a listing URL-encodes the keys, prefixes and delimiter it returns
+/// (`encoding-type=url`, which boto3 sends by default and decodes).
+#[derive(Clone, Copy, Debug)]
+struct UrlEncoding(bool);
+
+impl UrlEncoding {
+    /// Percent-encodes every byte but unreserved characters and `/`, as S3 does.
+    fn apply(self, text: String) -> String {
+        if !self.0 {
+            return text;
+        }
+        let mut out = String::with_capacity(text.len());
+        for &b in text.as_bytes() {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
+                out.push(b as char);
+            } else {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+        out
+    }
+}
+
+fn url_encoding(encoding: Option<&EncodingType>) -> S3Result<UrlEncoding> {
+    match encoding.map(EncodingType::as_str) {
+        None => Ok(UrlEncoding(false)),
+        Some("url") => Ok(UrlEncoding(true)),
+        Some(other) => Err(s3_error!(
+            InvalidArgument,
+            "Invalid Encoding Method specified in Request: {other:?} (only \"url\")"
+        )),
+    }
+}
+
+fn owner() -> Owner {
+    Owner {
+        display_name: Some("bucketload".into()),
+        id: Some("bucketload".into()),
+    }
+}
+
+fn attrs(
+    content_type: Option<String>,
+    metadata: Option<Metadata>,
+    headers: BTreeMap<String, String>,
+) -> ObjectAttrs {
     ObjectAttrs {
         content_type,
         metadata: metadata
             .map(|m| m.into_iter().collect())
             .unwrap_or_default(),
         parts: Vec::new(),
+        headers,
     }
+}
+
+/// The standard headers S3 stores with an object and returns on GET and HEAD.
+fn stored_headers(
+    cache_control: Option<String>,
+    content_disposition: Option<String>,
+    content_encoding: Option<String>,
+    content_language: Option<String>,
+    expires: Option<Timestamp>,
+) -> BTreeMap<String, String> {
+    let expires = expires.and_then(|t| {
+        let mut text = Vec::new();
+        t.format(TimestampFormat::HttpDate, &mut text).ok()?;
+        String::from_utf8(text).ok()
+    });
+    [
+        ("cache-control", cache_control),
+        ("content-disposition", content_disposition),
+        ("content-encoding", content_encoding),
+        ("content-language", content_language),
+        ("expires", expires),
+    ]
+    .into_iter()
+    .filter_map(|(name, value)| Some((name.to_owned(), value?)))
+    .collect()
+}
+
+/// A stored standard header.
+fn stored(meta: &ObjectMeta, name: &str) -> Option<String> {
+    meta.headers.get(name).cloned()
+}
+
+/// The stored `Expires` header.
+fn stored_expires(meta: &ObjectMeta) -> Option<Timestamp> {
+    Timestamp::parse(TimestampFormat::HttpDate, meta.headers.get("expires")?).ok()
+}
+
+/// The object's Content-Type: S3 answers `binary/octet-stream` for one written without.
+fn content_type(meta: &ObjectMeta) -> Option<String> {
+    Some(
+        meta.content_type
+            .clone()
+            .unwrap_or_else(|| "binary/octet-stream".to_owned()),
+    )
 }
 
 fn user_metadata(meta: &BTreeMap<String, String>) -> Option<Metadata> {
@@ -133,30 +284,103 @@ fn timestamp(t: std::time::SystemTime) -> Timestamp {
     Timestamp::from(t)
 }
 
-/// Answers If-Match / If-None-Match as S3 does (412 / 304).
+/// The [`WriteFeatures`] a PutObject, CopyObject or CreateMultipartUpload request asks for
+/// (their models share these fields).
+macro_rules! write_features {
+    ($input:expr) => {
+        WriteFeatures {
+            acl: $input.acl.as_ref().map(|a| a.as_str()),
+            grants: $input.grant_full_control.is_some()
+                || $input.grant_read.is_some()
+                || $input.grant_read_acp.is_some()
+                || $input.grant_write_acp.is_some(),
+            lock: $input.object_lock_mode.is_some()
+                || $input.object_lock_retain_until_date.is_some()
+                || $input.object_lock_legal_hold_status.is_some(),
+            sse: $input.server_side_encryption.as_ref().map(|s| s.as_str()),
+            sse_kms_or_customer: $input.ssekms_key_id.is_some()
+                || $input.ssekms_encryption_context.is_some()
+                || $input.sse_customer_algorithm.is_some()
+                || $input.sse_customer_key.is_some(),
+            storage_class: $input.storage_class.as_ref().map(|c| c.as_str()),
+            tagging: $input.tagging.is_some(),
+            website_redirect: $input.website_redirect_location.is_some(),
+            write_offset: false,
+        }
+    };
+}
+
+/// The conditions of a GET or HEAD (RFC 9110 with S3's precedence: If-Match decides over
+/// If-Unmodified-Since, If-None-Match over If-Modified-Since).
+#[derive(Debug, Default)]
+struct ReadConditions {
+    if_match: Option<ETagCondition>,
+    if_none_match: Option<ETagCondition>,
+    if_modified_since: Option<Timestamp>,
+    if_unmodified_since: Option<Timestamp>,
+}
+
+/// Answers the conditions as S3 does: 412 PreconditionFailed, or 304 Not Modified carrying
+/// the object's ETag and Last-Modified.
+fn check_read_conditions(meta: &ObjectMeta, c: &ReadConditions) -> S3Result<()> {
+    let matches = |c: &ETagCondition| match c {
+        ETagCondition::Any => true,
+        ETagCondition::ETag(tag) => tag.value() == meta.etag,
+    };
+    // HTTP dates have whole seconds.
+    let modified = Timestamp::from(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(meta.mtime_ns / 1_000_000_000),
+    );
+    let failed = match (&c.if_match, &c.if_unmodified_since) {
+        (Some(m), _) => !matches(m),
+        (None, Some(t)) => modified > *t,
+        (None, None) => false,
+    };
+    if failed {
+        return Err(s3_error!(
+            PreconditionFailed,
+            "At least one of the pre-conditions you specified did not hold"
+        ));
+    }
+    let not_modified = match (&c.if_none_match, &c.if_modified_since) {
+        (Some(m), _) => matches(m),
+        (None, Some(t)) => modified <= *t,
+        (None, None) => false,
+    };
+    if not_modified {
+        let mut e = s3_error!(NotModified);
+        let mut headers = http::HeaderMap::new();
+        if let Ok(v) = http::HeaderValue::from_str(&format!("\"{}\"", meta.etag)) {
+            headers.insert(http::header::ETAG, v);
+        }
+        let mut date = Vec::new();
+        if modified
+            .format(TimestampFormat::HttpDate, &mut date)
+            .is_ok()
+            && let Ok(v) = http::HeaderValue::from_bytes(&date)
+        {
+            headers.insert(http::header::LAST_MODIFIED, v);
+        }
+        e.set_headers(headers);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// UploadPartCopy's source conditions (If-Match → 412, If-None-Match → 304).
 fn check_conditions(
     meta: &ObjectMeta,
     if_match: Option<&ETagCondition>,
     if_none_match: Option<&ETagCondition>,
 ) -> S3Result<()> {
-    let matches = |c: &ETagCondition| match c {
-        ETagCondition::Any => true,
-        ETagCondition::ETag(tag) => tag.value() == meta.etag,
-    };
-    if let Some(c) = if_match
-        && !matches(c)
-    {
-        return Err(s3_error!(
-            PreconditionFailed,
-            "the object's ETag does not match If-Match"
-        ));
-    }
-    if let Some(c) = if_none_match
-        && matches(c)
-    {
-        return Err(s3_error!(NotModified));
-    }
-    Ok(())
+    check_read_conditions(
+        meta,
+        &ReadConditions {
+            if_match: if_match.cloned(),
+            if_none_match: if_none_match.cloned(),
+            ..Default::default()
+        },
+    )
 }
 
 /// Parses `x-amz-copy-source-range`, which S3 accepts only as `bytes=first-last`.
@@ -204,9 +428,30 @@ fn decode_token(token: &str, query: &mut ListQuery) -> S3Result<()> {
 impl S3 for Backend {
     async fn list_buckets(
         &self,
-        _req: S3Request<ListBucketsInput>,
+        req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
-        let buckets = self.blocking(|s| s.list_buckets()).await?;
+        let input = req.input;
+        let max = match input.max_buckets {
+            None => MAX_LIST_BUCKETS,
+            Some(n) if (1..=MAX_LIST_BUCKETS).contains(&n) => n,
+            Some(n) => {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "max-buckets must be between 1 and {MAX_LIST_BUCKETS}, not {n}"
+                ));
+            }
+        };
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let after = input.continuation_token.clone().unwrap_or_default();
+        let mut buckets: Vec<_> = self
+            .blocking(|s| s.list_buckets())
+            .await?
+            .into_iter()
+            .filter(|(name, _)| name.starts_with(&prefix) && *name > after)
+            .collect();
+        // The continuation token is the last name handed out: bucket names are listed in order.
+        let next = (buckets.len() > max as usize).then(|| buckets[max as usize - 1].0.clone());
+        buckets.truncate(max as usize);
         let buckets = buckets
             .into_iter()
             .map(|(name, created)| Bucket {
@@ -215,14 +460,11 @@ impl S3 for Backend {
                 ..Default::default()
             })
             .collect();
-        let owner = Owner {
-            display_name: Some("bucketload".into()),
-            id: Some("bucketload".into()),
-        };
         Ok(S3Response::new(ListBucketsOutput {
             buckets: Some(buckets),
-            owner: Some(owner),
-            ..Default::default()
+            owner: Some(owner()),
+            continuation_token: next,
+            prefix: input.prefix,
         }))
     }
 
@@ -286,7 +528,15 @@ impl S3 for Backend {
         let input = req.input;
         let (bucket, key) = (input.bucket.clone(), input.key.clone());
         let meta = self.blocking(move |s| s.head(&bucket, &key)).await?;
-        check_conditions(&meta, input.if_match.as_ref(), input.if_none_match.as_ref())?;
+        check_read_conditions(
+            &meta,
+            &ReadConditions {
+                if_match: input.if_match.clone(),
+                if_none_match: input.if_none_match.clone(),
+                if_modified_since: input.if_modified_since.clone(),
+                if_unmodified_since: input.if_unmodified_since.clone(),
+            },
+        )?;
         let part = input
             .part_number
             .map(|n| fidelity::part_range(&meta, n))
@@ -296,7 +546,12 @@ impl S3 for Backend {
             content_length: Some(part.as_ref().map_or(meta.size, |p| p.end - p.start) as i64),
             content_range: part.as_ref().map(|p| content_range(p, meta.size)),
             parts_count: part_count(&meta, input.part_number),
-            content_type: meta.content_type.clone(),
+            content_type: content_type(&meta),
+            cache_control: stored(&meta, "cache-control"),
+            content_disposition: stored(&meta, "content-disposition"),
+            content_encoding: stored(&meta, "content-encoding"),
+            content_language: stored(&meta, "content-language"),
+            expires: stored_expires(&meta),
             e_tag: Some(etag(&meta)),
             last_modified: Some(timestamp(meta.last_modified())),
             metadata: user_metadata(&meta.metadata),
@@ -340,7 +595,15 @@ impl S3 for Backend {
             self.blocking(move |s| prepare_body(s, &buffers, (&bucket, &key), file, &stat, range))
                 .await?
         };
-        check_conditions(&meta, input.if_match.as_ref(), input.if_none_match.as_ref())?;
+        check_read_conditions(
+            &meta,
+            &ReadConditions {
+                if_match: input.if_match.clone(),
+                if_none_match: input.if_none_match.clone(),
+                if_modified_since: input.if_modified_since.clone(),
+                if_unmodified_since: input.if_unmodified_since.clone(),
+            },
+        )?;
         let content_range = range.map(|_| {
             format!(
                 "bytes {}-{}/{}",
@@ -355,7 +618,12 @@ impl S3 for Backend {
             content_length: Some((span.end - span.start) as i64),
             content_range,
             parts_count: part_count(&meta, input.part_number),
-            content_type: meta.content_type.clone(),
+            content_type: content_type(&meta),
+            cache_control: stored(&meta, "cache-control"),
+            content_disposition: stored(&meta, "content-disposition"),
+            content_encoding: stored(&meta, "content-encoding"),
+            content_language: stored(&meta, "content-language"),
+            expires: stored_expires(&meta),
             e_tag: Some(etag(&meta)),
             last_modified: Some(timestamp(meta.last_modified())),
             metadata: user_metadata(&meta.metadata),
@@ -369,23 +637,8 @@ impl S3 for Backend {
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let input = req.input;
         WriteFeatures {
-            acl: input.acl.as_ref().map(|a| a.as_str()),
-            grants: input.grant_full_control.is_some()
-                || input.grant_read.is_some()
-                || input.grant_read_acp.is_some()
-                || input.grant_write_acp.is_some(),
-            lock: input.object_lock_mode.is_some()
-                || input.object_lock_retain_until_date.is_some()
-                || input.object_lock_legal_hold_status.is_some(),
-            sse: input.server_side_encryption.as_ref().map(|s| s.as_str()),
-            sse_kms_or_customer: input.ssekms_key_id.is_some()
-                || input.ssekms_encryption_context.is_some()
-                || input.sse_customer_algorithm.is_some()
-                || input.sse_customer_key.is_some(),
-            storage_class: input.storage_class.as_ref().map(|c| c.as_str()),
-            tagging: input.tagging.is_some(),
-            website_redirect: input.website_redirect_location.is_some(),
             write_offset: input.write_offset_bytes.is_some(),
+            ..write_features!(input)
         }
         .refuse_unsupported()?;
         let precondition =
@@ -407,7 +660,17 @@ impl S3 for Backend {
         ]);
         let (temp, sums) = self.receive(input.body, declared).await?;
         fidelity::verify_md5(md5, &temp.md5())?;
-        let attrs = attrs(input.content_type, input.metadata);
+        let attrs = attrs(
+            input.content_type,
+            input.metadata,
+            stored_headers(
+                input.cache_control,
+                input.content_disposition,
+                input.content_encoding,
+                input.content_language,
+                input.expires,
+            ),
+        );
         let meta = self
             .blocking(move |s| {
                 let etag = hex::encode(temp.md5());
@@ -432,30 +695,17 @@ impl S3 for Backend {
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let precondition = fidelity::header_precondition(&req.headers)?;
         let input = req.input;
+        let copy_features = write_features!(input);
         WriteFeatures {
-            acl: input.acl.as_ref().map(|a| a.as_str()),
-            grants: input.grant_full_control.is_some()
-                || input.grant_read.is_some()
-                || input.grant_read_acp.is_some()
-                || input.grant_write_acp.is_some(),
-            lock: input.object_lock_mode.is_some()
-                || input.object_lock_retain_until_date.is_some()
-                || input.object_lock_legal_hold_status.is_some(),
-            sse: input.server_side_encryption.as_ref().map(|s| s.as_str()),
-            sse_kms_or_customer: input.ssekms_key_id.is_some()
-                || input.ssekms_encryption_context.is_some()
-                || input.sse_customer_algorithm.is_some()
-                || input.sse_customer_key.is_some()
+            sse_kms_or_customer: copy_features.sse_kms_or_customer
                 || input.copy_source_sse_customer_algorithm.is_some()
                 || input.copy_source_sse_customer_key.is_some(),
-            storage_class: input.storage_class.as_ref().map(|c| c.as_str()),
-            tagging: input.tagging.is_some()
+            tagging: copy_features.tagging
                 || input
                     .tagging_directive
                     .as_ref()
                     .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE),
-            website_redirect: input.website_redirect_location.is_some(),
-            write_offset: false,
+            ..copy_features
         }
         .refuse_unsupported()?;
         let (src_bucket, src_key) = bucket_and_key(input.copy_source)?;
@@ -480,7 +730,17 @@ impl S3 for Backend {
             input.copy_source_if_modified_since,
             input.copy_source_if_unmodified_since,
         );
-        let new_attrs = attrs(input.content_type, input.metadata);
+        let new_attrs = attrs(
+            input.content_type,
+            input.metadata,
+            stored_headers(
+                input.cache_control,
+                input.content_disposition,
+                input.content_encoding,
+                input.content_language,
+                input.expires,
+            ),
+        );
         let (bucket, key) = (input.bucket, input.key);
         let meta = self
             .blocking(move |s| {
@@ -504,6 +764,7 @@ impl S3 for Backend {
                         content_type: source.content_type,
                         metadata: source.metadata,
                         parts: Vec::new(),
+                        headers: source.headers,
                     }
                 };
                 s.commit_if(&bucket, &key, temp, source.etag, attrs, &precondition)
@@ -573,60 +834,92 @@ impl S3 for Backend {
         Ok(S3Response::new(output))
     }
 
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        let input = req.input;
+        let delimiter = input.delimiter.clone().filter(|d| !d.is_empty());
+        let mut query = ListQuery {
+            prefix: input.prefix.clone().unwrap_or_default(),
+            delimiter: delimiter.clone(),
+            after: input.marker.clone().filter(|m| !m.is_empty()),
+            skip_prefix: None,
+            max_keys: 0,
+        };
+        // A marker that is a common prefix (the NextMarker of a page ending in one) continues
+        // after every key under it.
+        if let (Some(marker), Some(d)) = (&query.after, &delimiter)
+            && marker.starts_with(&query.prefix)
+            && marker.ends_with(d.as_str())
+        {
+            query.skip_prefix = Some(marker.clone());
+        }
+        let encode = url_encoding(input.encoding_type.as_ref())?;
+        let listed = self
+            .list_page(input.bucket.clone(), query, input.max_keys, encode)
+            .await?;
+        // S3 gives NextMarker only with a delimiter; without one the last key is the marker.
+        let next_marker = (listed.truncated && delimiter.is_some())
+            .then(|| listed.last.clone())
+            .flatten();
+        Ok(S3Response::new(ListObjectsOutput {
+            name: Some(input.bucket),
+            prefix: Some(encode.apply(input.prefix.unwrap_or_default())),
+            marker: Some(encode.apply(input.marker.unwrap_or_default())),
+            delimiter: input.delimiter.map(|d| encode.apply(d)),
+            max_keys: Some(listed.max_keys),
+            is_truncated: Some(listed.truncated),
+            next_marker: next_marker.map(|m| encode.apply(m)),
+            contents: Some(listed.contents),
+            common_prefixes: (!listed.prefixes.is_empty()).then_some(listed.prefixes),
+            encoding_type: input.encoding_type,
+            ..Default::default()
+        }))
+    }
+
     async fn list_objects_v2(
         &self,
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
         let input = req.input;
-        let max_keys = input
-            .max_keys
-            .unwrap_or(MAX_LIST_KEYS)
-            .clamp(0, MAX_LIST_KEYS);
         let mut query = ListQuery {
             prefix: input.prefix.clone().unwrap_or_default(),
             delimiter: input.delimiter.clone().filter(|d| !d.is_empty()),
             after: input.start_after.clone().filter(|s| !s.is_empty()),
             skip_prefix: None,
-            max_keys: max_keys as usize,
+            max_keys: 0,
         };
-        if let Some(token) = &input.continuation_token {
+        // An empty token is no token, as S3 takes it.
+        if let Some(token) = input.continuation_token.as_ref().filter(|t| !t.is_empty()) {
             decode_token(token, &mut query)?;
         }
-        let bucket = input.bucket.clone();
-        let page = self.blocking(move |s| s.list(&bucket, &query)).await?;
-        let next = page
-            .truncated
-            .then(|| page.items.last().map(encode_token))
-            .flatten();
-        let (mut contents, mut prefixes) = (Vec::new(), Vec::new());
-        let key_count = page.items.len() as i32;
-        for item in page.items {
-            match item {
-                ListItem::Object(key, meta) => contents.push(Object {
-                    e_tag: Some(etag(&meta)),
-                    last_modified: Some(timestamp(meta.last_modified())),
-                    size: Some(meta.size as i64),
-                    storage_class: Some(ObjectStorageClass::from_static(
-                        ObjectStorageClass::STANDARD,
-                    )),
-                    key: Some(key),
-                    ..Default::default()
-                }),
-                ListItem::CommonPrefix(p) => prefixes.push(CommonPrefix { prefix: Some(p) }),
+        let encode = url_encoding(input.encoding_type.as_ref())?;
+        let mut listed = self
+            .list_page(input.bucket.clone(), query, input.max_keys, encode)
+            .await?;
+        if input.fetch_owner == Some(true) {
+            for object in &mut listed.contents {
+                object.owner = Some(owner());
             }
         }
+        let next = listed
+            .truncated
+            .then(|| listed.last_token.clone())
+            .flatten();
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(input.bucket),
-            prefix: input.prefix,
-            delimiter: input.delimiter,
-            max_keys: Some(max_keys),
-            key_count: Some(key_count),
+            prefix: Some(encode.apply(input.prefix.unwrap_or_default())),
+            delimiter: input.delimiter.map(|d| encode.apply(d)),
+            max_keys: Some(listed.max_keys),
+            key_count: Some(listed.key_count),
             continuation_token: input.continuation_token,
-            start_after: input.start_after,
+            start_after: input.start_after.map(|a| encode.apply(a)),
             is_truncated: Some(next.is_some()),
             next_continuation_token: next,
-            contents: Some(contents),
-            common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
+            contents: Some(listed.contents),
+            common_prefixes: (!listed.prefixes.is_empty()).then_some(listed.prefixes),
+            encoding_type: input.encoding_type,
             ..Default::default()
         }))
     }
@@ -636,7 +929,18 @@ impl S3 for Backend {
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let input = req.input;
-        let attrs = attrs(input.content_type, input.metadata);
+        write_features!(input).refuse_unsupported()?;
+        let attrs = attrs(
+            input.content_type,
+            input.metadata,
+            stored_headers(
+                input.cache_control,
+                input.content_disposition,
+                input.content_encoding,
+                input.content_language,
+                input.expires,
+            ),
+        );
         let (bucket, key) = (input.bucket.clone(), input.key.clone());
         let id = self
             .blocking(move |s| s.create_upload(&bucket, &key, attrs))

@@ -58,6 +58,10 @@ pub(crate) struct ObjectMeta {
     /// with `partNumber`); empty for an object written whole.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) parts: Vec<u64>,
+    /// The standard headers stored with the object (`cache-control`, `content-disposition`,
+    /// `content-encoding`, `content-language`, `expires`), by lower-case name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) headers: BTreeMap<String, String>,
 }
 
 impl ObjectMeta {
@@ -74,6 +78,9 @@ pub(crate) struct ObjectAttrs {
     /// Part sizes, for an object a multipart upload completes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) parts: Vec<u64>,
+    /// Standard headers stored with the object (see [`ObjectMeta::headers`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) headers: BTreeMap<String, String>,
 }
 
 /// What must hold of the object a write replaces for the write to take effect: S3's
@@ -445,6 +452,7 @@ impl Storage {
             content_type: attrs.content_type,
             metadata: attrs.metadata,
             parts: attrs.parts,
+            headers: attrs.headers,
         };
         // Every write takes the lock, so a conditional write sees no write land between its
         // check and its rename.
