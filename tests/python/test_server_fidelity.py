@@ -11,6 +11,7 @@ import concurrent.futures
 import datetime
 import hashlib
 import os
+import re
 
 import pytest
 from botocore.exceptions import ClientError
@@ -328,6 +329,13 @@ def test_list_objects_v2_url_encoding_keeps_keys_exact(store):
     assert [o["Key"] for o in raw["Contents"]] == ["päth/ü+x"]
     folders = s3.list_objects_v2(Bucket=bucket, Delimiter="/")["CommonPrefixes"]
     assert [p["Prefix"] for p in folders] == ["plain/", "päth/"]
+    # On the wire the keys are encoded, and the answer says so (clients decode only then).
+    raw = []
+    s3.meta.events.register("after-call.s3.ListObjectsV2",
+                            lambda http_response, **_: raw.append(http_response.content))
+    s3.list_objects_v2(Bucket=bucket, EncodingType="url")
+    assert b"<EncodingType>url</EncodingType>" in raw[0]
+    assert b"<Key>a%2Bb</Key>" in raw[0] and b"<Key>e%20f</Key>" in raw[0]
 
 
 def test_list_objects_v1_pages_like_s3(store):
@@ -432,3 +440,53 @@ def test_multipart_features_not_implemented_are_refused(server):
     assert _error(s3.create_multipart_upload, Bucket=bucket, Key="k",
                   StorageClass="GLACIER") == (501, "NotImplemented")
     assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def _raw_get(url: str) -> tuple[int, bytes]:
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_presigned_urls_live_at_most_seven_days(server):
+    s3 = make_client(server.endpoint, signature_version="s3v4")
+    bucket = f"fid-{os.urandom(5).hex()}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="k", Body=b"data")
+    week = 7 * 24 * 3600
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "k"},
+                                    ExpiresIn=week)
+    assert _raw_get(url) == (200, b"data")
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "k"},
+                                    ExpiresIn=30 * 24 * 3600)
+    status, body = _raw_get(url)
+    assert status == 400 and b"AuthorizationQueryParametersError" in body
+
+
+def test_expired_presigned_url_is_403(server):
+    s3 = make_client(server.endpoint, signature_version="s3v4")
+    bucket = f"fid-{os.urandom(5).hex()}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="k", Body=b"data")
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "k"},
+                                    ExpiresIn=60)
+    # The same URL, signed two hours ago (the expiry is checked before the signature).
+    signed = (datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=2))
+    old = re.sub(r"X-Amz-Date=\d{8}T\d{6}Z", f"X-Amz-Date={signed:%Y%m%dT%H%M%SZ}", url)
+    assert old != url
+    status, body = _raw_get(old)
+    assert status == 403 and b"AccessDenied" in body and b"expired" in body
+
+
+def test_sigv2_is_refused_unless_allowed(server):
+    s3 = make_client(server.endpoint, signature_version="s3")
+    assert _error(s3.list_buckets) == (400, "InvalidRequest")
+
+
+def test_unknown_access_key_is_invalid_access_key_id(server):
+    s3 = make_client(server.endpoint, key="nobody", secret="whatever")
+    assert _error(s3.list_buckets) == (403, "InvalidAccessKeyId")

@@ -56,6 +56,10 @@ pub struct ServeArgs {
     /// Allow listening on an address other than loopback (the server is for development only)
     #[arg(long)]
     allow_non_loopback: bool,
+    /// Accept requests signed with Signature Version 2 (S3 refuses them for buckets made
+    /// since 2020; so does the server by default)
+    #[arg(long)]
+    allow_sigv2: bool,
 }
 
 fn parse_latency(s: &str) -> Result<LatencySpec, String> {
@@ -87,6 +91,7 @@ impl ServeArgs {
         let mut builder = ServerConfig::builder(&self.root)
             .with_addr(self.addr)
             .with_allow_non_loopback(self.allow_non_loopback)
+            .with_allow_sigv2(self.allow_sigv2)
             .with_credentials(key, secret)
             .with_faults(faults);
         if let Some(l) = self.latency {

@@ -29,6 +29,7 @@ pub struct ServerConfig {
     pub(crate) faults: FaultConfig,
     pub(crate) min_part_size: u64,
     pub(crate) fsync: bool,
+    pub(crate) allow_sigv2: bool,
 }
 
 impl ServerConfig {
@@ -45,6 +46,7 @@ impl ServerConfig {
             faults: FaultConfig::default(),
             min_part_size: DEFAULT_MIN_PART_SIZE,
             fsync: false,
+            allow_sigv2: false,
         }
     }
 
@@ -110,12 +112,20 @@ pub struct ServerBuilder {
     faults: FaultConfig,
     min_part_size: u64,
     fsync: bool,
+    allow_sigv2: bool,
 }
 
 impl ServerBuilder {
     /// Address to bind. Default `127.0.0.1:0` (a free port on loopback).
     pub fn with_addr(mut self, addr: SocketAddr) -> Self {
         self.addr = addr;
+        self
+    }
+
+    /// Accepts requests signed with Signature Version 2. Default `false`: S3 refuses them for
+    /// buckets made since 2020 (400 `InvalidRequest`), so tests against the server catch them.
+    pub fn with_allow_sigv2(mut self, yes: bool) -> Self {
+        self.allow_sigv2 = yes;
         self
     }
 
@@ -215,6 +225,7 @@ impl ServerBuilder {
             faults: self.faults,
             min_part_size: self.min_part_size,
             fsync: self.fsync,
+            allow_sigv2: self.allow_sigv2,
         })
     }
 }

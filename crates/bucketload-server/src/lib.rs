@@ -34,6 +34,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod auth;
 mod body;
 mod bufpool;
 mod checksum;

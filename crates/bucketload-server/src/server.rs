@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
-use s3s::auth::SimpleAuth;
 use s3s::service::S3ServiceBuilder;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -79,7 +78,7 @@ async fn prepare(config: &ServerConfig) -> Result<(TcpListener, Arc<Shared>), Er
     })?;
     let backend = Backend::new(Arc::new(storage), config.min_part_size);
     let mut builder = S3ServiceBuilder::new(backend);
-    builder.set_auth(SimpleAuth::from_single(
+    builder.set_auth(crate::auth::SingleKey::new(
         config.access_key.clone(),
         config.secret_key.clone(),
     ));
@@ -91,6 +90,7 @@ async fn prepare(config: &ServerConfig) -> Result<(TcpListener, Arc<Shared>), Er
         fault_rates: config.faults,
         latency: config.latency,
         limiter: config.rate_limit.map(RateLimiter::new),
+        allow_sigv2: config.allow_sigv2,
     };
     let listener = TcpListener::bind(config.addr)
         .await

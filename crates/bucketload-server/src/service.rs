@@ -36,6 +36,8 @@ pub(crate) struct Shared {
     pub(crate) fault_rates: FaultConfig,
     pub(crate) latency: Option<LatencySpec>,
     pub(crate) limiter: Option<RateLimiter>,
+    /// Whether Signature Version 2 requests are accepted (S3 refuses them for new buckets).
+    pub(crate) allow_sigv2: bool,
 }
 
 impl Shared {
@@ -122,6 +124,14 @@ impl ConnService {
                 return Ok(drain_then_error(req, status, Some(code), head).await);
             }
             _ => {}
+        }
+        if let Some((status, code, message)) = crate::auth::refuse(
+            req.uri().query().unwrap_or(""),
+            req.headers(),
+            shared.allow_sigv2,
+            std::time::SystemTime::now(),
+        ) {
+            return Ok(drain_then_explain(req, status, Some(code), &message, head).await);
         }
         if let Some(what) =
             crate::fidelity::unrouted(req.uri().query().unwrap_or(""), req.headers())
