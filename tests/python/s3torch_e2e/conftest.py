@@ -233,6 +233,7 @@ def dcp_reader_constructor(request) -> S3ReaderConstructorProtocol:
 # --- bucketload: the embedded server in place of CI_BUCKET on S3 (see README.md) ---
 
 import multiprocessing
+import socket
 
 S3TORCH_E2E_BUCKET = "s3torch-e2e"
 
@@ -243,6 +244,13 @@ OUT_OF_SCOPE = {
     "test_s3mapdataset_user_agent": "reads the connector's CRT client (_client.user_agent_prefix)",
     "test_s3iterabledataset_user_agent": "reads the connector's CRT client (_client.user_agent_prefix)",
 }
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now, for a test's torch.distributed rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _kept(item) -> bool:

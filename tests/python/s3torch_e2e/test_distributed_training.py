@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 
 from .test_common import _get_fork_methods, _read_data, _set_start_method
+from .conftest import free_port
 
 start_methods = _get_fork_methods()
 
@@ -156,7 +157,7 @@ def test_distributed_training(
     options, values = zip(*parameters)
     multipliers = [prod(map(len, options[i + 1 :])) for i in range(len(options))]
     port_offset = sum(o.index(v) * m for o, v, m in zip(options, values, multipliers))
-    unique_port = 2000 + port_offset
+    unique_port = free_port()  # bucketload: not 2000 + port_offset, which may be taken
 
     reader_type_string = S3ReaderConstructor.get_reader_type_string(reader_constructor)
 
