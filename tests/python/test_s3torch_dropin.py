@@ -355,3 +355,22 @@ def test_client_config_max_attempts_counts_the_first_try(tmp_path, monkeypatch):
         assert " after " not in str(once.value), once.value
     finally:
         stop_server(failing)
+
+
+def test_checkpoint_writer_takes_the_client_configs_part_size(env, s3):  # noqa: F811
+    from bucketload.s3torch import S3Checkpoint, S3ClientConfig
+
+    s3.create_bucket(Bucket="dropin-ckpt")
+    data = os.urandom(12 << 20)
+    sized = S3Checkpoint(region="us-east-1",
+                         s3client_config=S3ClientConfig(part_size=5 << 20))
+    with sized.writer("s3://dropin-ckpt/sized.pt") as writer:
+        writer.write(data)
+    with S3Checkpoint(region="us-east-1").writer("s3://dropin-ckpt/default.pt") as writer:
+        writer.write(data)
+    # A multipart ETag ends in the number of parts: 12 MiB in 5 MiB parts is 3; in
+    # bucketload's 16 MiB parts, one (a single PUT: an ETag without a count).
+    for key, parts in (("sized.pt", 3), ("default.pt", 1)):
+        etag = s3.head_object(Bucket="dropin-ckpt", Key=key)["ETag"].strip('"')
+        assert (int(etag.split("-")[1]) if "-" in etag else 1) == parts, (key, etag)
+        assert s3.get_object(Bucket="dropin-ckpt", Key=key)["Body"].read() == data

@@ -37,6 +37,7 @@ from typing import Any, Optional
 from .. import _native
 from ..checkpoint import Reader as _CheckpointReader
 from ..checkpoint import Writer as _CheckpointWriter
+from .._util import split_uri
 from ..errors import S3Exception
 from ._client import S3ClientConfig
 from .iterable_dataset import S3IterableDataset, Sample
@@ -47,14 +48,26 @@ __version__ = _native.__version__
 
 
 class S3Writer(_CheckpointWriter):
-    """The connector's ``S3Writer``: a checkpoint being written; visible whole on close."""
+    """The connector's ``S3Writer``: a checkpoint being written; visible whole on close.
+    ``part_size`` (bytes) sets the multipart upload's parts, else bucketload's default."""
+
+    def __init__(self, uri: str, *, endpoint: Optional[str] = None,
+                 region: Optional[str] = None, part_size: Optional[int] = None) -> None:
+        super().__init__(uri, endpoint=endpoint, region=region)
+        if part_size is not None:
+            self._native.abort()  # nothing written yet: the writer of the default part size
+            prefix, name = split_uri(uri)
+            checkpoints = _native.NativeCheckpoints(prefix, endpoint=endpoint, region=region,
+                                                    part_size=part_size)
+            self._native = checkpoints.writer(name)
 
 
 class S3Checkpoint:
     """The connector's ``S3Checkpoint``: ``writer(uri)`` for ``torch.save``, ``reader(uri)``
     for ``torch.load``. Writes are parallel multipart uploads, visible only when complete;
-    reads are parallel ranged GETs with read-ahead. ``s3client_config`` is accepted; the
-    checkpoint objects keep bucketload's own part size and retries."""
+    reads are parallel ranged GETs with read-ahead. Of ``s3client_config``, writers take
+    ``part_size``; the other settings come from the environment (bucketload's checkpoint
+    objects take no client settings)."""
 
     def __init__(self, region: Optional[str] = None, endpoint: Optional[str] = None,
                  s3client_config: Optional[S3ClientConfig] = None) -> None:
@@ -63,7 +76,9 @@ class S3Checkpoint:
         self.s3client_config = s3client_config
 
     def writer(self, s3_uri: str) -> S3Writer:
-        return S3Writer(s3_uri, endpoint=self.endpoint, region=self.region)
+        config = self.s3client_config
+        return S3Writer(s3_uri, endpoint=self.endpoint, region=self.region,
+                        part_size=config.part_size if config is not None else None)
 
     def reader(self, s3_uri: str) -> Any:
         return _CheckpointReader(s3_uri, endpoint=self.endpoint, region=self.region)
