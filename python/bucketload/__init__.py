@@ -22,6 +22,7 @@ from .errors import (
     CorruptDataError,
     NotFoundError,
     PermissionDeniedError,
+    S3Exception,
     StoreError,
 )
 from .loader import Loader
@@ -35,6 +36,7 @@ __all__ = [
     "NotFoundError",
     "PermissionDeniedError",
     "S3Checkpoint",
+    "S3Exception",
     "S3IterableDataset",
     "S3MapDataset",
     "S3Reader",

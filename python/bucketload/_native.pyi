@@ -22,13 +22,23 @@ class NativeStore:
     """A store opened at a URI prefix (``s3://bucket/prefix``, ``file://``, a path)."""
 
     def __init__(self, uri: str, endpoint: str | None = None, region: str | None = None,
-                 concurrency: int | None = None) -> None: ...
+                 concurrency: int | None = None, *, client: Any = None) -> None:
+        """``client``: any object with the attributes of ``bucketload.s3torch.S3ClientConfig``
+        (``profile``, ``max_attempts``, ``unsigned``, ``force_path_style``, ``part_size``)."""
     @property
     def uri(self) -> str: ...
     def object_uri(self, key: str) -> str: ...
     def list(self) -> list[tuple[str, int]]:
         """Every object below the prefix as ``(key, size)``, sorted; folders in parallel."""
-    def get(self, key: str) -> bytes: ...
+    def list_prefix(self, prefix: str) -> list[tuple[str, int]]:
+        """The objects whose keys start with ``prefix`` (any string, relative to the store's
+        prefix) as ``(key, size)``, in key order, keys as stored; folder markers left out."""
+    def list_level(self, prefix: str) -> tuple[list[tuple[str, int]], list[str]]:
+        """A delimiter listing of ``prefix``: the objects one level down and the folders
+        (``prefix`` + name + ``/``)."""
+    def get(self, key: str) -> bytes:
+        """Raises ``bucketload.ConfigError`` for a key object_store cannot address (``a//b``,
+        a trailing ``/``), as ``get_range`` and ``size`` do."""
     def get_range(self, key: str, start: int, end: int) -> bytes: ...
     def size(self, key: str) -> int:
         """Raises ``bucketload.NotFoundError`` when the object does not exist."""
@@ -45,7 +55,8 @@ class NativeLoader:
                  rank: int = 0, world_size: int = 1, worker: int = 0, num_workers: int = 1,
                  drop_last: bool = False, skip_corrupt: bool = False,
                  jpeg_decode: str = "region",
-                 endpoint: str | None = None, region: str | None = None) -> None: ...
+                 endpoint: str | None = None, region: str | None = None,
+                 client: Any = None) -> None: ...
     def samples_per_epoch(self) -> int: ...
     def batches_per_epoch(self) -> int: ...
     def dataset_samples(self) -> int: ...

@@ -10,6 +10,10 @@ Every error names the object (or sample) it is about and, where it helps, what t
   checksum mismatch.
 - :class:`StoreError` — a request that failed after retries (network, throttling, server
   errors); also an :class:`OSError`.
+- :class:`S3Exception` — the Amazon S3 Connector for PyTorch's name for an error of the object
+  store: the base of :class:`NotFoundError` and :class:`StoreError` (so of
+  :class:`PermissionDeniedError`), so code written for the connector (``except S3Exception``)
+  catches what bucketload raises for the same failures.
 - :class:`PermissionDeniedError` — the store refused the credentials; a :class:`StoreError`
   and a :class:`PermissionError`.
 
@@ -25,7 +29,12 @@ class BucketloadError(Exception):
     """Base class of bucketload's errors."""
 
 
-class NotFoundError(BucketloadError, FileNotFoundError):
+class S3Exception(BucketloadError):
+    """An error of the object store (the connector's ``S3Exception``): a missing object or
+    bucket (:class:`NotFoundError`), or a request that failed (:class:`StoreError`)."""
+
+
+class NotFoundError(S3Exception, FileNotFoundError):
     """An object, prefix or bucket does not exist."""
 
 
@@ -37,7 +46,7 @@ class CorruptDataError(BucketloadError):
     """Bytes that cannot be used: corrupt image, truncated tar, checksum mismatch."""
 
 
-class StoreError(BucketloadError, OSError):
+class StoreError(S3Exception, OSError):
     """A request to the object store failed after retries."""
 
 
@@ -52,4 +61,5 @@ __all__ = [
     "CorruptDataError",
     "StoreError",
     "PermissionDeniedError",
+    "S3Exception",
 ]

@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 use crate::buffer::Buffer;
 use crate::errors;
 use crate::runtime::{ForkSafe, runtime};
-use crate::store::store_config;
+use crate::store::{ClientOptions, store_config};
 use bucketload::ErrorKind;
 
 /// Batches decoded ahead of the consumer.
@@ -65,6 +65,7 @@ impl NativeLoader {
         shuffle=true, seed=0, shuffle_buffer=None, cache_dir=None, cache_size=20 << 30,
         concurrency=None, decode_threads=None, rank=0, world_size=1, worker=0, num_workers=1,
         drop_last=false, skip_corrupt=false, endpoint=None, region=None, jpeg_decode="region",
+        client=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -91,6 +92,7 @@ impl NativeLoader {
         endpoint: Option<String>,
         region: Option<String>,
         jpeg_decode: &str,
+        client: Option<ClientOptions>,
     ) -> PyResult<NativeLoader> {
         if batch_size == 0 {
             return Err(errors::raise(
@@ -110,6 +112,9 @@ impl NativeLoader {
             false => Remainder::Pad,
         };
         let mut store = store_config(endpoint, region);
+        if let Some(client) = client {
+            store = client.apply(store);
+        }
         let mut builder = LoaderConfig::builder(uri)
             .with_format(parse_format(format)?)
             .with_order(order)

@@ -2,9 +2,11 @@
 
 use std::sync::Arc;
 
+use bucketload::ErrorKind;
 use bucketload::dataset::{Location, list_all};
 use bucketload_store::object_store::{ObjectStoreExt, path::Path};
-use bucketload_store::{Store, StoreConfig, key_path};
+use bucketload_store::{Addressing, ListedKind, Store, StoreConfig, key_path};
+use futures::TryStreamExt;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use tokio::runtime::Runtime;
@@ -25,6 +27,66 @@ pub(crate) fn store_config(endpoint: Option<String>, region: Option<String>) -> 
     config
 }
 
+/// Client settings read from any object with these attributes (the connector's
+/// `S3ClientConfig` dataclass); each one maps onto the [`StoreConfig`] setting of the same
+/// meaning.
+#[derive(FromPyObject)]
+pub(crate) struct ClientOptions {
+    #[pyo3(attribute)]
+    profile: Option<String>,
+    #[pyo3(attribute)]
+    max_attempts: Option<usize>,
+    #[pyo3(attribute)]
+    unsigned: bool,
+    #[pyo3(attribute)]
+    force_path_style: bool,
+    #[pyo3(attribute)]
+    part_size: Option<u64>,
+}
+
+impl ClientOptions {
+    /// `config` with these settings applied: `max_attempts` counts the first try, so the
+    /// retries are one fewer.
+    pub(crate) fn apply(&self, mut config: StoreConfig) -> StoreConfig {
+        if let Some(profile) = &self.profile {
+            config = config.with_profile(profile.clone());
+        }
+        if let Some(attempts) = self.max_attempts {
+            config = config.with_max_retries(attempts.saturating_sub(1));
+        }
+        if self.unsigned {
+            config = config.with_anonymous(true);
+        }
+        if self.force_path_style {
+            config = config.with_addressing(Addressing::Path);
+        }
+        if let Some(bytes) = self.part_size {
+            config = config.with_part_size(bytes);
+        }
+        config
+    }
+}
+
+/// `key` as an object_store path, or an error when object_store cannot address it: a key
+/// with an empty segment (`a//b`) would silently become another key (`a/b`).
+fn addressable(store: &Store, key: &str) -> PyResult<Path> {
+    let path = key_path(key);
+    if path.as_ref() != key {
+        return Err(errors::raise(
+            ErrorKind::InvalidInput,
+            format!(
+                "{}: bucketload cannot read a key with an empty segment or a trailing '/'; \
+                 rename the object",
+                store.uri().join(key)
+            ),
+        ));
+    }
+    Ok(path)
+}
+
+/// An object of a listing: its key and size in bytes.
+type Object = (String, u64);
+
 /// A store opened at a URI prefix (`s3://bucket/prefix`, `file://`, a path).
 #[pyclass(module = "bucketload._native")]
 pub struct NativeStore {
@@ -36,14 +98,18 @@ pub struct NativeStore {
 #[pymethods]
 impl NativeStore {
     #[new]
-    #[pyo3(signature = (uri, endpoint=None, region=None, concurrency=None))]
+    #[pyo3(signature = (uri, endpoint=None, region=None, concurrency=None, *, client=None))]
     fn new(
         uri: &str,
         endpoint: Option<String>,
         region: Option<String>,
         concurrency: Option<usize>,
+        client: Option<ClientOptions>,
     ) -> PyResult<NativeStore> {
         let mut config = store_config(endpoint, region);
+        if let Some(client) = client {
+            config = client.apply(config);
+        }
         if let Some(n) = concurrency {
             config = config.with_concurrency(n);
         }
@@ -83,10 +149,48 @@ impl NativeStore {
             .collect())
     }
 
+    /// The objects whose keys start with `prefix` (relative to the store's prefix, any string:
+    /// `train/class_0` matches `train/class_0/a.jpg` and `train/class_001.jpg`) as
+    /// `(key, size)`, in key order, page by page. Keys are as the store holds them; folder
+    /// markers (keys ending in `/`) are left out.
+    fn list_prefix(&self, py: Python<'_>, prefix: &str) -> PyResult<Vec<Object>> {
+        let this = self.store.get("store")?;
+        let pages = this.list_pages(prefix, false);
+        let listed = py.detach(|| self.rt.block_on(pages.try_collect::<Vec<_>>()));
+        let pages = listed.map_err(errors::store)?;
+        let mut objects: Vec<Object> = pages
+            .into_iter()
+            .flat_map(|page| page.objects)
+            .filter(|l| l.kind() != ListedKind::Folder)
+            .map(|l| (l.key, l.size))
+            .collect();
+        // S3 lists in key order; local folders list in directory order.
+        objects.sort();
+        Ok(objects)
+    }
+
+    /// One level below `prefix` (any string), as a delimiter listing shows it: the objects
+    /// whose keys start with `prefix` and hold no further `/`, as `(key, size)`, and the
+    /// folders one level down (`prefix` + name + `/`), each in key order.
+    fn list_level(&self, py: Python<'_>, prefix: &str) -> PyResult<(Vec<Object>, Vec<String>)> {
+        let this = self.store.get("store")?;
+        let pages = this.list_pages(prefix, true);
+        let listed = py.detach(|| self.rt.block_on(pages.try_collect::<Vec<_>>()));
+        let pages = listed.map_err(errors::store)?;
+        let (mut objects, mut folders) = (Vec::new(), Vec::new());
+        for page in pages {
+            objects.extend(page.objects.into_iter().map(|l| (l.key, l.size)));
+            folders.extend(page.prefixes);
+        }
+        objects.sort();
+        folders.sort();
+        Ok((objects, folders))
+    }
+
     /// The bytes of `key`, whole.
     fn get<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyBytes>> {
         let this = self.store.get("store")?;
-        let path = key_path(key);
+        let path = addressable(this, key)?;
         let store = this.object_store();
         let got = py.detach(|| {
             self.rt
@@ -105,7 +209,7 @@ impl NativeStore {
         end: u64,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let this = self.store.get("store")?;
-        let path = key_path(key);
+        let path = addressable(this, key)?;
         let store = this.object_store();
         if end <= start {
             return Ok(PyBytes::new(py, b""));
@@ -118,7 +222,7 @@ impl NativeStore {
     /// Size in bytes of `key`.
     fn size(&self, py: Python<'_>, key: &str) -> PyResult<u64> {
         let this = self.store.get("store")?;
-        let path: Path = key_path(key);
+        let path: Path = addressable(this, key)?;
         let store = this.object_store();
         let head = py.detach(|| self.rt.block_on(store.head(&path)));
         let meta = head.map_err(|e| errors::store(this.map_error(e, &path)))?;

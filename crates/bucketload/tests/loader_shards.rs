@@ -170,3 +170,38 @@ async fn a_shard_changed_after_indexing_is_an_error_naming_it() {
     assert!(err.contains("shard-000000.tar"), "{err}");
     assert!(err.contains("does not match its index checksum"), "{err}");
 }
+
+/// Tar shards without index or manifest, as GNU tar or Python's tarfile leave them, are
+/// planned by reading them once: every sample once in every format, ranks equal.
+#[tokio::test]
+async fn plain_tars_without_index_or_manifest_are_read() {
+    use bucketload_store::object_store::{ObjectStore, ObjectStoreExt};
+    use futures::TryStreamExt;
+
+    let data = TestData::shards(45, 6).await;
+    let store = data.store("shards").object_store();
+    let listed: Vec<_> = store.list(None).try_collect().await.unwrap();
+    let extra = listed
+        .iter()
+        .filter(|m| !m.location.as_ref().ends_with(".tar"));
+    for meta in extra {
+        store.delete(&meta.location).await.unwrap();
+    }
+    for format in [Format::Auto, Format::Shards, Format::Indexed] {
+        let config = data.loader("shards").with_format(format);
+        let loader = Loader::open(config.build().unwrap()).await.unwrap();
+        let samples = drain(&loader, 0).await;
+        samples.iter().for_each(|s| data.check(s));
+        assert_eq!(keys(&samples), all_keys(&data), "{format:?}");
+    }
+    let mut seen = HashSet::new();
+    for rank in 0..3 {
+        let partition = Partition::new(rank, 3);
+        let config = data.loader("shards").with_partition(partition);
+        let loader = Loader::open(config.build().unwrap()).await.unwrap();
+        let samples = drain(&loader, 0).await;
+        assert_eq!(samples.len(), 15, "rank {rank}");
+        seen.extend(keys(&samples));
+    }
+    assert_eq!(seen.len(), 45);
+}

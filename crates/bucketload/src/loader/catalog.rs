@@ -10,9 +10,10 @@ use bucketload_store::{ETag, key_path};
 
 use super::config::Format;
 use crate::dataset::{Location, list_all, read_all_indexes};
-use crate::shards::{SHARD_EXT, ShardObject, index_key};
+use crate::shards::{IndexOptions, SHARD_EXT, ShardObject, index_key, index_shard};
 use crate::source::Plan;
 use crate::{Error, Result};
+use futures::{StreamExt, TryStreamExt};
 
 /// Prefix of bucketload's own objects at a dataset root (never samples).
 const RESERVED: &str = "_bucketload/";
@@ -177,25 +178,24 @@ fn files_of(metas: Vec<ObjectMeta>) -> Catalog {
     Catalog::Files(files.collect())
 }
 
-/// Shards of a listing without a manifest: their sample counts come from their indexes.
+/// Shards of a listing without a manifest: their sample counts come from their indexes, or,
+/// for plain tars without one, from reading them once (see [`scanned`]).
 async fn shards_of(location: &Location, metas: &[ObjectMeta], indexed: bool) -> Result<Catalog> {
     let objects: Vec<(Path, u64)> = metas.iter().map(|m| (m.location.clone(), m.size)).collect();
     let found = crate::dataset::shards_in(&objects);
-    if let Some(bare) = found.iter().find(|s| !s.has_index) {
-        return Err(Error::invalid_input(format!(
-            "{} has no index and the dataset no manifest, so its samples cannot be planned; \
-             run `bucketload index {location}` first",
-            location.uri_of(&bare.key)
-        )));
-    }
-    let shards = found.into_iter().map(|s| DataShard {
-        key: s.key,
-        size: s.size,
-        samples: 0,
-        has_index: true,
-        index: None,
-    });
-    let shards = with_indexes(location, shards.collect()).await?;
+    let (with, without): (Vec<_>, Vec<_>) = found
+        .into_iter()
+        .map(|s| DataShard {
+            key: s.key,
+            size: s.size,
+            samples: 0,
+            has_index: s.has_index,
+            index: None,
+        })
+        .partition(|s| s.has_index);
+    let mut shards = with_indexes(location, with).await?;
+    shards.extend(scanned(location, without).await?);
+    shards.sort_by(|a, b| a.key.cmp(&b.key));
     let shards = shards.into_iter().map(|mut s| {
         if !indexed {
             s.index = None;
@@ -208,8 +208,46 @@ async fn shards_of(location: &Location, metas: &[ObjectMeta], indexed: bool) -> 
     })
 }
 
+/// Plain tar shards (no index, no manifest) read whole at once, several in flight.
+const SCANS_IN_FLIGHT: usize = 4;
+
+/// Counts the samples of plain tar shards, which have neither an index nor a manifest entry:
+/// each is read once, front to back, and indexed in memory as `bucketload index` would (nothing
+/// is written). Planning needs every shard's sample count (equal counts per rank, `len()`);
+/// `bucketload index` saves this read on every later open.
+async fn scanned(location: &Location, shards: Vec<DataShard>) -> Result<Vec<DataShard>> {
+    let Some(bare) = shards.first() else {
+        return Ok(shards);
+    };
+    let Some(store) = location.handle() else {
+        return Err(Error::invalid_input(format!(
+            "{} has no index and the dataset no manifest, so its samples cannot be planned; \
+             run `bucketload index {location}` first",
+            location.uri_of(&bare.key)
+        )));
+    };
+    tracing::info!(shards = shards.len(), %location, "counting the samples of shards without an index");
+    let options = IndexOptions::builder().build()?;
+    futures::stream::iter(shards)
+        .map(|mut shard| {
+            let options = &options;
+            async move {
+                let index = index_shard(store, &shard.key, shard.size, options, &|_| {}).await?;
+                shard.samples = index.samples.len() as u64;
+                shard.index = Some(Arc::new(index));
+                Ok::<_, Error>(shard)
+            }
+        })
+        .buffered(SCANS_IN_FLIGHT)
+        .try_collect()
+        .await
+}
+
 /// Reads every shard's index (many in flight); sample counts are taken from them.
 async fn with_indexes(location: &Location, shards: Vec<DataShard>) -> Result<Vec<DataShard>> {
+    if shards.iter().all(|s| s.index.is_some()) {
+        return Ok(shards); // read (or scanned) already, from a listing
+    }
     if let Some(bare) = shards.iter().find(|s| !s.has_index) {
         return Err(Error::invalid_input(format!(
             "{} has no index, so it cannot be read sample by sample; run `bucketload index` \

@@ -1,0 +1,99 @@
+"""The connector's client settings, and how the datasets reach objects with them."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional
+
+from .. import _native
+from .s3reader._types import ObjectInfo
+
+
+@dataclass(frozen=True)
+class S3ClientConfig:
+    """The connector's ``S3ClientConfig``, the same fields and defaults, each mapped onto
+    bucketload's setting of the same meaning:
+
+    - ``max_attempts``: attempts per request, the first included (bucketload retries
+      ``max_attempts - 1`` times).
+    - ``profile``: the profile of the shared AWS config and credentials files.
+    - ``unsigned``: unsigned (anonymous) requests, for public buckets.
+    - ``force_path_style``: path-style addressing (``http://endpoint/bucket/key``).
+    - ``part_size``: the part size of multipart checkpoint uploads (:class:`S3Checkpoint`) and
+      of ranged reads, in bytes.
+    - ``throughput_target_gbps``: accepted and ignored; it tunes the connector's CRT client,
+      which bucketload does not use (bucketload's knob is the number of requests in flight,
+      ``concurrency=``).
+    """
+
+    throughput_target_gbps: float = 10.0
+    part_size: int = 8 * 1024 * 1024
+    unsigned: bool = False
+    force_path_style: bool = False
+    max_attempts: int = 10
+    profile: Optional[str] = None
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """``(bucket, key_prefix)`` of an ``s3://`` URI, the prefix as written."""
+    if not uri or not uri.startswith("s3://"):
+        raise ValueError("Only s3:// URIs are supported")
+    bucket, _, prefix = uri[len("s3://"):].partition("/")
+    if not bucket:
+        raise ValueError("Bucket name must be non-empty")
+    return bucket, prefix
+
+
+class Stores:
+    """One native store per process and bucket, opened at the bucket's root with the client
+    settings (opened again after a fork or in a spawned worker)."""
+
+    def __init__(self, endpoint: str | None, region: str | None,
+                 config: S3ClientConfig | None) -> None:
+        self.endpoint = endpoint
+        self.region = region
+        self.config = config
+        self._open: dict[tuple[int, str], Any] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"endpoint": self.endpoint, "region": self.region, "config": self.config,
+                "_open": {}}
+
+    def get(self, bucket: str) -> Any:
+        key = (os.getpid(), bucket)
+        store = self._open.get(key)
+        if store is None:
+            store = _native.NativeStore(f"s3://{bucket}", endpoint=self.endpoint,
+                                        region=self.region, client=self.config)
+            self._open[key] = store
+        return store
+
+    def list_prefix(self, bucket: str, prefix: str) -> list[ObjectInfo]:
+        """The objects whose keys start with ``prefix`` (any string), in key order; folder
+        markers left out."""
+        return [ObjectInfo(key, size) for key, size in self.get(bucket).list_prefix(prefix)]
+
+    def object_info(self, bucket: str, key: str) -> Callable[[], ObjectInfo]:
+        """The ``get_object_info`` of a reader: a HEAD, when called."""
+        return lambda: ObjectInfo(key, self.get(bucket).size(key))
+
+    def get_stream(self, bucket: str, key: str) -> Callable[..., Iterator[bytes]]:
+        """The ``get_stream(start=None, end=None)`` of a reader: the object whole, or bytes
+        ``start..end``, fetched when the stream is first advanced."""
+        def get_stream(start: int | None = None, end: int | None = None) -> Iterator[bytes]:
+            store = self.get(bucket)
+            if start is None and end is None:
+                yield store.get(key)
+                return
+            lo = start or 0
+            hi = end if end is not None else store.size(key)
+            yield store.get_range(key, lo, hi)
+        return get_stream
+
+
+def prefetched(data: bytes) -> Callable[..., Iterator[bytes]]:
+    """A ``get_stream`` over bytes already fetched (whole object)."""
+    def get_stream(start: int | None = None, end: int | None = None) -> Iterator[bytes]:
+        yield data if start is None and end is None else data[start or 0:end]
+    return get_stream

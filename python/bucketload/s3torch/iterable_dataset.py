@@ -1,0 +1,280 @@
+"""``S3IterableDataset``: streams objects (or the samples of tar shards) in order."""
+
+from __future__ import annotations
+
+import random
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
+
+from .. import _env, _native
+from .._epochs import Epochs
+from ._client import S3ClientConfig, Stores, parse_s3_uri, prefetched
+from .map_dataset import _from_objects, _from_prefix, identity
+from .s3reader import S3Reader, S3ReaderConstructor
+from .s3reader._types import ObjectInfo
+from .s3reader.protocol import S3ReaderConstructorProtocol
+
+try:
+    from torch.utils.data import IterableDataset as _IterBase
+except ImportError:
+    _IterBase = object
+
+# Objects fetched ahead per DataLoader worker when the dataset lists objects itself (from_objects,
+# a partial key prefix): GETs release the GIL, so this many are in flight at once.
+_READ_AHEAD = 32
+# What ``format`` may be: the default yields one reader per object, as the connector does.
+_OBJECTS = ("objects", "files")
+_SAMPLES = ("auto", "shards", "indexed")
+
+
+class Sample:
+    """One sample of a tar-shard dataset: its WebDataset key, label (or ``None``) and members
+    by extension (``sample["jpg"]`` is bytes)."""
+
+    def __init__(self, key: str, label: int | None, members: list[tuple[str, bytes]]) -> None:
+        self.key = key
+        self.label = label
+        self.members = dict(members)
+
+    def __getitem__(self, ext: str) -> bytes:
+        return self.members[ext]
+
+    def __repr__(self) -> str:
+        return f"Sample({self.key!r}, label={self.label}, members={sorted(self.members)})"
+
+
+class S3IterableDataset(_IterBase):  # type: ignore[misc,valid-type]
+    """Streams objects through ``transform``, each as an :class:`S3Reader` made by
+    ``reader_constructor`` (the connector's ``S3IterableDataset``).
+
+    Build it with :meth:`from_prefix` or :meth:`from_objects` (connector style), or
+    ``S3IterableDataset(s3_uri, ...)``. With the default (sequential) reader over a folder
+    prefix, bucketload's engine reads ahead with many requests in flight and checks objects
+    against the dataset's manifest; other readers fetch when read (ranged GETs for
+    ``range_based``).
+
+    ``enable_sharding=True`` splits the objects across torch.distributed ranks (equal
+    counts) and DataLoader workers (disjoint); otherwise every worker reads everything, as
+    the connector does. The rank is the process group's where the dataset is built (or
+    pickled for spawned workers), as the connector reads it, else ``RANK``/``WORLD_SIZE``;
+    a worker that cannot tell its rank raises :class:`bucketload.ConfigError`.
+    ``shuffle=True`` visits a fresh permutation per epoch (``seed``); each iteration reads the
+    next epoch, also through DataLoader workers made anew every epoch, and :meth:`set_epoch`
+    picks one. ``format="shards"`` (or ``"indexed"``) reads a tar-shard dataset, indexed or
+    plain, and yields a :class:`Sample` per WebDataset sample instead; ``"auto"`` does that
+    when the folder holds shards."""
+
+    def __init__(self, s3_uri: Optional[str] = None, *, region: Optional[str] = None,
+                 endpoint: Optional[str] = None, transform: Callable[[Any], Any] = identity,
+                 enable_sharding: bool = False, shuffle: bool = False, seed: int = 0,
+                 format: str = "objects", concurrency: Optional[int] = None,
+                 s3client_config: Optional[S3ClientConfig] = None,
+                 reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
+                 object_uris: Union[str, Iterable[str], None] = None) -> None:
+        if (s3_uri is None) == (object_uris is None):
+            raise ValueError("give either s3_uri (a prefix) or object_uris")
+        if format not in _OBJECTS + _SAMPLES:
+            raise ValueError(f"format {format!r} is not one of {', '.join(_OBJECTS + _SAMPLES)}")
+        if object_uris is not None and format not in _OBJECTS:
+            raise ValueError(f"format={format!r} reads a prefix; from_objects yields objects")
+        self.s3_uri = s3_uri
+        self.region = region
+        self.endpoint = endpoint
+        self._transform = transform
+        self._sharding = enable_sharding
+        self._shuffle = shuffle
+        self._seed = seed
+        self._format = format
+        self._concurrency = concurrency
+        self._s3client_config = s3client_config
+        self._reader_constructor = reader_constructor or S3ReaderConstructor.default()
+        self._objects = _from_objects(object_uris) if object_uris is not None else None
+        self._stores = Stores(endpoint, region, s3client_config)
+        self._folder: Optional[bool] = None
+        self._epochs = Epochs()
+        # The process group of the process building the dataset: DataLoader workers never
+        # have torch.distributed initialised, so they use this.
+        self._group = _env.captured() if enable_sharding else None
+        if s3_uri is not None:
+            self._bucket, self._key_prefix = parse_s3_uri(s3_uri)
+
+    @classmethod
+    def from_prefix(cls, s3_uri: str, *, region: Optional[str] = None,
+                    endpoint: Optional[str] = None, transform: Callable[[Any], Any] = identity,
+                    s3client_config: Optional[S3ClientConfig] = None,
+                    enable_sharding: bool = False,
+                    reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
+                    **bucketload_options: Any) -> "S3IterableDataset":
+        """Every object whose key starts with the URI's key prefix (``s3://b/train/class_0``
+        matches ``train/class_0/a.jpg`` and ``train/class_01.jpg``), in key order, folder
+        markers left out. Extra keywords: ``shuffle``, ``seed``, ``format``,
+        ``concurrency``."""
+        return cls(s3_uri, region=region, endpoint=endpoint, transform=transform,
+                   enable_sharding=enable_sharding, s3client_config=s3client_config,
+                   reader_constructor=reader_constructor, **bucketload_options)
+
+    @classmethod
+    def from_objects(cls, object_uris: Union[str, Iterable[str]], *,
+                     region: Optional[str] = None, endpoint: Optional[str] = None,
+                     transform: Callable[[Any], Any] = identity,
+                     s3client_config: Optional[S3ClientConfig] = None,
+                     enable_sharding: bool = False,
+                     reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
+                     **bucketload_options: Any) -> "S3IterableDataset":
+        """The objects named by ``object_uris`` (one URI or many), in that order. Extra
+        keywords: ``shuffle``, ``seed``, ``concurrency``."""
+        return cls(region=region, endpoint=endpoint, transform=transform,
+                   enable_sharding=enable_sharding, s3client_config=s3client_config,
+                   reader_constructor=reader_constructor, object_uris=object_uris,
+                   **bucketload_options)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch of the next iteration (its permutation when shuffling), also in
+        DataLoader workers."""
+        self._epochs.set(epoch)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        if self._sharding and self._group is None:
+            # Pickled for spawned DataLoader workers after init_process_group.
+            state["_group"] = _env.captured()
+        return state
+
+    def _placement(self) -> tuple[int, int, int, int]:
+        """``(rank, world_size, worker, num_workers)`` this iteration reads as."""
+        if not self._sharding:
+            rank, world = 0, 1
+        elif self._group is not None:
+            rank, world = self._group
+        else:
+            rank, world = _env.distributed()
+        worker, workers = _env.worker() if self._sharding else (0, 1)
+        return rank, world, worker, workers
+
+    def _loader(self) -> Any:
+        """The engine's loader, or a :class:`_Listed` when the dataset lists objects itself."""
+        engine_uri = self._engine_uri()
+        if engine_uri is None:
+            return _Listed(self)
+        rank, world, worker, workers = self._placement()
+        format = "files" if self._format in _OBJECTS else self._format
+        return _native.NativeLoader(
+            engine_uri, format=format, decode=False, shuffle=self._shuffle,
+            seed=self._seed, rank=rank, world_size=world, worker=worker, num_workers=workers,
+            concurrency=self._concurrency, endpoint=self.endpoint, region=self.region,
+            client=self._s3client_config,
+        )
+
+    def _engine_uri(self) -> Optional[str]:
+        """The folder URI the engine reads, or ``None`` when the objects are listed here: a list
+        of URIs, a reader other than the sequential one, or a key prefix that is not a
+        folder."""
+        if self._objects is not None:
+            return None
+        if self._format in _SAMPLES:
+            return self.s3_uri
+        sequential = S3ReaderConstructor.get_reader_type_string(self._reader_constructor)
+        if sequential != "sequential":
+            return None
+        prefix = self._key_prefix
+        if "//" in prefix:
+            return None  # the engine cannot address such keys; listed here, they raise when read
+        if prefix == "" or prefix.endswith("/"):
+            return self.s3_uri
+        if self._folder is None:
+            # `s3://b/d` names the folder `d/` when nothing else starts with `d`.
+            objects, folders = self._stores.get(self._bucket).list_level(prefix)
+            self._folder = not objects and folders == [prefix + "/"]
+        return f"s3://{self._bucket}/{prefix}/" if self._folder else None
+
+    def __iter__(self) -> Iterator[Any]:
+        """Starts the next epoch (each iteration reads a new one, also through DataLoader
+        workers made anew every epoch) and returns its items."""
+        return self._items(self._loader().epoch(self._epochs.begin()))
+
+    def _items(self, epoch: Any) -> Iterator[Any]:
+        if isinstance(epoch, _ListedEpoch):
+            for reader in epoch:
+                yield self._transform(reader)
+            self._epochs.end()
+            return
+        while True:
+            batch = epoch.next_samples(64)
+            if not batch:
+                self._epochs.end()
+                return
+            for key, label, members, _index, is_object in batch:
+                if is_object:
+                    item: Any = self._reader(key, members[0][1])
+                else:
+                    item = Sample(key, label, members)
+                yield self._transform(item)
+
+    def _reader(self, key: str, data: bytes) -> S3Reader:
+        """The reader of an object the engine fetched (``key`` relative to the folder)."""
+        prefix = self._key_prefix
+        full = (prefix if prefix.endswith("/") or not prefix else prefix + "/") + key
+        info = ObjectInfo(full, len(data))
+        return self._reader_constructor(self._bucket, full, lambda: info, prefetched(data))
+
+
+class _Listed:
+    """The objects of a list of URIs or of a key prefix, listed here, with this rank's and
+    worker's share: positions ``rank, rank + world, ...`` of the (shuffled) order, padded from
+    its start to equal counts, as the engine shares them; then every ``num_workers``-th."""
+
+    def __init__(self, dataset: S3IterableDataset) -> None:
+        self.dataset = dataset
+
+    def epoch(self, epoch: int) -> "_ListedEpoch":
+        ds = self.dataset
+        if ds._objects is not None:
+            objects = ds._objects(ds._stores)
+        else:
+            objects = _from_prefix(ds.s3_uri)(ds._stores)
+        order = list(range(len(objects)))
+        if ds._shuffle:
+            random.Random(ds._seed * 1_000_003 + epoch).shuffle(order)
+        rank, world, worker, workers = ds._placement()
+        if world > 1 and order:
+            padded = -(-len(order) // world) * world
+            order = [order[p % len(order)] for p in range(rank, padded, world)]
+        mine = [objects[i] for i in order[worker::workers]]
+        return _ListedEpoch(ds, mine)
+
+
+class _ListedEpoch:
+    """Readers of listed objects, in order. With the sequential reader the objects are fetched
+    ahead (``_READ_AHEAD`` in flight); other readers fetch when read."""
+
+    def __init__(self, dataset: S3IterableDataset, objects: list[tuple[str, ObjectInfo]]) -> None:
+        self.dataset = dataset
+        self.objects = objects
+
+    def __iter__(self) -> Iterator[S3Reader]:
+        ds = self.dataset
+        kind = S3ReaderConstructor.get_reader_type_string(ds._reader_constructor)
+        if kind != "sequential":
+            for bucket, info in self.objects:
+                yield ds._reader_constructor(bucket, info.key, self._info(bucket, info),
+                                             ds._stores.get_stream(bucket, info.key))
+            return
+        in_flight = ds._concurrency or _READ_AHEAD
+        pool = ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="bucketload-get")
+        try:
+            ahead: list[Future[bytes]] = []
+            for n, (bucket, info) in enumerate(self.objects):
+                while len(ahead) < in_flight and n + len(ahead) < len(self.objects):
+                    b, i = self.objects[n + len(ahead)]
+                    ahead.append(pool.submit(ds._stores.get(b).get, i.key))
+                data = ahead.pop(0).result()
+                got = ObjectInfo(info.key, len(data))
+                yield ds._reader_constructor(bucket, info.key, lambda got=got: got,
+                                             prefetched(data))
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _info(self, bucket: str, info: ObjectInfo) -> Callable[[], ObjectInfo]:
+        if info.size >= 0:
+            return lambda: info
+        return self.dataset._stores.object_info(bucket, info.key)
