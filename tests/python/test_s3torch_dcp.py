@@ -219,3 +219,19 @@ def test_lightning_trainer_saves_and_resumes_through_the_plugin(env, s3, bucket,
         io.save_checkpoint({}, tmp_path / "local.ckpt")
     with pytest.raises(NotImplementedError, match="no delete"):
         io.remove_checkpoint(uri)
+
+
+@pytest.mark.parametrize("use_collectives", [True, False])
+@pytest.mark.parametrize("writer", ["native", "connector"])
+def test_layout_is_torchs_file_system_writers(env, s3, bucket, tmp_path, use_collectives, writer):
+    """The files torch's own writer makes, as keys; without collectives each rank writes
+    its own ``__{rank}.metadata``."""
+    from bucketload import dcp as native
+
+    dcp.save(state(), storage_writer=FileSystemWriter(str(tmp_path), thread_count=2),
+             use_collectives=use_collectives)
+    uri = f"s3://{bucket}/same"
+    storage = (native.S3StorageWriter(uri, thread_count=2) if writer == "native"
+               else S3StorageWriter("us-east-1", uri, thread_count=2))
+    dcp.save(state(), storage_writer=storage, use_collectives=use_collectives)
+    assert keys(s3, bucket) == sorted(f"same/{f.name}" for f in tmp_path.iterdir())
