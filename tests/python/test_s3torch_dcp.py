@@ -150,6 +150,8 @@ def test_torchs_file_system_reader_reads_what_the_writer_stored(env, s3, bucket,
     target = zeros_like(sd)
     dcp.load(target, storage_reader=FileSystemReader(str(tmp_path / "mine")))
     assert same(target, sd)
+    # Another library unpickles .metadata: it must name torch's classes only.
+    assert b"bucketload" not in (tmp_path / "mine" / ".metadata").read_bytes()
 
 
 def test_the_reader_reads_each_file_front_to_back(env, s3, bucket):
