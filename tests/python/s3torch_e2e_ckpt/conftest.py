@@ -174,3 +174,21 @@ def embedded_s3(server, s3):
     yield bucket
     os.environ.clear()
     os.environ.update(saved)
+
+
+# bucketload: the multi-process DCP tests rendezvous on `generate_random_port() + port_offset`,
+# a random port in 10000-45500, much of which is the kernel's ephemeral range (32768-60999);
+# on a machine with many open connections it is sometimes taken. Here the rendezvous port is
+# one the kernel reports free: generate_random_port returns it minus the test's port_offset.
+@pytest.fixture(autouse=True)
+def free_rendezvous_port(request, monkeypatch):
+    callspec = getattr(request.node, "callspec", None)
+    offset = callspec.params.get("port_offset") if callspec else None
+    if offset is None:
+        return
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(request.module, "generate_random_port", lambda: port - offset)
