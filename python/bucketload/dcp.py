@@ -15,11 +15,16 @@ writers write ``.metadata.tmp`` and rename it). ``.metadata`` is written last, b
 coordinator, after every rank's data is stored: a checkpoint without ``.metadata`` is
 unfinished. Reads seek within each file with ranged GETs and read ahead. ``endpoint`` and
 ``region`` default to the AWS environment; paths and ``file://`` URIs work too.
+
+File names join the checkpoint path as ``os.path.join`` does (the S3 connector's rule): a
+key is kept as written, ``//`` and all. :mod:`bucketload.s3torch.dcp` builds the connector's
+classes on the same pieces.
 """
 
 from __future__ import annotations
 
 import pickle
+import posixpath
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -67,10 +72,12 @@ class _ObjectFileSystem(FileSystemBase):
             raise ValueError(f"mode {mode!r} is not 'rb' or 'wb'")
 
     def concat_path(self, path: Any, suffix: str) -> str:
-        return f"{str(path).rstrip('/')}/{suffix}"
+        """``os.path.join``: one ``/`` between unless ``path`` ends with one; nothing else
+        in the key changes."""
+        return posixpath.join(str(path), suffix)
 
-    def init_path(self, path: Any) -> str:
-        return str(path).rstrip("/")
+    def init_path(self, path: Any) -> Any:
+        return path
 
     def mkdir(self, path: Any) -> None:
         """Object stores have no directories; local ones are made by the writer."""
@@ -97,27 +104,26 @@ class _ObjectFileSystem(FileSystemBase):
         raise NotImplementedError(f"bucketload's DCP storage does not delete ({path})")
 
 
-class _OnObjects:
-    """What the writer and the reader share: bucketload's file system and string paths."""
+class _ObjectWriter(FileSystemWriter):
+    """A ``FileSystemWriter`` whose ``fs`` is an :class:`_ObjectFileSystem`; ``.metadata``
+    is written straight to its final name (it appears whole or not at all)."""
 
     fs: _ObjectFileSystem
-    path: Any
 
-    def _use_objects(self, path: str, endpoint: str | None, region: str | None) -> None:
-        self.fs = _ObjectFileSystem(endpoint, region)
-        self.path = self.fs.init_path(path)
-
-    def reset(self, checkpoint_id: Any = None) -> None:
-        super().reset(checkpoint_id)  # type: ignore[misc]
-        if checkpoint_id:
-            self.path = self.fs.init_path(checkpoint_id)
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
-        return _ObjectFileSystem.validate_checkpoint_id(checkpoint_id)
+    def finish(self, metadata: Metadata, results: list[list[Any]]) -> None:
+        metadata.version = DCP_VERSION
+        storage = {}
+        for writes in results:
+            storage.update({w.index: w.storage_data for w in writes})
+        metadata.storage_data = storage
+        metadata.storage_meta = self.storage_meta()
+        # Without collectives every rank writes its own __{rank}.metadata, as torch's writer.
+        rank = None if self.use_collectives else self.rank
+        with self.fs.create_stream(self._get_metadata_path(rank), "wb") as stream:
+            pickle.dump(metadata, stream)
 
 
-class S3StorageWriter(_OnObjects, FileSystemWriter):
+class S3StorageWriter(_ObjectWriter):
     """A DCP ``StorageWriter`` to ``s3://bucket/prefix`` (one object per rank plus
     ``.metadata``), with any S3-compatible endpoint. Takes FileSystemWriter's options
     (``single_file_per_rank``, ``thread_count``…); ``sync_files`` is moot (an object is
@@ -127,28 +133,27 @@ class S3StorageWriter(_OnObjects, FileSystemWriter):
                  **kwargs: Any) -> None:
         kwargs["sync_files"] = False
         super().__init__(path, **kwargs)
-        self._use_objects(path, endpoint, region)
+        self.fs = _ObjectFileSystem(endpoint, region)
+        self.path = self.fs.init_path(path)
 
-    def finish(self, metadata: Metadata, results: list[list[Any]]) -> None:
-        """Writes ``.metadata`` straight to its final name: it appears whole or not at all."""
-        metadata.version = DCP_VERSION
-        storage = {}
-        for writes in results:
-            storage.update({w.index: w.storage_data for w in writes})
-        metadata.storage_data = storage
-        metadata.storage_meta = self.storage_meta()
-        with self.fs.create_stream(self._get_metadata_path(), "wb") as stream:
-            pickle.dump(metadata, stream)
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
+        return _ObjectFileSystem.validate_checkpoint_id(checkpoint_id)
 
 
-class S3StorageReader(_OnObjects, FileSystemReader):
+class S3StorageReader(FileSystemReader):
     """A DCP ``StorageReader`` of a checkpoint written by :class:`S3StorageWriter` (or any
     DCP file-system checkpoint copied to object storage)."""
 
     def __init__(self, path: str, *, endpoint: str | None = None, region: str | None = None,
                  **kwargs: Any) -> None:
         super().__init__(path, **kwargs)
-        self._use_objects(path, endpoint, region)
+        self.fs = _ObjectFileSystem(endpoint, region)
+        self.path = self.fs.init_path(path)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
+        return _ObjectFileSystem.validate_checkpoint_id(checkpoint_id)
 
 
 __all__ = ["S3StorageReader", "S3StorageWriter"]
