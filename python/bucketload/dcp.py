@@ -83,9 +83,15 @@ class _ObjectFileSystem(FileSystemBase):
         """Object stores have no directories; local ones are made by the writer."""
 
     def rename(self, path: Any, new_path: Any) -> None:
-        raise NotImplementedError(
-            f"bucketload's DCP storage never renames ({path} -> {new_path}): objects become "
-            "visible whole when written")
+        """A copy then a delete (object stores have no rename). bucketload's own writer never
+        renames: objects become visible whole when written."""
+        prefix, name = split_uri(str(path))
+        new_prefix, new_name = split_uri(str(new_path))
+        if new_prefix != prefix:
+            raise ValueError(f"cannot rename {path} to another bucket ({new_path})")
+        store = _native.NativeStore(prefix, endpoint=self.endpoint, region=self.region)
+        store.copy(name, new_name)
+        store.delete(name)
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
@@ -101,7 +107,9 @@ class _ObjectFileSystem(FileSystemBase):
             return False
 
     def rm_file(self, path: Any) -> None:
-        raise NotImplementedError(f"bucketload's DCP storage does not delete ({path})")
+        """Deletes the object (a missing one is no error, as in S3)."""
+        prefix, name = split_uri(str(path))
+        _native.NativeStore(prefix, endpoint=self.endpoint, region=self.region).delete(name)
 
 
 class _ObjectWriter(FileSystemWriter):

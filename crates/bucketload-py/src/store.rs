@@ -229,6 +229,28 @@ impl NativeStore {
         Ok(meta.size)
     }
 
+    /// Deletes `key`; deleting a key that has no object succeeds, as in S3.
+    fn delete(&self, py: Python<'_>, key: &str) -> PyResult<()> {
+        let this = self.store.get("store")?;
+        let path = addressable(this, key)?;
+        let store = this.object_store();
+        let done = py.detach(|| self.rt.block_on(store.delete(&path)));
+        match done {
+            Ok(()) | Err(bucketload_store::object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(errors::store(this.map_error(e, &path))),
+        }
+    }
+
+    /// Copies `source` to `destination` in the store (a server-side copy).
+    fn copy(&self, py: Python<'_>, source: &str, destination: &str) -> PyResult<()> {
+        let this = self.store.get("store")?;
+        let from = addressable(this, source)?;
+        let to = addressable(this, destination)?;
+        let store = this.object_store();
+        let done = py.detach(|| self.rt.block_on(store.copy(&from, &to)));
+        done.map_err(|e| errors::store(this.map_error(e, &from)))
+    }
+
     /// Writes `data` at `key` (one PUT).
     fn put(&self, py: Python<'_>, key: &str, data: Vec<u8>) -> PyResult<()> {
         let this = self.store.get("store")?;

@@ -19,15 +19,16 @@ from typing import Any
 import lightning
 from lightning.pytorch.plugins.io import CheckpointIO
 
+from .. import _native
 from .. import checkpoint as _checkpoint
+from .._util import split_uri
 from .dcp.s3_file_system import _bucket_and_key
 
 
 class S3LightningCheckpoint(CheckpointIO):
     """A Lightning ``CheckpointIO`` for ``s3://`` paths, with the connector's arguments
     (``region``, ``s3client_config``, ``endpoint``). ``s3client_config`` is accepted and not
-    applied; ``remove_checkpoint`` raises ``NotImplementedError`` (bucketload's store
-    bindings have no delete yet)."""
+    applied; ``remove_checkpoint`` deletes the object."""
 
     def __init__(self, region: str | None, s3client_config: Any = None,
                  endpoint: str | None = None) -> None:
@@ -52,10 +53,10 @@ class S3LightningCheckpoint(CheckpointIO):
                                 map_location=map_location, weights_only=weights_only)
 
     def remove_checkpoint(self, path: str) -> None:  # type: ignore[override]
+        """Deletes the checkpoint object at ``path``."""
         self._validate_path(path)
-        raise NotImplementedError(
-            f"cannot remove {path}: bucketload's S3 bindings have no delete yet; keep every "
-            "checkpoint (ModelCheckpoint(save_top_k=-1)) or delete it with another client")
+        prefix, name = split_uri(path)
+        _native.NativeStore(prefix, endpoint=self.endpoint, region=self.region).delete(name)
 
     def teardown(self) -> None:
         """Nothing to release: saves are complete when ``save_checkpoint`` returns."""

@@ -38,9 +38,8 @@ class S3FileSystem(_ObjectFileSystem):
 
     ``s3client_config`` and ``reader_constructor`` are accepted for compatibility and not
     applied (bucketload's part size, parallelism and retries apply); ``endpoint`` (not in the
-    connector) defaults to ``AWS_ENDPOINT_URL``, then AWS. ``rename`` and ``rm_file`` raise
-    ``NotImplementedError``: bucketload's store bindings have no delete yet, and DCP's save
-    never needs them here."""
+    connector) defaults to ``AWS_ENDPOINT_URL``, then AWS. ``rename`` is a server-side copy
+    and a delete; ``rm_file`` deletes."""
 
     def __init__(self, region: str | None, s3_client: Any = None, s3client_config: Any = None,
                  reader_constructor: Any = None, *, endpoint: str | None = None) -> None:
