@@ -276,9 +276,10 @@ impl BlockingReader {
                 task.abort();
             }
         }
+        // The next parts go out before waiting for this one, so the window stays full.
+        self.read_ahead(index + 1, self.reader.concurrency as u64);
         let bytes = self.fetch(index)?;
         self.current = Some((index, bytes));
-        self.read_ahead(index + 1, self.reader.concurrency as u64);
         Ok(())
     }
 
