@@ -72,10 +72,15 @@ def test_a_failing_streamed_save_leaves_nothing(env, s3):
     s3.create_bucket(Bucket="ckpt-fail")
     old = {"w": torch.zeros(4)}
     checkpoint.save(old, "s3://ckpt-fail/c.pt")
-    # torch.save fails after more than one part was written: the upload is aborted.
-    broken = {**big_state(40), "z": lambda: None}
+    # torch.save fails (here before any byte is written).
     with pytest.raises(Exception, match="pickle|lambda"):
-        checkpoint.save(broken, "s3://ckpt-fail/c.pt")
+        checkpoint.save({"w": torch.ones(4), "z": lambda: None}, "s3://ckpt-fail/c.pt")
+    # A failure after several parts were uploaded: the upload is aborted.
+    with pytest.raises(RuntimeError, match="stop"):
+        with checkpoint.Writer("s3://ckpt-fail/c.pt") as writer:
+            torch.save(big_state(40), writer)
+            assert writer.tell() > 32 * MIB
+            raise RuntimeError("stop")
     assert s3.get_object(Bucket="ckpt-fail", Key="c.pt")["Body"].read() == torch_bytes(old)
     assert s3.list_multipart_uploads(Bucket="ckpt-fail").get("Uploads", []) == []
 
