@@ -1,22 +1,43 @@
 """Checkpoints to object storage: ``save``/``load`` of any torch object, streamed writers and
 readers, background saves.
 
-A save is one multipart upload (16 MiB parts, 16 in flight, a CRC64-NVME checksum per part);
-the checkpoint appears only when every part is stored, and on any error or interruption the
-upload is aborted: a partial checkpoint is never visible and an older one at the same key
-stays intact. Loads read with parallel ranged GETs. ``file://`` URIs and paths work the same
-way (fsync and an atomic rename).
+A save is one multipart upload (16 MiB parts, 16 in flight, a CRC64-NVME checksum per part)
+that ``torch.save`` streams into: each part is uploaded as soon as it fills, so the state is
+never serialised whole in memory. The checkpoint appears only when every part is stored, and
+on any error or interruption the upload is aborted: a partial checkpoint is never visible and
+an older one at the same key stays intact. Loads read ahead with parallel ranged GETs and
+``torch.load`` copies each tensor straight out of the downloaded parts. ``file://`` URIs and
+paths work the same way (fsync and an atomic rename).
+
+The object's key is exactly what follows ``s3://bucket/`` (``s3://b/a//x.pt`` is the key
+``a//x.pt``, ``s3://b/x/`` the key ``x/``), as for boto3 and the Amazon S3 Connector for
+PyTorch.
 """
 
 from __future__ import annotations
 
+import errno
 import io
+import operator
 from typing import Any
 
 from . import _native
-from ._util import split_uri
 
 _STORES: dict[tuple[Any, ...], Any] = {}
+
+
+def _split(uri: str) -> tuple[str, str]:
+    """``("s3://bucket/dir", "name")`` from ``"s3://bucket/dir/name"``: the prefix up to the
+    ``/`` before the name, and the rest of the URI as it is, so that prefix + ``/`` + name is
+    the URI again (``s3://b/a//x.pt`` → ``s3://b/a``, ``/x.pt``; ``s3://b/a/x/`` → ``s3://b/a``,
+    ``x/``): on S3 the key is the URI's, byte for byte."""
+    head, sep, _ = uri.rstrip("/").rpartition("/")
+    if not sep or head.endswith(":") or head.endswith(":/"):
+        raise ValueError(f"{uri!r} names no object; write e.g. s3://bucket/checkpoints/epoch-1.pt")
+    prefix = head.rstrip("/")
+    if not prefix:
+        return "/", uri.lstrip("/")
+    return prefix, uri[len(prefix) + 1 :]
 
 
 def _checkpoints(prefix: str, endpoint: str | None, region: str | None) -> Any:
@@ -71,17 +92,17 @@ def save(
     """
     import torch
 
-    prefix, name = split_uri(uri)
-    data = io.BytesIO()
-    torch.save(obj, data)
-    store = _checkpoints(prefix, endpoint, region)
-    view = data.getbuffer()
-    try:
-        if background:
-            return SaveHandle(store.save_background(name, view))
-        return store.save(name, view)
-    finally:
-        view.release()
+    if background:
+        prefix, name = _split(uri)
+        store = _checkpoints(prefix, endpoint, region)
+        # The snapshot: torch.save's bytes, copied once into memory bucketload owns.
+        snapshot = store.snapshot()
+        torch.save(obj, snapshot)
+        return SaveHandle(store.save_background(name, snapshot))
+    with Writer(uri, endpoint=endpoint, region=region) as writer:
+        torch.save(obj, writer)
+    assert writer.saved is not None  # closed without an exception
+    return writer.saved
 
 
 def load(
@@ -96,9 +117,8 @@ def load(
     ``weights_only``…)."""
     import torch
 
-    prefix, name = split_uri(uri)
-    buffer = _checkpoints(prefix, endpoint, region).load(name)
-    return torch.load(io.BytesIO(memoryview(buffer)), **torch_load_args)
+    with Reader(uri, endpoint=endpoint, region=region) as reader:
+        return torch.load(reader, **torch_load_args)
 
 
 def wait(prefix: str, *, endpoint: str | None = None, region: str | None = None) -> None:
@@ -112,7 +132,7 @@ class Writer(io.BufferedIOBase):
 
     def __init__(self, uri: str, *, endpoint: str | None = None, region: str | None = None):
         super().__init__()
-        prefix, name = split_uri(uri)
+        prefix, name = _split(uri)
         self.uri = uri
         self._native = _checkpoints(prefix, endpoint, region).writer(name)
         self.saved: dict[str, Any] | None = None
@@ -126,6 +146,8 @@ class Writer(io.BufferedIOBase):
         return self._native.write(data)
 
     def tell(self) -> int:
+        if self.closed:
+            raise ValueError(f"tell on a closed checkpoint writer ({self.uri})")
         return self._native.tell()
 
     def flush(self) -> None:
@@ -159,7 +181,7 @@ class Reader(io.BufferedIOBase):
 
     def __init__(self, uri: str, *, endpoint: str | None = None, region: str | None = None):
         super().__init__()
-        prefix, name = split_uri(uri)
+        prefix, name = _split(uri)
         self.uri = uri
         self._native = _checkpoints(prefix, endpoint, region).reader(name)
 
@@ -184,7 +206,20 @@ class Reader(io.BufferedIOBase):
         return self._native.readinto(buffer)
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        return self._native.seek(offset, whence)
+        """Moves to ``offset`` from the start, the current position or the end, as files do:
+        a float is a ``TypeError``, a negative position from the start or an unknown
+        ``whence`` a ``ValueError``, and a position before the start an ``OSError``."""
+        offset, whence = operator.index(offset), operator.index(whence)
+        if whence == io.SEEK_SET:
+            if offset < 0:
+                raise ValueError(f"negative seek value {offset}")
+            return self._native.seek(offset)
+        if whence not in (io.SEEK_CUR, io.SEEK_END):
+            raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
+        base = self.tell() if whence == io.SEEK_CUR else self.size
+        if base + offset < 0:
+            raise OSError(errno.EINVAL, f"seek to {base + offset}, before the start of {self.uri}")
+        return self._native.seek(base + offset)
 
     def tell(self) -> int:
         return self._native.tell()

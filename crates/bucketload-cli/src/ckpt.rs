@@ -1,6 +1,7 @@
 //! `bucketload ckpt`: save, load, list, prune and clean up checkpoints in any store
 //! (docs/CHECKPOINTS.md). A checkpoint URI is a prefix and a name: `s3://ckpt/run-7/step-100.pt`
-//! is `step-100.pt` under `s3://ckpt/run-7`.
+//! is `step-100.pt` under `s3://ckpt/run-7`, and its key is `run-7/step-100.pt` (on S3 the
+//! key is always the URI's, byte for byte).
 
 use std::io::Write;
 use std::time::{Duration, Instant, SystemTime};
@@ -15,7 +16,7 @@ use clap::{Args, Subcommand};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::data::human;
-use crate::store_args::{StoreArgs, split_last};
+use crate::store_args::StoreArgs;
 
 /// `ckpt gc` leaves uploads younger than this alone by default: they may be saves in progress.
 const GC_DEFAULT_AGE_TEXT: &str = "1h";
@@ -131,13 +132,14 @@ pub async fn ckpt(store: &StoreArgs, args: CkptArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Opens the prefix of checkpoint `uri` and returns the name under it.
+/// Opens the prefix of checkpoint `uri` and returns the name under it (on S3 the key is the
+/// URI's, byte for byte: `s3://b/a//x.pt` is the key `a//x.pt`).
 pub fn open_named(
     store: &StoreArgs,
     uri: &str,
     config: CheckpointConfig,
 ) -> anyhow::Result<(Checkpoints, String)> {
-    let (prefix, name) = split_last(uri);
+    let (prefix, name) = bucketload::checkpoint::split_uri(uri);
     if name.is_empty() {
         return Err(bucketload::Error::invalid_input(format!(
             "`{uri}` names a prefix, not a checkpoint; add the checkpoint's name"

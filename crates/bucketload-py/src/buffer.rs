@@ -6,6 +6,7 @@
 use std::ffi::{CStr, c_int, c_void};
 
 use bucketload_image::AlignedBuf;
+use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -157,4 +158,43 @@ impl Buffer {
     /// # Safety
     /// Called by Python with the view it got from `__getbuffer__`.
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+}
+
+/// The memory of a C-contiguous Python buffer (`bytes`, `memoryview`, a tensor's storage), to
+/// read without a copy and without the GIL; `None` for other layouts.
+///
+/// The memory stays exported while `buf` lives (the exporter may not free or resize it), so
+/// the slice is valid for as long as the borrow. Python code could still write to it from
+/// another thread meanwhile, as it could during any C function that releases the GIL (e.g.
+/// `file.write`); the bytes read are then unspecified, but no memory is unsafe to touch.
+pub(crate) fn contiguous(buf: &PyBuffer<u8>) -> Option<&[u8]> {
+    if !buf.is_c_contiguous() {
+        return None;
+    }
+    let len = buf.len_bytes();
+    if len == 0 {
+        return Some(&[]);
+    }
+    // SAFETY: a C-contiguous buffer of `u8` items holds `len_bytes()` bytes from `buf_ptr()`
+    // (non-null since the length is not zero), kept alive by the export `buf` holds.
+    Some(unsafe { std::slice::from_raw_parts(buf.buf_ptr().cast::<u8>().cast_const(), len) })
+}
+
+/// The memory of a writable, C-contiguous Python buffer (the target of `readinto`), to fill
+/// without a copy and without the GIL; `None` for read-only buffers and other layouts.
+///
+/// As with [`contiguous`], the export keeps the memory valid while `buf` lives; Python code
+/// that touches it from another thread meanwhile sees unspecified bytes, as with
+/// `io.FileIO.readinto`, which also fills the buffer without the GIL.
+pub(crate) fn contiguous_mut(buf: &mut PyBuffer<u8>) -> Option<&mut [u8]> {
+    if buf.readonly() || !buf.is_c_contiguous() {
+        return None;
+    }
+    let len = buf.len_bytes();
+    if len == 0 {
+        return Some(&mut []);
+    }
+    // SAFETY: as in `contiguous`; the buffer is writable, and the exclusive borrow of `buf`
+    // keeps this the only Rust reference to its memory.
+    Some(unsafe { std::slice::from_raw_parts_mut(buf.buf_ptr().cast::<u8>(), len) })
 }

@@ -7,14 +7,14 @@ use std::sync::Arc;
 use bucketload::checkpoint::{
     BlockingReader, BlockingWriter, CheckpointConfig, Checkpoints, SaveHandle, Saved,
 };
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use tokio::runtime::Runtime;
 
-use crate::buffer::Buffer;
+use crate::buffer::{self, Buffer};
 use crate::errors;
 use crate::runtime::{ForkSafe, Slot, runtime};
 use crate::store::store_config;
@@ -109,19 +109,33 @@ impl NativeCheckpoints {
         Ok(Buffer::bytes(loaded.map_err(errors::engine)?))
     }
 
-    /// Saves `data` (copied first: the caller may change it as soon as this returns) as
-    /// checkpoint `name` in the background; returns a handle.
+    /// An empty in-memory snapshot to serialise into (`torch.save(obj, snapshot)`) before
+    /// `save_background`.
+    fn snapshot(&self) -> NativeSnapshot {
+        NativeSnapshot {
+            chunks: Some(Vec::new()),
+            pending: BytesMut::new(),
+            written: 0,
+        }
+    }
+
+    /// Saves `data` as checkpoint `name` in the background; returns a handle. `data` is a
+    /// [`NativeSnapshot`] (taken: it is empty afterwards), or any bytes-like object (copied
+    /// first: the caller may change it as soon as this returns).
     fn save_background(
         &self,
         py: Python<'_>,
         name: &str,
-        data: PyBuffer<u8>,
+        data: &Bound<'_, PyAny>,
     ) -> PyResult<NativeSaveHandle> {
         let checkpoints = self.checkpoints.get("checkpoint store")?;
-        let snapshot = Bytes::from(data.to_vec(py)?);
+        let chunks = match data.cast::<NativeSnapshot>() {
+            Ok(snapshot) => snapshot.borrow_mut().take()?,
+            Err(_) => vec![Bytes::from(data.extract::<PyBuffer<u8>>()?.to_vec(py)?)],
+        };
         let started = py.detach(|| {
             self.rt
-                .block_on(checkpoints.save_background(name, snapshot))
+                .block_on(checkpoints.save_background_chunks(name, chunks))
         });
         Ok(NativeSaveHandle {
             handle: Slot::new(started.map_err(errors::engine)?),
@@ -162,6 +176,66 @@ impl NativeCheckpoints {
     }
 }
 
+/// Bytes gathered in memory for a background save: a write-only file for `torch.save`.
+#[pyclass(module = "bucketload._native")]
+pub struct NativeSnapshot {
+    /// Full chunks; `None` once handed to a save.
+    chunks: Option<Vec<Bytes>>,
+    /// The chunk being filled.
+    pending: BytesMut,
+    written: u64,
+}
+
+/// Bytes a snapshot gathers per chunk: `torch.save` writes many small pieces between tensors.
+const SNAPSHOT_CHUNK: usize = 4 << 20;
+
+#[pymethods]
+impl NativeSnapshot {
+    /// Appends `data` (any bytes-like object, copied once without the GIL); returns its
+    /// length.
+    fn write(&mut self, py: Python<'_>, data: PyBuffer<u8>) -> PyResult<usize> {
+        let copied;
+        let bytes = match buffer::contiguous(&data) {
+            Some(bytes) => bytes,
+            None => {
+                copied = data.to_vec(py)?;
+                &copied
+            }
+        };
+        let Some(chunks) = self.chunks.as_mut() else {
+            return Err(closed("snapshot"));
+        };
+        let pending = &mut self.pending;
+        py.detach(|| {
+            pending.extend_from_slice(bytes);
+            if pending.len() >= SNAPSHOT_CHUNK {
+                chunks.push(pending.split().freeze());
+            }
+        });
+        self.written += bytes.len() as u64;
+        Ok(bytes.len())
+    }
+
+    /// Bytes written so far.
+    fn tell(&self) -> u64 {
+        self.written
+    }
+
+    /// Nothing to do: the bytes are in memory.
+    fn flush(&self) {}
+}
+
+impl NativeSnapshot {
+    /// The bytes written, in order; the snapshot is closed afterwards.
+    fn take(&mut self) -> PyResult<Vec<Bytes>> {
+        let mut chunks = self.chunks.take().ok_or_else(|| closed("snapshot"))?;
+        if !self.pending.is_empty() {
+            chunks.push(self.pending.split().freeze());
+        }
+        Ok(chunks)
+    }
+}
+
 /// A checkpoint being written (`io.RawIOBase`-like, used by `bucketload` Python writers).
 #[pyclass(module = "bucketload._native")]
 pub struct NativeWriter {
@@ -171,13 +245,21 @@ pub struct NativeWriter {
 
 #[pymethods]
 impl NativeWriter {
-    /// Appends `data` (any bytes-like object); returns its length.
+    /// Appends `data` (any bytes-like object); returns its length. Contiguous data (what
+    /// `torch.save` writes) is copied once, into the part being filled, without the GIL.
     fn write(&mut self, py: Python<'_>, data: PyBuffer<u8>) -> PyResult<usize> {
-        let bytes = data.to_vec(py)?;
+        let copied;
+        let bytes = match buffer::contiguous(&data) {
+            Some(bytes) => bytes,
+            None => {
+                copied = data.to_vec(py)?;
+                &copied
+            }
+        };
         let n = bytes.len();
         self.writer.with(WRITER, |writer| {
             let writer = writer.ok_or_else(|| closed("writer"))?;
-            py.detach(|| writer.write_all(&bytes)).map_err(errors::io)
+            py.detach(|| writer.write_all(bytes)).map_err(errors::io)
         })?;
         self.written += n as u64;
         Ok(n)
@@ -232,31 +314,39 @@ impl NativeReader {
     /// Up to `n` bytes (all that is left when `n` < 0).
     #[pyo3(signature = (n=-1))]
     fn read<'py>(&self, py: Python<'py>, n: i64) -> PyResult<Bound<'py, PyBytes>> {
-        let buf = self.open(|reader| {
+        self.open(|reader| {
             let pos = reader.stream_position().map_err(errors::io)?;
             let left = self.size.saturating_sub(pos);
             let want = if n < 0 { left } else { left.min(n as u64) } as usize;
-            let mut buf = vec![0u8; want];
-            let got = py
-                .detach(|| read_full(reader, &mut buf))
-                .map_err(errors::io)?;
-            buf.truncate(got);
-            Ok(buf)
-        })?;
-        Ok(PyBytes::new(py, &buf))
+            let mut got = 0;
+            // Filled in place, without the GIL: nothing else sees the new object yet.
+            let bytes = PyBytes::new_with(py, want, |buf| {
+                got = py.detach(|| read_full(reader, buf)).map_err(errors::io)?;
+                Ok(())
+            })?;
+            if got == want {
+                return Ok(bytes);
+            }
+            // The checkpoint ended early (it cannot, pinned to one version; kept for safety).
+            Ok(PyBytes::new(py, &bytes.as_bytes()[..got]))
+        })
     }
 
-    /// Reads into a writable buffer; returns the bytes read.
-    fn readinto(&self, py: Python<'_>, target: PyBuffer<u8>) -> PyResult<usize> {
+    /// Reads into a writable buffer; returns the bytes read. A contiguous buffer (what
+    /// `torch.load` passes: a tensor's memory) is filled straight from the downloaded parts,
+    /// without the GIL.
+    fn readinto(&self, py: Python<'_>, mut target: PyBuffer<u8>) -> PyResult<usize> {
         if target.readonly() {
             return Err(PyValueError::new_err("readinto needs a writable buffer"));
+        }
+        if let Some(buf) = buffer::contiguous_mut(&mut target) {
+            return self.open(|reader| py.detach(|| read_full(reader, buf)).map_err(errors::io));
         }
         let mut buf = vec![0u8; target.item_count()];
         let got = self.open(|reader| {
             py.detach(|| read_full(reader, &mut buf))
                 .map_err(errors::io)
         })?;
-        // Bytes past `got` keep zeros; callers use the first `got`.
         target.copy_from_slice(py, &buf)?;
         Ok(got)
     }

@@ -32,6 +32,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<checkpoint::NativeWriter>()?;
     m.add_class::<checkpoint::NativeReader>()?;
     m.add_class::<checkpoint::NativeSaveHandle>()?;
+    m.add_class::<checkpoint::NativeSnapshot>()?;
     m.add_class::<decoder::NativeDecoder>()?;
     m.add_function(wrap_pyfunction!(sharding::shard, m)?)?;
     m.add_function(wrap_pyfunction!(sharding::merge, m)?)?;

@@ -11,7 +11,7 @@ use crate::{Error, Store};
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
 use object_store::aws::AwsCredential;
-use object_store::client::{HttpClient, HttpRequest};
+use object_store::client::{HttpClient, HttpRequest, HttpRequestBody};
 use url::Url;
 
 /// The URL CreateBucket is sent to.
@@ -55,6 +55,41 @@ pub(crate) fn signed(
     payload: Bytes,
     creds: Option<&AwsCredential>,
 ) -> Result<HttpRequest, Error> {
+    let sha256 = sigv4::sha256_hex(&payload);
+    let request = Request {
+        method,
+        url: url_text,
+        headers: HeaderMap::new(),
+        body: payload.into(),
+        payload_sha256: &sha256,
+    };
+    signed_request(store, request, creds)
+}
+
+/// What [`signed_request`] sends.
+pub(crate) struct Request<'a> {
+    pub(crate) method: Method,
+    pub(crate) url: &'a str,
+    /// Headers besides the signature's; the `x-amz-*` ones are signed too.
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: HttpRequestBody,
+    /// The `x-amz-content-sha256` value: the body's hex SHA-256, or `UNSIGNED-PAYLOAD`.
+    pub(crate) payload_sha256: &'a str,
+}
+
+/// `request`, SigV4-signed with `creds` (unsigned when `None`).
+pub(crate) fn signed_request(
+    store: &Store,
+    request: Request<'_>,
+    creds: Option<&AwsCredential>,
+) -> Result<HttpRequest, Error> {
+    let Request {
+        method,
+        url: url_text,
+        mut headers,
+        body,
+        payload_sha256,
+    } = request;
     let bucket_uri = store.uri().root().trim_end_matches('/').to_owned();
     let invalid = |reason: String| Error::InvalidUri {
         uri: bucket_uri.clone(),
@@ -63,7 +98,6 @@ pub(crate) fn signed(
     let url =
         Url::parse(url_text).map_err(|e| invalid(format!("bad endpoint `{url_text}`: {e}")))?;
     let config = store.config();
-    let mut headers = HeaderMap::new();
     if let Some(creds) = creds {
         let creds = Credentials {
             key: creds.key_id.clone(),
@@ -73,7 +107,7 @@ pub(crate) fn signed(
         let params = SignParams {
             method: &method,
             url: &url,
-            payload_sha256: &sigv4::sha256_hex(&payload),
+            payload_sha256,
             region: config.region(),
             service: "s3",
             now: chrono::Utc::now(),
@@ -84,7 +118,7 @@ pub(crate) fn signed(
     let mut req = http::Request::builder()
         .method(method)
         .uri(url.as_str())
-        .body(payload.into())
+        .body(body)
         .map_err(|e| invalid(e.to_string()))?;
     *req.headers_mut() = headers;
     Ok(req)
@@ -152,6 +186,26 @@ pub(crate) async fn execute(
     make: impl Fn() -> Result<HttpRequest, Error>,
     uri: &str,
 ) -> Result<(StatusCode, String), Error> {
+    let answer = execute_answer(store, client, make, uri).await?;
+    let text = String::from_utf8_lossy(&answer.body).into_owned();
+    Ok((answer.status, text))
+}
+
+/// An answer read whole.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
+}
+
+/// [`execute`], keeping the answer's headers and its body as bytes.
+pub(crate) async fn execute_answer(
+    store: &Store,
+    client: &HttpClient,
+    make: impl Fn() -> Result<HttpRequest, Error>,
+    uri: &str,
+) -> Result<Answer, Error> {
     let config = store.config();
     let start = Instant::now();
     let backoff_config = crate::store::backoff_config();
@@ -160,7 +214,9 @@ pub(crate) async fn execute(
     loop {
         let outcome = send_once(store, client, make()?, uri).await;
         let transient = match &outcome {
-            Ok((status, _)) => status.is_server_error() || *status == StatusCode::TOO_MANY_REQUESTS,
+            Ok(Answer { status, .. }) => {
+                status.is_server_error() || *status == StatusCode::TOO_MANY_REQUESTS
+            }
             Err(e) => e.is_retryable_transport(),
         };
         let exhausted =
@@ -201,7 +257,7 @@ async fn send_once(
     client: &HttpClient,
     request: HttpRequest,
     uri: &str,
-) -> Result<(StatusCode, String), Error> {
+) -> Result<Answer, Error> {
     let endpoint = store
         .endpoint()
         .map_or_else(|| bucket_url(store), str::to_owned);
@@ -216,9 +272,14 @@ async fn send_once(
         .await
         .map_err(|e| unreachable(Box::new(e)))?;
     let status = response.status();
+    let headers = response.headers().clone();
     let body = response.into_body().bytes().await;
     let body = body.map_err(|e| unreachable(Box::new(e)))?;
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    Ok(Answer {
+        status,
+        headers,
+        body,
+    })
 }
 
 fn classify(status: StatusCode, body: &str, bucket_uri: &str) -> Result<(), Error> {

@@ -36,6 +36,7 @@ mod config;
 mod credentials;
 mod error;
 mod etag;
+mod exact;
 mod http;
 mod ini;
 mod kind;

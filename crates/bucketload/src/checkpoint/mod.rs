@@ -51,7 +51,11 @@ mod writer;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bucketload_store::{Store, StoreConfig, key_path};
+use std::borrow::Cow;
+
+use bucketload_store::object_store::ObjectStore;
+use bucketload_store::object_store::path::Path as ObjectPath;
+use bucketload_store::{Scheme, Store, StoreConfig, key_path};
 use bytes::Bytes;
 
 use crate::{Error, Result};
@@ -159,6 +163,9 @@ enum Target {
 pub struct Checkpoints {
     target: Target,
     uri: String,
+    /// For S3: the key prefix exactly as the URI spells it (`a//b` in `s3://bucket/a//b`);
+    /// checkpoint keys are this, a `/` unless it ends with one, and the name.
+    key_prefix: Option<String>,
     config: CheckpointConfig,
     background: Arc<background::Background>,
 }
@@ -195,6 +202,7 @@ impl Checkpoints {
         if let Some(dir) = local::local_dir(uri)? {
             return Ok(Checkpoints {
                 uri: format!("file://{}", dir.display()),
+                key_prefix: None,
                 target: Target::Local(dir),
                 config,
                 background,
@@ -207,8 +215,13 @@ impl Checkpoints {
             .with_part_size(config.part_size)
             .with_concurrency(store.concurrency().max(inflight));
         let store = Store::open(uri, &store_config)?;
+        let key_prefix = match store.uri().scheme() {
+            Scheme::S3 => Some(exact_prefix(uri).to_owned()),
+            _ => None,
+        };
         Ok(Checkpoints {
             uri: store.uri().to_string(),
+            key_prefix,
             target: Target::Object(store),
             config,
             background,
@@ -235,21 +248,65 @@ impl Checkpoints {
 
     /// The full URI of checkpoint `name`.
     pub fn uri_of(&self, name: &str) -> String {
-        format!("{}/{}", self.uri.trim_end_matches('/'), name)
+        match (&self.target, &self.key_prefix) {
+            (Target::Object(store), Some(_)) => {
+                format!("s3://{}/{}", store.uri().bucket(), self.exact_key(name))
+            }
+            _ => format!("{}/{}", self.uri.trim_end_matches('/'), name),
+        }
+    }
+
+    /// The S3 key of checkpoint `name`, byte for byte: the prefix as the URI spelled it, a
+    /// `/` unless it is empty or ends with one, and the name.
+    fn exact_key(&self, name: &str) -> String {
+        match self.key_prefix.as_deref() {
+            None | Some("") => name.to_owned(),
+            Some(prefix) if prefix.ends_with('/') => format!("{prefix}{name}"),
+            Some(prefix) => format!("{prefix}/{name}"),
+        }
+    }
+
+    /// The object store and path of checkpoint `name` in `store`: the store's own when its
+    /// paths spell the key exactly, else a store of that one exact key (`a//x.pt`, `x/`).
+    fn object(&self, store: &Store, name: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+        let Some(_) = &self.key_prefix else {
+            return Ok((store.object_store(), key_path(name)));
+        };
+        let key = self.exact_key(name);
+        let relative = match store.uri().prefix() {
+            "" => Some(key.as_str()),
+            prefix => key
+                .strip_prefix(prefix)
+                .and_then(|rest| rest.strip_prefix('/')),
+        };
+        if let Some(relative) = relative
+            && key_path(relative).as_ref() == relative
+        {
+            return Ok((store.object_store(), key_path(relative)));
+        }
+        Ok((store.exact_key(&key)?, key_path(&key)))
     }
 
     /// Starts writing checkpoint `name`. Fails first with the error of an earlier background
     /// save that nobody waited for.
     pub async fn writer(&self, name: &str) -> Result<CheckpointWriter> {
-        check_name(name)?;
+        let name = self.check_name(name)?;
         self.background.take_failure()?;
-        writer::CheckpointWriter::open(self, name).await
+        writer::CheckpointWriter::open(self, &name).await
     }
 
     /// Writes `data` as checkpoint `name` and waits until it is durable and visible.
     pub async fn save(&self, name: &str, data: Bytes) -> Result<Saved> {
+        self.save_chunks(name, vec![data]).await
+    }
+
+    /// Writes `chunks`, one after the other, as checkpoint `name` and waits until it is
+    /// durable and visible (the chunks go into the parts as they are, without a copy).
+    pub async fn save_chunks(&self, name: &str, chunks: Vec<Bytes>) -> Result<Saved> {
         let mut writer = self.writer(name).await?;
-        writer.write(data).await?;
+        for chunk in chunks {
+            writer.write(chunk).await?;
+        }
         writer.finish().await
     }
 
@@ -257,15 +314,25 @@ impl Checkpoints {
     /// has started (waiting first while `max_background_saves` saves run). `data` is the
     /// snapshot: `Bytes` never change, so the caller may go on training.
     pub async fn save_background(&self, name: &str, data: Bytes) -> Result<SaveHandle> {
-        check_name(name)?;
+        self.save_background_chunks(name, vec![data]).await
+    }
+
+    /// [`Checkpoints::save_background`] of a snapshot held in several chunks, saved one after
+    /// the other (e.g. what a serialiser wrote, gathered without concatenating it).
+    pub async fn save_background_chunks(
+        &self,
+        name: &str,
+        chunks: Vec<Bytes>,
+    ) -> Result<SaveHandle> {
+        let name = self.check_name(name)?;
         self.background.take_failure()?;
         let permit = self.background.slot().await?;
         let ckpt = self.clone();
-        let name = name.to_owned();
+        let name = name.into_owned();
         Ok(self
             .background
             .spawn(permit, self.uri_of(&name), async move {
-                ckpt.save(&name, data).await
+                ckpt.save_chunks(&name, chunks).await
             }))
     }
 
@@ -276,8 +343,8 @@ impl Checkpoints {
 
     /// Opens checkpoint `name` for reading.
     pub async fn reader(&self, name: &str) -> Result<CheckpointReader> {
-        check_name(name)?;
-        reader::CheckpointReader::open(self, name).await
+        let name = self.check_name(name)?;
+        reader::CheckpointReader::open(self, &name).await
     }
 
     /// Reads checkpoint `name` whole into one buffer.
@@ -285,40 +352,110 @@ impl Checkpoints {
         self.reader(name).await?.read_all().await
     }
 
-    fn key(name: &str) -> bucketload_store::object_store::path::Path {
-        key_path(name)
+    /// The name to use for checkpoint `name`: on S3 the key's tail as given (it may hold
+    /// empty segments, or end with `/`, as S3 keys may); in a local directory a relative
+    /// path, empty segments dropped (as the file system reads them).
+    fn check_name<'a>(&self, name: &'a str) -> Result<Cow<'a, str>> {
+        let dots = name.split('/').any(|s| s == "." || s == "..");
+        let name = match self.key_prefix {
+            Some(_) => Cow::Borrowed(name),
+            None if name.split('/').any(str::is_empty) => Cow::Owned(
+                name.split('/')
+                    .filter(|s| !s.is_empty())
+                    .collect::<Vec<_>>()
+                    .join("/"),
+            ),
+            None => Cow::Borrowed(name),
+        };
+        if name.is_empty() || dots {
+            return Err(Error::invalid_input(format!(
+                "checkpoint name {name:?} must be a relative key like `step-100.pt` or \
+                 `run/step-100.pt` (not empty, no `.` or `..` segments)"
+            )));
+        }
+        Ok(name)
     }
 }
 
-/// A checkpoint name is a relative key: not empty, no empty, `.` or `..` segments.
-fn check_name(name: &str) -> Result<()> {
-    let bad = name.is_empty()
-        || name.starts_with('/')
-        || name.ends_with('/')
-        || name
-            .split('/')
-            .any(|s| s.is_empty() || s == "." || s == "..");
-    if bad {
-        return Err(Error::invalid_input(format!(
-            "checkpoint name {name:?} must be a relative key like `step-100.pt` or \
-             `run/step-100.pt` (no empty, `.` or `..` segments)"
-        )));
+/// The key prefix of the S3 URI `uri` exactly as written: what follows `s3://bucket/`.
+fn exact_prefix(uri: &str) -> &str {
+    let rest = uri.split_once("://").map_or(uri, |(_, rest)| rest);
+    rest.split_once('/').map_or("", |(_, prefix)| prefix)
+}
+
+/// Splits a checkpoint URI into the prefix to open and the name under it, so that
+/// `prefix + "/" + name` is the URI again: `s3://b/run/step-1.pt` → (`s3://b/run`,
+/// `step-1.pt`), `s3://b/a//x.pt` → (`s3://b/a`, `/x.pt`), `s3://b/a/x/` → (`s3://b/a`,
+/// `x/`), `./x.pt` → (`.`, `x.pt`), `x.pt` → (`.`, `x.pt`). The name is empty when the URI
+/// names a bucket or the root.
+pub fn split_uri(uri: &str) -> (&str, &str) {
+    let trimmed = uri.trim_end_matches('/');
+    match trimmed.rfind('/') {
+        // Keep `scheme://bucket` whole: it names no checkpoint.
+        Some(i) if trimmed[..i].ends_with(':') || trimmed[..i].ends_with(":/") => (uri, ""),
+        Some(i) => match trimmed[..i].trim_end_matches('/') {
+            "" => ("/", uri.trim_start_matches('/')),
+            head => (head, &uri[head.len() + 1..]),
+        },
+        None => (".", uri),
     }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn open(uri: &str) -> Checkpoints {
+        Checkpoints::open(uri, &StoreConfig::default(), CheckpointConfig::default()).unwrap()
+    }
+
     #[test]
     fn names_are_relative_keys() {
+        let local = open("/tmp/ckpt-names");
         for good in ["step-1.pt", "run/step-1.pt", "a b.pt"] {
-            assert!(check_name(good).is_ok(), "{good}");
+            assert_eq!(local.check_name(good).unwrap(), good);
         }
-        for bad in ["", "/abs", "dir/", "a//b", "../up", "a/./b"] {
-            assert!(check_name(bad).is_err(), "{bad}");
+        assert_eq!(local.check_name("a//b/").unwrap(), "a/b");
+        assert_eq!(local.check_name("/abs").unwrap(), "abs");
+        for bad in ["", "/", "../up", "a/./b"] {
+            assert!(local.check_name(bad).is_err(), "{bad}");
         }
+        let s3 = open("s3://b/run");
+        for exact in ["/x.pt", "dir/", "a//b"] {
+            assert_eq!(s3.check_name(exact).unwrap(), exact);
+        }
+        assert!(s3.check_name("").is_err() && s3.check_name("a/../b").is_err());
+    }
+
+    #[test]
+    fn s3_keys_are_the_uri_byte_for_byte() {
+        for (uri, key) in [
+            ("s3://b/run/step-1.pt", "run/step-1.pt"),
+            ("s3://b/a//x.pt", "a//x.pt"),
+            ("s3://b/a/x/", "a/x/"),
+            ("s3://b//x.pt", "/x.pt"),
+            ("s3://b/x.pt", "x.pt"),
+            ("s3://b/a//c/x.pt", "a//c/x.pt"),
+        ] {
+            let (prefix, name) = split_uri(uri);
+            assert_eq!(format!("{prefix}/{name}"), uri);
+            let ckpt = open(prefix);
+            assert_eq!(ckpt.exact_key(name), key, "{uri}");
+            assert_eq!(ckpt.uri_of(name), uri);
+        }
+        // A prefix opened with its trailing `/` is a folder, as without.
+        assert_eq!(open("s3://b/run/").exact_key("x.pt"), "run/x.pt");
+        assert_eq!(open("s3://b/").exact_key("x.pt"), "x.pt");
+    }
+
+    #[test]
+    fn uris_split_into_prefix_and_name() {
+        assert_eq!(split_uri("s3://b"), ("s3://b", ""));
+        assert_eq!(split_uri("s3://b/"), ("s3://b/", ""));
+        assert_eq!(split_uri("/x.pt"), ("/", "x.pt"));
+        assert_eq!(split_uri("x.pt"), (".", "x.pt"));
+        assert_eq!(split_uri("./x.pt"), (".", "x.pt"));
+        assert_eq!(split_uri("file:///tmp/x.pt"), ("file:///tmp", "x.pt"));
     }
 
     #[test]

@@ -46,8 +46,7 @@ impl CheckpointReader {
         let uri = ckpt.uri_of(name);
         let (source, size) = match &ckpt.target {
             Target::Object(store) => {
-                let key = Checkpoints::key(name);
-                let objects = store.object_store();
+                let (objects, key) = ckpt.object(store, name)?;
                 let meta = match objects.head(&key).await {
                     Ok(meta) => meta,
                     Err(e) => {
@@ -177,14 +176,20 @@ impl CheckpointReader {
 
     /// `std::io::Read + Seek` over this checkpoint for a thread outside the runtime (e.g.
     /// `torch.load` from Python), reading ahead `parts_in_flight` parts while reads go forward.
+    /// The first parts are requested at once (readers start at the beginning), and the last
+    /// part is kept aside once read (zip readers such as `torch.load` read the directory at
+    /// the end first, then the records from the start).
     pub fn into_blocking(self, runtime: tokio::runtime::Handle) -> BlockingReader {
-        BlockingReader {
+        let mut reader = BlockingReader {
             reader: Arc::new(self),
             runtime,
             pos: 0,
             current: None,
+            tail: None,
             ahead: BTreeMap::new(),
-        }
+        };
+        reader.read_ahead(0, reader.reader.concurrency as u64);
+        reader
     }
 }
 
@@ -209,6 +214,8 @@ pub struct BlockingReader {
     pos: u64,
     /// The part under `pos`: (index, bytes).
     current: Option<(u64, Bytes)>,
+    /// The last part, once read out of order (a zip file's directory).
+    tail: Option<Bytes>,
     /// Parts being read ahead, by index.
     ahead: BTreeMap<u64, JoinHandle<Result<Bytes>>>,
 }
@@ -224,28 +231,13 @@ impl BlockingReader {
         index * part..self.reader.size.min((index + 1) * part)
     }
 
-    /// Makes part `index` current, and reads ahead the parts after it.
-    fn load(&mut self, index: u64) -> Result<()> {
-        // Parts behind the reader are not needed any more.
-        let behind: Vec<u64> = self.ahead.range(..index).map(|(i, _)| *i).collect();
-        for i in behind {
-            if let Some(task) = self.ahead.remove(&i) {
-                task.abort();
-            }
-        }
-        let bytes = match self.ahead.remove(&index) {
-            Some(task) => self.runtime.block_on(task).map_err(|e| Error::Task {
-                reason: e.to_string(),
-            })??,
-            None => {
-                let range = self.part_range(index);
-                self.runtime.block_on(self.reader.read_range(range))?
-            }
-        };
-        self.current = Some((index, bytes));
-        let parts = self.reader.size.div_ceil(self.reader.part_size);
-        let last = (index + self.reader.concurrency as u64).min(parts.saturating_sub(1));
-        for next in index + 1..=last {
+    fn parts(&self) -> u64 {
+        self.reader.size.div_ceil(self.reader.part_size)
+    }
+
+    /// Starts reading parts `from..from + n` (those that exist and are not under way).
+    fn read_ahead(&mut self, from: u64, n: u64) {
+        for next in from..(from + n).min(self.parts()) {
             if !self.ahead.contains_key(&next) {
                 let (reader, range) = (Arc::clone(&self.reader), self.part_range(next));
                 let task = self
@@ -254,7 +246,69 @@ impl BlockingReader {
                 self.ahead.insert(next, task);
             }
         }
+    }
+
+    /// Part `index`: read ahead already, or read now.
+    fn fetch(&mut self, index: u64) -> Result<Bytes> {
+        match self.ahead.remove(&index) {
+            Some(task) => self.runtime.block_on(task).map_err(|e| Error::Task {
+                reason: e.to_string(),
+            })?,
+            None => {
+                let range = self.part_range(index);
+                self.runtime.block_on(self.reader.read_range(range))
+            }
+        }
+    }
+
+    /// Makes part `index` current, and reads ahead the parts after it.
+    fn load(&mut self, index: u64) -> Result<()> {
+        // Parts behind the reader, or beyond the window after a jump back, are not needed.
+        let window = index..=index + self.reader.concurrency as u64;
+        let stale: Vec<u64> = self
+            .ahead
+            .keys()
+            .copied()
+            .filter(|i| !window.contains(i))
+            .collect();
+        for i in stale {
+            if let Some(task) = self.ahead.remove(&i) {
+                task.abort();
+            }
+        }
+        // The next parts go out before waiting for this one, so the window stays full.
+        self.read_ahead(index + 1, self.reader.concurrency as u64);
+        let bytes = self.fetch(index)?;
+        self.current = Some((index, bytes));
         Ok(())
+    }
+
+    /// The bytes of the part under `pos` (a handle, not a copy) and the offset of `pos` in
+    /// them.
+    fn part_at_pos(&mut self) -> Result<(Bytes, usize)> {
+        let index = self.pos / self.reader.part_size;
+        let offset = usize::try_from(self.pos - index * self.reader.part_size).unwrap_or(0);
+        let is_current = self.current.as_ref().is_some_and(|(i, _)| *i == index);
+        let last = self.parts().saturating_sub(1);
+        if !is_current && index == last && index > 0 {
+            // The last part, read before the parts in front of it: keep it aside and leave
+            // the read-ahead of the first parts alone.
+            let tail = match &self.tail {
+                Some(tail) => tail.clone(),
+                None => self.fetch(index)?,
+            };
+            self.tail = Some(tail.clone());
+            return Ok((tail, offset));
+        }
+        if !is_current {
+            self.load(index)?;
+        }
+        match &self.current {
+            Some((_, bytes)) => Ok((bytes.clone(), offset)),
+            None => Err(Error::Task {
+                reason: "checkpoint part missing after it was read".to_owned(),
+            }),
+        }
     }
 
     fn drop_read_ahead(&mut self) {
@@ -269,14 +323,7 @@ impl Read for BlockingReader {
         if buf.is_empty() || self.pos >= self.reader.size {
             return Ok(0);
         }
-        let index = self.pos / self.reader.part_size;
-        if self.current.as_ref().map(|(i, _)| *i) != Some(index) {
-            self.load(index).map_err(std::io::Error::other)?;
-        }
-        let Some((_, bytes)) = &self.current else {
-            return Ok(0);
-        };
-        let offset = usize::try_from(self.pos - index * self.reader.part_size).unwrap_or(0);
+        let (bytes, offset) = self.part_at_pos().map_err(std::io::Error::other)?;
         let n = buf.len().min(bytes.len().saturating_sub(offset));
         buf[..n].copy_from_slice(&bytes[offset..offset + n]);
         self.pos += n as u64;
@@ -285,6 +332,7 @@ impl Read for BlockingReader {
 }
 
 impl Seek for BlockingReader {
+    /// Moves the position; what was read ahead stays until a read shows it is not needed.
     fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
         let size = self.reader.size as i128;
         let target = match to {
@@ -298,12 +346,6 @@ impl Seek for BlockingReader {
                 format!("seek to {target}, before the start of {}", self.reader.uri),
             ));
         };
-        let part = self.reader.part_size;
-        let window = self.pos / part..=self.pos / part + self.reader.concurrency as u64;
-        if !window.contains(&(pos / part)) {
-            // A jump: what was read ahead is not what will be read next.
-            self.drop_read_ahead();
-        }
         self.pos = pos;
         Ok(pos)
     }

@@ -186,7 +186,7 @@ impl Checkpoints {
             Target::Object(store) => {
                 let objects = store.object_store();
                 for key in keys {
-                    let path = Checkpoints::key(key);
+                    let path = bucketload_store::key_path(key);
                     objects
                         .delete(&path)
                         .await
