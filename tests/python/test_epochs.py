@@ -19,11 +19,24 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 import bucketload
 from bucketload.s3torch import S3IterableDataset
 
-from test_package import SAMPLES, dataset, env  # noqa: F401  (fixtures)
+from test_cli_dataset import ok
+from test_package import SAMPLES, env  # noqa: F401  (a fixture)
 
 EPOCHS = 3
 SETUPS = [("fork", False), ("fork", True), ("spawn", False), ("spawn", True)]
 IDS = ["fork-fresh", "fork-persistent", "spawn-fresh", "spawn-persistent"]
+
+
+@pytest.fixture(scope="module")
+def dataset(bucketload_bin, env, s3):  # noqa: F811
+    """40 JPEGs in 4 class folders: their URI, bucket and the keys boto3 lists."""
+    bucket = "epochs-data"
+    s3.create_bucket(Bucket=bucket)
+    ok(bucketload_bin, env, "gen", f"s3://{bucket}/train", "--samples", str(SAMPLES), "--classes",
+       "4", "--size", "2KB", "--seed", "5")
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="train/")["Contents"])
+    assert len(keys) == SAMPLES
+    return f"s3://{bucket}/train", bucket, keys
 
 
 def _keep(item):
@@ -68,7 +81,7 @@ def test_loader_epochs_advance_through_workers(dataset, context, persistent):  #
 @pytest.mark.parametrize("context,persistent", SETUPS, ids=IDS)
 def test_s3iterabledataset_shuffle_epochs_advance_through_workers(dataset, context,  # noqa: F811
                                                                   persistent):
-    uri, _, keys, _ = dataset
+    uri, _, keys = dataset
     data = S3IterableDataset(uri, shuffle=True, seed=3, enable_sharding=True,
                              transform=operator.attrgetter("key"))
     loader = DataLoader(data, batch_size=None, num_workers=2, multiprocessing_context=context,
