@@ -3,7 +3,8 @@
 # (s3-tests, vendored in tests/conformance/s3-tests, selection in tests/conformance/selection.txt)
 # against `bucketload serve` and moto's server, each on a free loopback port, and prints
 # passed/failed/error/skipped per server. Writes JUnit XML per server to $CONFORMANCE_OUT and the
-# per-test comparison to docs/conformance/ (results.csv, comparison.md). Not part of
+# per-test comparison to docs/conformance/ (results.csv, comparison.md; with extra pytest
+# arguments, to $CONFORMANCE_OUT instead). Not part of
 # scripts/test.sh: it is a measurement (about 10 minutes), not a check; see docs/SERVER.md.
 #
 #   scripts/conformance.sh [extra pytest arguments, e.g. -k multipart]
@@ -134,9 +135,13 @@ for server in $SERVERS; do
 done
 
 if [ "$SERVERS" = "bucketload moto" ]; then
-    mkdir -p docs/conformance
+    # The recorded comparison is of the whole selection; a run narrowed by pytest arguments
+    # writes its own beside its JUnit files.
+    report=docs/conformance
+    [ $# -eq 0 ] || report=$OUT
+    mkdir -p "$report"
     "$PY" "$CONF_DIR/harness.py" compare --junit "bucketload=$OUT/bucketload.xml" \
-        --junit "moto=$OUT/moto.xml" --csv docs/conformance/results.csv \
-        --markdown docs/conformance/comparison.md --suite-commit "$SUITE_COMMIT"
+        --junit "moto=$OUT/moto.xml" --csv "$report/results.csv" \
+        --markdown "$report/comparison.md" --suite-commit "$SUITE_COMMIT"
 fi
 ! $failed_server
