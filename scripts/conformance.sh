@@ -39,6 +39,10 @@ if [ ! -x "$BIN" ]; then
 fi
 
 # The suite's dependencies and moto's server, pinned, in a venv of their own.
+if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    echo "conformance: python3 cannot make a venv; run scripts/setup.sh --python first" >&2
+    exit 1
+fi
 stamp=$VENV/.requirements.txt
 if [ ! -x "$VENV/bin/python" ] || ! cmp -s "$CONF_DIR/requirements.txt" "$stamp"; then
     echo "conformance: installing the suite's Python dependencies into .venv-conformance" >&2
