@@ -162,7 +162,8 @@ OTHER = [
      "non-ASCII metadata)", r"cache_control|write_expires|content_encoding|unicode_metadata"),
     ("a second user (one key pair, no permissions)",
      r"not_owned|nonowner|bucket_policy_multipart|authorization"),
-    ("error codes (partNumber, copy range, expired presigned URL...)", r"assert \d+ ==|assert '"),
+    ("error codes (partNumber, copy range, expired presigned URL...)",
+     r"assert \d+ ==|assert '"),
 ]
 
 
