@@ -92,10 +92,11 @@ def test_keys_are_the_uri_byte_for_byte(moto_env, bucketload_bin, tmp_path):
     checkpoint.save(small, "s3://exact/a//x.pt")
     checkpoint.save(small, "s3://exact/a/dir/")
     checkpoint.save(big, "s3://exact//lead/big.pt")  # multipart
+    checkpoint.save(small, "s3://exact/d//ckpt/x.pt")  # an empty segment inside the prefix
     with checkpoint.Writer("s3://exact/w//writer.pt") as writer:
         torch.save(small, writer)
     keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket="exact")["Contents"])
-    assert keys == ["/lead/big.pt", "a//x.pt", "a/dir/", "w//writer.pt"]
+    assert keys == ["/lead/big.pt", "a//x.pt", "a/dir/", "d//ckpt/x.pt", "w//writer.pt"]
     for key, state in [("a//x.pt", small), ("a/dir/", small), ("/lead/big.pt", big), ("w//writer.pt", small)]:
         body = client.get_object(Bucket="exact", Key=key)["Body"].read()
         assert same(torch.load(io.BytesIO(body), weights_only=True), state), key

@@ -99,14 +99,24 @@ def recorded_streams(fs):
     ("s3://{b}/plain", "s3://{b}/plain/"),
     ("s3://{b}/end//", "s3://{b}/end//"),
 ])
-def test_file_uris_join_the_path_as_written(env, s3, bucket, path, written):
-    """os.path.join, as the connector: one '/' unless the path ends with one; '//' kept."""
+def test_file_uris_join_the_path_as_written(moto, monkeypatch, path, written):  # noqa: F811
+    """os.path.join, as the connector: one '/' unless the path ends with one; '//' kept. On
+    moto's server: the embedded server does not store keys with an empty segment yet."""
+    endpoint, moto_env = moto
+    for name, value in moto_env.items():
+        if name.startswith("AWS_"):
+            monkeypatch.setenv(name, value)
+    bucket = f"dcp-join-{os.urandom(4).hex()}"
+    client = make_client(endpoint, key="moto", secret="moto")
+    client.create_bucket(Bucket=bucket)
     path, written = path.format(b=bucket), written.format(b=bucket)
-    writer = S3StorageWriter("us-east-1", path)
+    writer = S3StorageWriter("us-east-1", path, endpoint=endpoint)
     calls = recorded_streams(writer.fs)
     dcp.save(state(), storage_writer=writer)
     assert calls == [
         (written + "__0_0.distcp", "wb"), (written + ".metadata", "wb")]
+    prefix = written[len(f"s3://{bucket}/"):]
+    assert keys(client, bucket) == [prefix + ".metadata", prefix + "__0_0.distcp"]
 
 
 def test_keys_are_the_connectors_with_double_slashes(moto, monkeypatch):  # noqa: F811

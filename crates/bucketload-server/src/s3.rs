@@ -867,7 +867,10 @@ impl S3 for Backend {
             name: Some(input.bucket),
             prefix: Some(encode.apply(input.prefix.unwrap_or_default())),
             marker: Some(encode.apply(input.marker.unwrap_or_default())),
-            delimiter: input.delimiter.map(|d| encode.apply(d)),
+            delimiter: input
+                .delimiter
+                .filter(|d| !d.is_empty())
+                .map(|d| encode.apply(d)),
             max_keys: Some(listed.max_keys),
             is_truncated: Some(listed.truncated),
             next_marker: next_marker.map(|m| encode.apply(m)),
@@ -910,7 +913,10 @@ impl S3 for Backend {
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(input.bucket),
             prefix: Some(encode.apply(input.prefix.unwrap_or_default())),
-            delimiter: input.delimiter.map(|d| encode.apply(d)),
+            delimiter: input
+                .delimiter
+                .filter(|d| !d.is_empty())
+                .map(|d| encode.apply(d)),
             max_keys: Some(listed.max_keys),
             key_count: Some(listed.key_count),
             continuation_token: input.continuation_token,

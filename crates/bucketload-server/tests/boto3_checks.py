@@ -111,7 +111,7 @@ assert c3 == put["ETag"], c3
 assert error_code(
     s3.upload_part_copy, Bucket="beta", Key="assembled", UploadId=cid, PartNumber=4,
     CopySource={"Bucket": "alpha", "Key": "src/big"}, CopySourceRange="bytes=0-%d" % len(source),
-) == ("InvalidArgument", 400)
+) == ("InvalidRange", 416)
 assert error_code(
     s3.upload_part_copy, Bucket="beta", Key="assembled", UploadId=cid, PartNumber=4,
     CopySource={"Bucket": "alpha", "Key": "missing"},

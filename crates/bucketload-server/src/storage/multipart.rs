@@ -195,7 +195,7 @@ impl Storage {
             Some(r) if *r.end() < source.size => *r.start()..*r.end() + 1,
             Some(r) => {
                 return Err(s3_error!(
-                    InvalidArgument,
+                    InvalidRange,
                     "copy range bytes={}-{} is not valid for a source object of {} bytes",
                     r.start(),
                     r.end(),
@@ -458,7 +458,7 @@ mod tests {
         let err = storage
             .copy_part(("b", "k", &id, 3), ("b", "src"), Some(5..=10), ok)
             .unwrap_err();
-        assert_eq!(err.code(), &s3s::S3ErrorCode::InvalidArgument);
+        assert_eq!(err.code(), &s3s::S3ErrorCode::InvalidRange);
         let err = storage
             .copy_part(("b", "k", &id, 3), ("b", "nope"), None, ok)
             .unwrap_err();

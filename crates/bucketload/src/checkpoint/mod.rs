@@ -273,8 +273,11 @@ impl Checkpoints {
             return Ok((store.object_store(), key_path(name)));
         };
         let key = self.exact_key(name);
+        // The store's own paths are relative to its prefix as object_store spells it: usable
+        // only when that spelling is the prefix itself (`a//ckpt` would become `a/ckpt`).
         let relative = match store.uri().prefix() {
             "" => Some(key.as_str()),
+            prefix if key_path(prefix).as_ref() != prefix => None,
             prefix => key
                 .strip_prefix(prefix)
                 .and_then(|rest| rest.strip_prefix('/')),
