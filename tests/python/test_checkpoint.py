@@ -13,6 +13,7 @@ import torch
 from bucketload import checkpoint
 from conftest import make_client
 from test_cli_dataset import moto, ok  # noqa: F401  (moto is a fixture)
+from test_package import env  # noqa: F401  (a fixture)
 
 MIB = 1 << 20
 
@@ -31,15 +32,6 @@ def torch_bytes(obj) -> bytes:
     buf = io.BytesIO()
     torch.save(obj, buf)
     return buf.getvalue()
-
-
-@pytest.fixture
-def env(server):
-    saved = dict(os.environ)
-    os.environ.update({k: v for k, v in server.env().items() if k.startswith("AWS_")})
-    yield server.env()
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 @pytest.fixture

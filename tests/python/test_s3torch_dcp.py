@@ -20,6 +20,7 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
 from conftest import make_client
 from test_cli_dataset import moto  # noqa: F401  (a fixture)
+from test_package import env  # noqa: F401  (a fixture)
 
 from bucketload.s3torch.dcp import (
     BinaryPrefixStrategy,
@@ -34,16 +35,6 @@ from bucketload.s3torch.dcp import s3_prefix_strategy
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 
 LAYOUT = Path(__file__).with_name("s3torch_prefix_layout.json")
-
-
-@pytest.fixture(scope="module")
-def env(server):
-    """The AWS environment of the server, for this process (bucketload reads it)."""
-    saved = dict(os.environ)
-    os.environ.update({k: v for k, v in server.env().items() if k.startswith("AWS_")})
-    yield server.env()
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 def keys(s3, bucket, prefix=""):

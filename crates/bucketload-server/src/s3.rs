@@ -320,6 +320,18 @@ struct ReadConditions {
     if_unmodified_since: Option<Timestamp>,
 }
 
+/// The [`ReadConditions`] of a GetObject or HeadObject request (their models share the fields).
+macro_rules! read_conditions {
+    ($input:expr) => {
+        ReadConditions {
+            if_match: $input.if_match.clone(),
+            if_none_match: $input.if_none_match.clone(),
+            if_modified_since: $input.if_modified_since.clone(),
+            if_unmodified_since: $input.if_unmodified_since.clone(),
+        }
+    };
+}
+
 /// Answers the conditions as S3 does: 412 PreconditionFailed, or 304 Not Modified carrying
 /// the object's ETag and Last-Modified.
 fn check_read_conditions(meta: &ObjectMeta, c: &ReadConditions) -> S3Result<()> {
@@ -528,15 +540,7 @@ impl S3 for Backend {
         let input = req.input;
         let (bucket, key) = (input.bucket.clone(), input.key.clone());
         let meta = self.blocking(move |s| s.head(&bucket, &key)).await?;
-        check_read_conditions(
-            &meta,
-            &ReadConditions {
-                if_match: input.if_match.clone(),
-                if_none_match: input.if_none_match.clone(),
-                if_modified_since: input.if_modified_since.clone(),
-                if_unmodified_since: input.if_unmodified_since.clone(),
-            },
-        )?;
+        check_read_conditions(&meta, &read_conditions!(input))?;
         let part = input
             .part_number
             .map(|n| fidelity::part_range(&meta, n))
@@ -595,15 +599,7 @@ impl S3 for Backend {
             self.blocking(move |s| prepare_body(s, &buffers, (&bucket, &key), file, &stat, range))
                 .await?
         };
-        check_read_conditions(
-            &meta,
-            &ReadConditions {
-                if_match: input.if_match.clone(),
-                if_none_match: input.if_none_match.clone(),
-                if_modified_since: input.if_modified_since.clone(),
-                if_unmodified_since: input.if_unmodified_since.clone(),
-            },
-        )?;
+        check_read_conditions(&meta, &read_conditions!(input))?;
         let content_range = range.map(|_| {
             format!(
                 "bytes {}-{}/{}",
