@@ -490,3 +490,55 @@ def test_sigv2_is_refused_unless_allowed(server):
 def test_unknown_access_key_is_invalid_access_key_id(server):
     s3 = make_client(server.endpoint, key="nobody", secret="whatever")
     assert _error(s3.list_buckets) == (403, "InvalidAccessKeyId")
+
+
+def test_errors_carry_the_request_id_of_their_header(store):
+    """S3 names every request in `x-amz-request-id`; an error body's <RequestId> is the same."""
+    import xml.etree.ElementTree as ET
+
+    name, s3, bucket = store
+    seen = {}
+
+    def keep(http_response, **_):
+        seen["body"] = http_response.content
+        seen["headers"] = http_response.headers
+
+    s3.meta.events.register("after-call.s3.GetObject", keep)
+    with pytest.raises(ClientError) as err:
+        s3.get_object(Bucket=bucket, Key="absent")
+    body_id = ET.fromstring(seen["body"]).find(".//RequestId").text
+    assert body_id and body_id == err.value.response["ResponseMetadata"]["RequestId"]
+    if name == "moto":
+        return  # moto names requests in another header
+    assert seen["headers"]["x-amz-request-id"] == body_id
+    ok = s3.head_bucket(Bucket=bucket)["ResponseMetadata"]
+    assert ok["RequestId"] and ok["RequestId"] != body_id
+    assert ok["HTTPHeaders"].get("x-amz-id-2")
+
+
+@pytest.mark.parametrize("dates", [{"Date": ""}, {"Date": "x", "X-Amz-Date": "y"}])
+def test_sigv4_dated_by_the_date_header(store, dates):
+    """A client that sets `Date` signs with it instead of X-Amz-Date (botocore drops
+    X-Amz-Date then): SigV4 allows either, and S3 accepts both."""
+    from email.utils import formatdate
+
+    _, s3, bucket = store
+    now = formatdate(usegmt=True)
+    headers = {name: now for name in dates}
+    s3.meta.events.register("before-call.s3.PutObject",
+                            lambda params, **_: params["headers"].update(headers))
+    s3.put_object(Bucket=bucket, Key="dated", Body=b"bar")
+    assert _body(s3, bucket, "dated") == b"bar"
+
+
+def test_create_bucket_again_as_us_east_1_answers(store):
+    """us-east-1 S3 answers 200 to creating a bucket one owns (elsewhere 409), and the
+    bucket keeps its objects."""
+    name, s3, bucket = store
+    s3.put_object(Bucket=bucket, Key="k", Body=b"kept")
+    s3.create_bucket(Bucket=bucket)
+    assert _body(s3, bucket, "k") == b"kept"
+    if name == "bucketload":  # a bucket outside us-east-1 (moto checks the region first)
+        assert _error(s3.create_bucket, Bucket=bucket,
+                      CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})[1] == \
+            "BucketAlreadyOwnedByYou"

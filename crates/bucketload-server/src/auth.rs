@@ -79,6 +79,60 @@ pub(crate) fn refuse(
     (age.as_secs() > expires).then(|| (403, "AccessDenied", "Request has expired".to_owned()))
 }
 
+/// SigV4 dates a request by `X-Amz-Date`, or by `Date` when that is absent (a client that sets
+/// `Date` signs it instead). The request layer reads only `X-Amz-Date`, so a header-signed
+/// request dated by `Date` alone gets an `X-Amz-Date` holding the same instant; it is not among
+/// the signed headers, so the signature is unchanged.
+pub(crate) fn date_as_amz_date(headers: &mut http::HeaderMap) {
+    let sigv4 = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("AWS4-HMAC-SHA256"));
+    if !sigv4 || headers.contains_key("x-amz-date") {
+        return;
+    }
+    let Some(amz) = headers
+        .get(http::header::DATE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(http_date_as_amz_date)
+    else {
+        return;
+    };
+    if let Ok(value) = http::HeaderValue::from_str(&amz) {
+        headers.insert("x-amz-date", value);
+    }
+}
+
+/// An HTTP date (`Thu, 26 Nov 2026 19:00:00 GMT`, RFC 7231's IMF-fixdate) as `YYYYMMDDTHHMMSSZ`.
+fn http_date_as_amz_date(text: &str) -> Option<String> {
+    let mut words = text.split_ascii_whitespace();
+    let _weekday = words.next()?.strip_suffix(',')?;
+    let day: u32 = words.next()?.parse().ok()?;
+    let month = match words.next()? {
+        "Jan" => 1,
+        "Feb" => 2,
+        "Mar" => 3,
+        "Apr" => 4,
+        "May" => 5,
+        "Jun" => 6,
+        "Jul" => 7,
+        "Aug" => 8,
+        "Sep" => 9,
+        "Oct" => 10,
+        "Nov" => 11,
+        "Dec" => 12,
+        _ => return None,
+    };
+    let year: u32 = words.next()?.parse().ok()?;
+    let mut clock = words.next()?.split(':').map(|n| n.parse::<u32>().ok());
+    let (hour, minute, second) = (clock.next()??, clock.next()??, clock.next()??);
+    if !matches!(words.next()?, "GMT" | "UTC" | "+0000" | "-0000") || words.next().is_some() {
+        return None;
+    }
+    let amz = format!("{year:04}{month:02}{day:02}T{hour:02}{minute:02}{second:02}Z");
+    amz_date(&amz).map(|_| amz)
+}
+
 /// `YYYYMMDDTHHMMSSZ` as a time; `None` when malformed (the signature check reports it).
 fn amz_date(text: &str) -> Option<std::time::SystemTime> {
     let b = text.as_bytes();
@@ -127,6 +181,35 @@ mod tests {
         let t = amz_date("20000301T010203Z").unwrap();
         assert_eq!(t.duration_since(UNIX_EPOCH).unwrap().as_secs(), 951_872_523);
         assert!(amz_date("2013-05-24").is_none());
+    }
+
+    #[test]
+    fn http_dates_become_amz_dates() {
+        assert_eq!(
+            http_date_as_amz_date("Thu, 26 Nov 2026 19:04:05 GMT").as_deref(),
+            Some("20261126T190405Z")
+        );
+        assert!(http_date_as_amz_date("Thu, 26 Nov 2026 19:04:05 CET").is_none());
+        assert!(http_date_as_amz_date("Thu, 32 Nov 2026 19:04:05 GMT").is_none());
+        assert!(http_date_as_amz_date("").is_none());
+        let mut h = http::HeaderMap::new();
+        h.insert(
+            http::header::DATE,
+            "Thu, 26 Nov 2026 19:04:05 GMT".parse().unwrap(),
+        );
+        date_as_amz_date(&mut h);
+        assert!(!h.contains_key("x-amz-date"), "unsigned: left alone");
+        h.insert(
+            http::header::AUTHORIZATION,
+            "AWS4-HMAC-SHA256 Credential=k/20261126/us-east-1/s3/aws4_request"
+                .parse()
+                .unwrap(),
+        );
+        date_as_amz_date(&mut h);
+        assert_eq!(h["x-amz-date"], "20261126T190405Z");
+        h.insert("x-amz-date", "20261126T000000Z".parse().unwrap());
+        date_as_amz_date(&mut h);
+        assert_eq!(h["x-amz-date"], "20261126T000000Z", "X-Amz-Date wins");
     }
 
     #[test]

@@ -14,7 +14,9 @@ use crate::body::prepare_body;
 use crate::bufpool::BufferPool;
 use crate::checksum;
 use crate::fidelity::{self, WriteFeatures};
-use crate::storage::{ListItem, ListQuery, ObjectAttrs, ObjectMeta, Storage, TempObject};
+use crate::storage::{
+    CompletedPart, ListItem, ListQuery, ObjectAttrs, ObjectMeta, Storage, TempObject,
+};
 
 /// GETs of objects up to this size are prepared on the Tokio worker instead of the blocking
 /// pool: an open, fstat and map (or a pread of at most 16 KiB) cost less than the two thread
@@ -66,6 +68,7 @@ impl Backend {
         &self,
         body: Option<StreamingBlob>,
         declared: Checksum,
+        also: Option<checksum::Algorithm>,
     ) -> S3Result<(TempObject, Checksum)> {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(4);
         let writer = self.blocking(move |storage| {
@@ -75,7 +78,18 @@ impl Backend {
             }
             Ok(temp)
         });
-        let mut hasher = checksum::hasher_for(&declared);
+        let mut wanted = declared.clone();
+        if let Some(a) = also
+            && a.value(&declared).is_none()
+        {
+            let extra = a.checksum(String::new());
+            wanted.checksum_crc32 = wanted.checksum_crc32.or(extra.checksum_crc32);
+            wanted.checksum_crc32c = wanted.checksum_crc32c.or(extra.checksum_crc32c);
+            wanted.checksum_crc64nvme = wanted.checksum_crc64nvme.or(extra.checksum_crc64nvme);
+            wanted.checksum_sha1 = wanted.checksum_sha1.or(extra.checksum_sha1);
+            wanted.checksum_sha256 = wanted.checksum_sha256.or(extra.checksum_sha256);
+        }
+        let mut hasher = checksum::hasher_for(&wanted);
         let feed = async {
             let Some(mut body) = body else {
                 return Ok::<(), S3Error>(());
@@ -214,7 +228,52 @@ fn attrs(
             .unwrap_or_default(),
         parts: Vec::new(),
         headers,
+        checksum: None,
     }
+}
+
+/// Copies `sums` into the `checksum_*` fields (and `checksum_type`) of an S3 output struct.
+macro_rules! put_checksums {
+    ($out:expr, $sums:expr) => {{
+        let sums: Checksum = $sums;
+        let mut out = $out;
+        out.checksum_crc32 = sums.checksum_crc32;
+        out.checksum_crc32c = sums.checksum_crc32c;
+        out.checksum_crc64nvme = sums.checksum_crc64nvme;
+        out.checksum_sha1 = sums.checksum_sha1;
+        out.checksum_sha256 = sums.checksum_sha256;
+        out.checksum_type = sums.checksum_type;
+        out
+    }};
+}
+
+/// The checksum a GET or HEAD returns, as S3 returns it: only when the client asks
+/// (`x-amz-checksum-mode: ENABLED`), not for a byte range, and for part `n` of a multipart
+/// object that part's checksum.
+fn returned_checksum(
+    meta: &ObjectMeta,
+    mode: Option<&ChecksumMode>,
+    part_number: Option<i32>,
+    ranged: bool,
+) -> Checksum {
+    let enabled = mode.is_some_and(|m| m.as_str() == ChecksumMode::ENABLED);
+    let Some(stored) = meta.checksum.as_deref().filter(|_| enabled && !ranged) else {
+        return Checksum::default();
+    };
+    let mut sums = match part_number {
+        Some(n) if !stored.parts.is_empty() => stored.part(n as usize),
+        _ => stored.whole(),
+    };
+    sums.checksum_type = Some(ChecksumType::from(stored.kind.clone()));
+    sums
+}
+
+/// A stored checksum as an S3 `Checksum`, with its type.
+fn typed(stored: Option<&checksum::Stored>) -> Checksum {
+    stored.map_or_else(Checksum::default, |c| Checksum {
+        checksum_type: Some(ChecksumType::from(c.kind.clone())),
+        ..c.whole()
+    })
 }
 
 /// The standard headers S3 stores with an object and returns on GET and HEAD.
@@ -508,7 +567,17 @@ impl S3 for Backend {
         }
         let bucket = input.bucket;
         let location = format!("/{bucket}");
-        self.blocking(move |s| s.create_bucket(&bucket)).await?;
+        // A bucket made without a location constraint is in us-east-1, where S3 answers 200 to
+        // creating a bucket one already owns (elsewhere 409 BucketAlreadyOwnedByYou).
+        let us_east_1 = input
+            .create_bucket_configuration
+            .as_ref()
+            .and_then(|c| c.location_constraint.as_ref())
+            .is_none_or(|l| l.as_str() == "us-east-1");
+        match self.blocking(move |s| s.create_bucket(&bucket)).await {
+            Err(e) if us_east_1 && e.code().as_str() == "BucketAlreadyOwnedByYou" => {}
+            other => other?,
+        }
         Ok(S3Response::new(CreateBucketOutput {
             location: Some(location),
         }))
@@ -545,20 +614,123 @@ impl S3 for Backend {
             .part_number
             .map(|n| fidelity::part_range(&meta, n))
             .transpose()?;
-        Ok(S3Response::new(HeadObjectOutput {
-            accept_ranges: Some("bytes".into()),
-            content_length: Some(part.as_ref().map_or(meta.size, |p| p.end - p.start) as i64),
-            content_range: part.as_ref().map(|p| content_range(p, meta.size)),
-            parts_count: part_count(&meta, input.part_number),
-            content_type: content_type(&meta),
-            cache_control: stored(&meta, "cache-control"),
-            content_disposition: stored(&meta, "content-disposition"),
-            content_encoding: stored(&meta, "content-encoding"),
-            content_language: stored(&meta, "content-language"),
-            expires: stored_expires(&meta),
-            e_tag: Some(etag(&meta)),
+        let sums = returned_checksum(
+            &meta,
+            input.checksum_mode.as_ref(),
+            input.part_number,
+            input.range.is_some(),
+        );
+        Ok(S3Response::new(put_checksums!(
+            HeadObjectOutput {
+                accept_ranges: Some("bytes".into()),
+                content_length: Some(part.as_ref().map_or(meta.size, |p| p.end - p.start) as i64),
+                content_range: part.as_ref().map(|p| content_range(p, meta.size)),
+                parts_count: part_count(&meta, input.part_number),
+                content_type: content_type(&meta),
+                cache_control: stored(&meta, "cache-control"),
+                content_disposition: stored(&meta, "content-disposition"),
+                content_encoding: stored(&meta, "content-encoding"),
+                content_language: stored(&meta, "content-language"),
+                expires: stored_expires(&meta),
+                e_tag: Some(etag(&meta)),
+                last_modified: Some(timestamp(meta.last_modified())),
+                metadata: user_metadata(&meta.metadata),
+                ..Default::default()
+            },
+            sums
+        )))
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        let input = req.input;
+        if input.version_id.as_deref().is_some_and(|v| v != "null") {
+            return Err(fidelity::not_implemented("versionId (versioning)"));
+        }
+        if input.sse_customer_algorithm.is_some() || input.sse_customer_key.is_some() {
+            return Err(fidelity::not_implemented(
+                "x-amz-server-side-encryption-customer-* (SSE-C)",
+            ));
+        }
+        // `x-amz-object-attributes` is one comma-separated header.
+        let names: Vec<String> = input
+            .object_attributes
+            .iter()
+            .flat_map(|a| a.as_str().split(','))
+            .map(|n| n.trim().to_owned())
+            .filter(|n| !n.is_empty())
+            .collect();
+        let wanted = |name: &str| names.iter().any(|n| n == name);
+        if let Some(unknown) = names.iter().find(|n| {
+            ![
+                ObjectAttributes::CHECKSUM,
+                ObjectAttributes::ETAG,
+                ObjectAttributes::OBJECT_PARTS,
+                ObjectAttributes::OBJECT_SIZE,
+                ObjectAttributes::STORAGE_CLASS,
+            ]
+            .contains(&n.as_str())
+        }) {
+            return Err(s3_error!(
+                InvalidArgument,
+                "Invalid attribute name specified: {unknown}"
+            ));
+        }
+        let (bucket, key) = (input.bucket.clone(), input.key.clone());
+        let meta = self.blocking(move |s| s.head(&bucket, &key)).await?;
+        let checksum = meta
+            .checksum
+            .as_deref()
+            .filter(|_| wanted(ObjectAttributes::CHECKSUM))
+            .map(|c| typed(Some(c)));
+        let object_parts =
+            (wanted(ObjectAttributes::OBJECT_PARTS) && !meta.parts.is_empty()).then(|| {
+                let marker = input.part_number_marker.unwrap_or(0).max(0) as usize;
+                let max = input.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
+                let stored = meta.checksum.as_deref();
+                let mut parts: Vec<ObjectPart> = meta
+                    .parts
+                    .iter()
+                    .enumerate()
+                    .skip(marker)
+                    .take(max)
+                    .map(|(i, size)| {
+                        let sums = stored.map(|c| c.part(i + 1)).unwrap_or_default();
+                        ObjectPart {
+                            part_number: Some(i as i32 + 1),
+                            size: Some(*size as i64),
+                            checksum_crc32: sums.checksum_crc32,
+                            checksum_crc32c: sums.checksum_crc32c,
+                            checksum_crc64nvme: sums.checksum_crc64nvme,
+                            checksum_sha1: sums.checksum_sha1,
+                            checksum_sha256: sums.checksum_sha256,
+                        }
+                    })
+                    .collect();
+                let last = parts.last().and_then(|p| p.part_number).unwrap_or(0);
+                let truncated = (last as usize) < meta.parts.len() && !parts.is_empty();
+                if max == 0 {
+                    parts.clear();
+                }
+                GetObjectAttributesParts {
+                    is_truncated: Some(truncated),
+                    max_parts: Some(max as i32),
+                    next_part_number_marker: Some(last),
+                    part_number_marker: Some(marker as i32),
+                    parts: Some(parts),
+                    total_parts_count: Some(meta.parts.len() as i32),
+                }
+            });
+        Ok(S3Response::new(GetObjectAttributesOutput {
+            checksum,
+            e_tag: wanted(ObjectAttributes::ETAG).then(|| etag(&meta)),
             last_modified: Some(timestamp(meta.last_modified())),
-            metadata: user_metadata(&meta.metadata),
+            object_parts,
+            object_size: wanted(ObjectAttributes::OBJECT_SIZE).then_some(meta.size as i64),
+            storage_class: wanted(ObjectAttributes::STORAGE_CLASS)
+                .then(|| StorageClass::from_static(StorageClass::STANDARD)),
             ..Default::default()
         }))
     }
@@ -568,6 +740,7 @@ impl S3 for Backend {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let input = req.input;
+        let ranged = input.range.is_some();
         let (bucket, key, mut range) = (input.bucket.clone(), input.key.clone(), input.range);
         if let Some(number) = input.part_number {
             if range.is_some() {
@@ -608,23 +781,32 @@ impl S3 for Backend {
                 meta.size
             )
         });
-        Ok(S3Response::new(GetObjectOutput {
-            accept_ranges: Some("bytes".into()),
-            body: Some(StreamingBlob::new(body)),
-            content_length: Some((span.end - span.start) as i64),
-            content_range,
-            parts_count: part_count(&meta, input.part_number),
-            content_type: content_type(&meta),
-            cache_control: stored(&meta, "cache-control"),
-            content_disposition: stored(&meta, "content-disposition"),
-            content_encoding: stored(&meta, "content-encoding"),
-            content_language: stored(&meta, "content-language"),
-            expires: stored_expires(&meta),
-            e_tag: Some(etag(&meta)),
-            last_modified: Some(timestamp(meta.last_modified())),
-            metadata: user_metadata(&meta.metadata),
-            ..Default::default()
-        }))
+        let sums = returned_checksum(
+            &meta,
+            input.checksum_mode.as_ref(),
+            input.part_number,
+            ranged,
+        );
+        Ok(S3Response::new(put_checksums!(
+            GetObjectOutput {
+                accept_ranges: Some("bytes".into()),
+                body: Some(StreamingBlob::new(body)),
+                content_length: Some((span.end - span.start) as i64),
+                content_range,
+                parts_count: part_count(&meta, input.part_number),
+                content_type: content_type(&meta),
+                cache_control: stored(&meta, "cache-control"),
+                content_disposition: stored(&meta, "content-disposition"),
+                content_encoding: stored(&meta, "content-encoding"),
+                content_language: stored(&meta, "content-language"),
+                expires: stored_expires(&meta),
+                e_tag: Some(etag(&meta)),
+                last_modified: Some(timestamp(meta.last_modified())),
+                metadata: user_metadata(&meta.metadata),
+                ..Default::default()
+            },
+            sums
+        )))
     }
 
     async fn put_object(
@@ -654,9 +836,9 @@ impl S3 for Backend {
             input.checksum_sha1,
             input.checksum_sha256,
         ]);
-        let (temp, sums) = self.receive(input.body, declared).await?;
+        let (temp, sums) = self.receive(input.body, declared, None).await?;
         fidelity::verify_md5(md5, &temp.md5())?;
-        let attrs = attrs(
+        let mut attrs = attrs(
             input.content_type,
             input.metadata,
             stored_headers(
@@ -667,22 +849,22 @@ impl S3 for Backend {
                 input.expires,
             ),
         );
+        attrs.checksum = checksum::Stored::of_body(&sums).map(Box::new);
         let meta = self
             .blocking(move |s| {
                 let etag = hex::encode(temp.md5());
                 s.commit_if(&bucket, &key, temp, etag, attrs, &precondition)
             })
             .await?;
-        Ok(S3Response::new(PutObjectOutput {
-            e_tag: Some(etag(&meta)),
-            size: Some(meta.size as i64),
-            checksum_crc32: sums.checksum_crc32,
-            checksum_crc32c: sums.checksum_crc32c,
-            checksum_crc64nvme: sums.checksum_crc64nvme,
-            checksum_sha1: sums.checksum_sha1,
-            checksum_sha256: sums.checksum_sha256,
-            ..Default::default()
-        }))
+        let sums = typed(meta.checksum.as_deref());
+        Ok(S3Response::new(put_checksums!(
+            PutObjectOutput {
+                e_tag: Some(etag(&meta)),
+                size: Some(meta.size as i64),
+                ..Default::default()
+            },
+            sums
+        )))
     }
 
     async fn copy_object(
@@ -737,6 +919,15 @@ impl S3 for Backend {
                 input.expires,
             ),
         );
+        let asked = input
+            .checksum_algorithm
+            .as_ref()
+            .map(|a| {
+                checksum::Algorithm::from_name(a.as_str()).ok_or_else(|| {
+                    s3_error!(InvalidRequest, "unknown checksum algorithm {}", a.as_str())
+                })
+            })
+            .transpose()?;
         let (bucket, key) = (input.bucket, input.key);
         let meta = self
             .blocking(move |s| {
@@ -751,26 +942,56 @@ impl S3 for Backend {
                     )
                 };
                 check(&s.head(&src_bucket, &src_key)?)?;
-                let (source, temp) = s.copy_to_temp(&src_bucket, &src_key)?;
+                let (source, mut temp) = s.copy_to_temp(&src_bucket, &src_key)?;
                 check(&source)?; // the source may have changed while it was checked
+                // The copy is one part: it keeps a full-object checksum of the same algorithm,
+                // computed afresh from a composite one or for an algorithm the request names.
+                let kept = source.checksum.clone().filter(|c| {
+                    c.kind == checksum::FULL_OBJECT
+                        && asked.is_none_or(|a| c.algorithm() == Some(a))
+                });
+                let checksum = match (
+                    kept,
+                    asked.or(source.checksum.as_ref().and_then(|c| c.algorithm())),
+                ) {
+                    (Some(c), _) => Some(checksum::Stored {
+                        parts: Vec::new(),
+                        ..*c
+                    }),
+                    (None, Some(a)) => Some(checksum::Stored {
+                        algorithm: a.name().to_owned(),
+                        value: temp.checksum(a)?,
+                        kind: checksum::FULL_OBJECT.to_owned(),
+                        parts: Vec::new(),
+                    }),
+                    (None, None) => None,
+                }
+                .map(Box::new);
                 let attrs = if replace {
-                    new_attrs
+                    ObjectAttrs {
+                        checksum,
+                        ..new_attrs
+                    }
                 } else {
                     ObjectAttrs {
                         content_type: source.content_type,
                         metadata: source.metadata,
                         parts: Vec::new(),
                         headers: source.headers,
+                        checksum,
                     }
                 };
                 s.commit_if(&bucket, &key, temp, source.etag, attrs, &precondition)
             })
             .await?;
-        let result = CopyObjectResult {
-            e_tag: Some(etag(&meta)),
-            last_modified: Some(timestamp(meta.last_modified())),
-            ..Default::default()
-        };
+        let result = put_checksums!(
+            CopyObjectResult {
+                e_tag: Some(etag(&meta)),
+                last_modified: Some(timestamp(meta.last_modified())),
+                ..Default::default()
+            },
+            typed(meta.checksum.as_deref())
+        );
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(result),
             ..Default::default()
@@ -932,7 +1153,35 @@ impl S3 for Backend {
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let input = req.input;
         write_features!(input).refuse_unsupported()?;
-        let attrs = attrs(
+        let declared = match input.checksum_algorithm.as_ref() {
+            None if input.checksum_type.is_some() => {
+                return Err(s3_error!(
+                    InvalidRequest,
+                    "x-amz-checksum-type needs x-amz-checksum-algorithm"
+                ));
+            }
+            None => None,
+            Some(name) => {
+                let algorithm = checksum::Algorithm::from_name(name.as_str()).ok_or_else(|| {
+                    s3_error!(
+                        InvalidRequest,
+                        "unknown checksum algorithm {}",
+                        name.as_str()
+                    )
+                })?;
+                let kind = checksum::upload_kind(
+                    algorithm,
+                    input.checksum_type.as_ref().map(ChecksumType::as_str),
+                )?;
+                Some(checksum::Stored {
+                    algorithm: algorithm.name().to_owned(),
+                    value: String::new(),
+                    kind,
+                    parts: Vec::new(),
+                })
+            }
+        };
+        let mut attrs = attrs(
             input.content_type,
             input.metadata,
             stored_headers(
@@ -943,6 +1192,7 @@ impl S3 for Backend {
                 input.expires,
             ),
         );
+        attrs.checksum = declared.clone().map(Box::new);
         let (bucket, key) = (input.bucket.clone(), input.key.clone());
         let id = self
             .blocking(move |s| s.create_upload(&bucket, &key, attrs))
@@ -951,6 +1201,10 @@ impl S3 for Backend {
             bucket: Some(input.bucket),
             key: Some(input.key),
             upload_id: Some(id),
+            checksum_algorithm: declared
+                .as_ref()
+                .map(|c| ChecksumAlgorithm::from(c.algorithm.clone())),
+            checksum_type: declared.map(|c| ChecksumType::from(c.kind)),
             ..Default::default()
         }))
     }
@@ -963,7 +1217,8 @@ impl S3 for Backend {
         let md5 = fidelity::declared_md5(&req.headers)?;
         let (bucket, key, id, part) = (input.bucket, input.key, input.upload_id, input.part_number);
         let ids = (bucket.clone(), key.clone(), id.clone());
-        self.blocking(move |s| s.check_upload(&ids.0, &ids.1, &ids.2, part))
+        let algorithm = self
+            .blocking(move |s| s.check_upload(&ids.0, &ids.1, &ids.2, part))
             .await?;
         let declared = checksum::declared([
             input.checksum_crc32,
@@ -972,10 +1227,11 @@ impl S3 for Backend {
             input.checksum_sha1,
             input.checksum_sha256,
         ]);
-        let (temp, sums) = self.receive(input.body, declared).await?;
+        let (temp, sums) = self.receive(input.body, declared, algorithm).await?;
         fidelity::verify_md5(md5, &temp.md5())?;
+        let part_sum = algorithm.and_then(|a| a.value(&sums).cloned());
         let info = self
-            .blocking(move |s| s.commit_part(&bucket, &key, &id, part, temp))
+            .blocking(move |s| s.commit_part(&bucket, &key, &id, part, temp, part_sum))
             .await?;
         Ok(S3Response::new(UploadPartOutput {
             e_tag: Some(ETag::Strong(info.etag)),
@@ -1037,15 +1293,27 @@ impl S3 for Backend {
             .multipart_upload
             .and_then(|m| m.parts)
             .unwrap_or_default();
-        let parts: Vec<(i32, String)> = parts
+        let parts: Vec<CompletedPart> = parts
             .into_iter()
-            .map(|p| {
-                (
-                    p.part_number.unwrap_or(0),
-                    p.e_tag.map(ETag::into_value).unwrap_or_default(),
-                )
+            .map(|p| CompletedPart {
+                number: p.part_number.unwrap_or(0),
+                etag: p.e_tag.map(ETag::into_value).unwrap_or_default(),
+                checksum: checksum::declared([
+                    p.checksum_crc32,
+                    p.checksum_crc32c,
+                    p.checksum_crc64nvme,
+                    p.checksum_sha1,
+                    p.checksum_sha256,
+                ]),
             })
             .collect();
+        let declared = checksum::declared([
+            input.checksum_crc32,
+            input.checksum_crc32c,
+            input.checksum_crc64nvme,
+            input.checksum_sha1,
+            input.checksum_sha256,
+        ]);
         let (bucket, key, id, min) = (
             input.bucket.clone(),
             input.key.clone(),
@@ -1053,15 +1321,20 @@ impl S3 for Backend {
             self.min_part_size,
         );
         let meta = self
-            .blocking(move |s| s.complete_upload(&bucket, &key, &id, &parts, min, &precondition))
+            .blocking(move |s| {
+                s.complete_upload(&bucket, &key, &id, (&parts, &declared), min, &precondition)
+            })
             .await?;
-        Ok(S3Response::new(CompleteMultipartUploadOutput {
-            bucket: Some(input.bucket.clone()),
-            key: Some(input.key.clone()),
-            location: Some(format!("/{}/{}", input.bucket, input.key)),
-            e_tag: Some(etag(&meta)),
-            ..Default::default()
-        }))
+        Ok(S3Response::new(put_checksums!(
+            CompleteMultipartUploadOutput {
+                bucket: Some(input.bucket.clone()),
+                key: Some(input.key.clone()),
+                location: Some(format!("/{}/{}", input.bucket, input.key)),
+                e_tag: Some(etag(&meta)),
+                ..Default::default()
+            },
+            typed(meta.checksum.as_deref())
+        )))
     }
 
     async fn abort_multipart_upload(
@@ -1084,23 +1357,34 @@ impl S3 for Backend {
             input.key.clone(),
             input.upload_id.clone(),
         );
-        let parts = self
+        let (parts, declared) = self
             .blocking(move |s| s.list_parts(&bucket, &key, &id))
             .await?;
+        let algorithm = declared.as_ref().and_then(checksum::Stored::algorithm);
         let marker = input.part_number_marker.unwrap_or(0);
         let max = input.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
         let mut selected: Vec<Part> = parts
             .into_iter()
             .filter(|p| p.number > marker)
             .take(max + 1)
-            .map(|p| Part {
-                e_tag: Some(ETag::Strong(p.etag)),
-                part_number: Some(p.number),
-                size: Some(p.size as i64),
-                last_modified: Some(timestamp(
-                    std::time::UNIX_EPOCH + std::time::Duration::from_nanos(p.mtime_ns),
-                )),
-                ..Default::default()
+            .map(|p| {
+                let sums = match (algorithm, p.checksum) {
+                    (Some(a), Some(v)) => a.checksum(v),
+                    _ => Checksum::default(),
+                };
+                Part {
+                    e_tag: Some(ETag::Strong(p.etag)),
+                    part_number: Some(p.number),
+                    size: Some(p.size as i64),
+                    last_modified: Some(timestamp(
+                        std::time::UNIX_EPOCH + std::time::Duration::from_nanos(p.mtime_ns),
+                    )),
+                    checksum_crc32: sums.checksum_crc32,
+                    checksum_crc32c: sums.checksum_crc32c,
+                    checksum_crc64nvme: sums.checksum_crc64nvme,
+                    checksum_sha1: sums.checksum_sha1,
+                    checksum_sha256: sums.checksum_sha256,
+                }
             })
             .collect();
         let truncated = selected.len() > max;
@@ -1115,6 +1399,10 @@ impl S3 for Backend {
             max_parts: Some(max as i32),
             is_truncated: Some(truncated),
             parts: Some(selected),
+            checksum_algorithm: declared
+                .as_ref()
+                .map(|c| ChecksumAlgorithm::from(c.algorithm.clone())),
+            checksum_type: declared.map(|c| ChecksumType::from(c.kind)),
             ..Default::default()
         }))
     }

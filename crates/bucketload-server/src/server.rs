@@ -21,7 +21,7 @@ use crate::config::ServerConfig;
 use crate::conn::ConnIo;
 use crate::faults::{CounterSet, Counters, FaultControl, RateLimiter, Rng};
 use crate::s3::Backend;
-use crate::service::{ConnService, ConnState, Shared};
+use crate::service::{ConnService, ConnState, RequestIds, Shared};
 use crate::storage::Storage;
 
 /// How long shutdown waits for requests in flight before closing their connections.
@@ -91,6 +91,7 @@ async fn prepare(config: &ServerConfig) -> Result<(TcpListener, Arc<Shared>), Er
         latency: config.latency,
         limiter: config.rate_limit.map(RateLimiter::new),
         allow_sigv2: config.allow_sigv2,
+        request_ids: RequestIds::new(),
     };
     let listener = TcpListener::bind(config.addr)
         .await

@@ -38,6 +38,99 @@ pub(crate) struct Shared {
     pub(crate) limiter: Option<RateLimiter>,
     /// Whether Signature Version 2 requests are accepted (S3 refuses them for new buckets).
     pub(crate) allow_sigv2: bool,
+    /// Names each request, as S3's `x-amz-request-id` does.
+    pub(crate) request_ids: RequestIds,
+}
+
+/// Request IDs: 16 upper-case hex digits like S3's, distinct for every request of one server
+/// (a counter through a bijective mix, started at a point drawn from the clock).
+#[derive(Debug)]
+pub(crate) struct RequestIds {
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl RequestIds {
+    pub(crate) fn new() -> Self {
+        let start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        Self {
+            next: std::sync::atomic::AtomicU64::new(start),
+        }
+    }
+
+    /// The next request's ID and the `x-amz-id-2` that goes with it.
+    fn next(&self) -> (String, String) {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let id = mix(n);
+        let host = [mix(id), mix(id ^ 0x5bd1_e995), mix(id.rotate_left(17))];
+        let host: String = host.iter().map(|h| format!("{h:016x}")).collect();
+        (format!("{id:016X}"), host)
+    }
+}
+
+/// splitmix64's finaliser: a bijection of u64 that scatters consecutive inputs.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The most of an error body [`with_request_id`] reads to name the request in it.
+const MAX_ERROR_BODY: u64 = 64 * 1024;
+
+/// Names the request in the response, as S3 does: `x-amz-request-id` and `x-amz-id-2` headers
+/// on every answer, and the same ID in the `<RequestId>` of an XML error body.
+async fn with_request_id(
+    response: Response<RespBody>,
+    (id, host): (String, String),
+) -> Result<Response<RespBody>, BoxError> {
+    let (mut parts, body) = response.into_parts();
+    if let (Ok(id), Ok(host)) = (
+        header::HeaderValue::from_str(&id),
+        header::HeaderValue::from_str(&host),
+    ) {
+        parts.headers.insert("x-amz-request-id", id);
+        parts.headers.insert("x-amz-id-2", host);
+    }
+    let xml = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.contains("xml"));
+    let small = body
+        .size_hint()
+        .upper()
+        .is_some_and(|n| n > 0 && n <= MAX_ERROR_BODY);
+    if !(parts.status.is_client_error() || parts.status.is_server_error()) || !xml || !small {
+        return Ok(Response::from_parts(parts, body));
+    }
+    let bytes = body.collect().await?.to_bytes();
+    let text = String::from_utf8_lossy(&bytes);
+    let tagged = if let Some(start) = text.find("<RequestId>") {
+        let end = text[start..]
+            .find("</RequestId>")
+            .map_or(text.len(), |e| start + e + "</RequestId>".len());
+        format!(
+            "{}<RequestId>{id}</RequestId>{}",
+            &text[..start],
+            &text[end..]
+        )
+    } else if let Some(at) = text.rfind("</Error>") {
+        format!(
+            "{}<RequestId>{id}</RequestId><HostId>{host}</HostId>{}",
+            &text[..at],
+            &text[at..]
+        )
+    } else {
+        text.into_owned()
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let body = http_body_util::Full::new(Bytes::from(tagged))
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    Ok(Response::from_parts(parts, body))
 }
 
 impl Shared {
@@ -84,7 +177,12 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
     type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        Box::pin(self.clone().handle(req))
+        let this = self.clone();
+        Box::pin(async move {
+            let id = this.shared.request_ids.next();
+            let response = this.handle(req).await?;
+            with_request_id(response, id).await
+        })
     }
 }
 
@@ -141,6 +239,15 @@ impl ConnService {
             );
             return Ok(drain_then_explain(req, 501, Some("NotImplemented"), &message, head).await);
         }
+        let mut req = req;
+        crate::auth::date_as_amz_date(req.headers_mut());
+        let attributes = req.method() == Method::GET
+            && req
+                .uri()
+                .query()
+                .unwrap_or("")
+                .split('&')
+                .any(|p| p.split('=').next() == Some("attributes"));
         let response = shared
             .s3
             .call(req.map(s3s::Body::from))
@@ -148,6 +255,9 @@ impl ConnService {
             .map_err(BoxError::from)?;
         match fault {
             Some(kind) => self.cut(response, kind, head),
+            None if attributes && response.status().is_success() => {
+                Ok(unquote_etag(response).await?)
+            }
             None => Ok(response.map(|b| b.map_err(BoxError::from).boxed_unsync())),
         }
     }
@@ -188,6 +298,21 @@ impl ConnService {
             }
         }
     }
+}
+
+/// GetObjectAttributes answers the ETag without quotes (unlike every other S3 answer); the
+/// request layer always quotes it.
+async fn unquote_etag(response: Response<s3s::Body>) -> Result<Response<RespBody>, BoxError> {
+    let (mut parts, body) = response.into_parts();
+    let bytes = body.collect().await?.to_bytes();
+    let text = String::from_utf8_lossy(&bytes)
+        .replace("<ETag>\"", "<ETag>")
+        .replace("\"</ETag>", "</ETag>");
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let body = http_body_util::Full::new(Bytes::from(text))
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    Ok(Response::from_parts(parts, body))
 }
 
 /// Reads and discards the request body (so the client sees the answer rather than a broken

@@ -30,7 +30,11 @@ def error_code(fn, **kwargs):
 
 s3.create_bucket(Bucket="alpha")
 s3.create_bucket(Bucket="beta")
-assert error_code(s3.create_bucket, Bucket="alpha") == ("BucketAlreadyOwnedByYou", 409)
+# Creating one's own bucket again: 200 in us-east-1 (no location constraint), 409 elsewhere.
+s3.create_bucket(Bucket="alpha")
+assert error_code(
+    s3.create_bucket, Bucket="alpha", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"}
+) == ("BucketAlreadyOwnedByYou", 409)
 names = [b["Name"] for b in s3.list_buckets()["Buckets"]]
 assert names == ["alpha", "beta", "bkt"], names
 s3.head_bucket(Bucket="alpha")

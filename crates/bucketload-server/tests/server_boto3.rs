@@ -38,7 +38,7 @@ async fn boto3_sees_s3_semantics() {
         String::from_utf8_lossy(&output.stderr)
     );
     let counters = t.server.counters();
-    assert_eq!(counters.get("CreateBucket"), 3);
+    assert_eq!(counters.get("CreateBucket"), 4);
     assert_eq!(counters.get("DeleteBucket"), 3);
     assert_eq!(counters.get("ListParts"), 2);
     assert!(counters.get("ListMultipartUploads") >= 2);

@@ -24,6 +24,7 @@ mod list;
 mod multipart;
 
 pub(crate) use list::{ListItem, ListQuery};
+pub(crate) use multipart::CompletedPart;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
@@ -62,6 +63,9 @@ pub(crate) struct ObjectMeta {
     /// `content-encoding`, `content-language`, `expires`), by lower-case name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) headers: BTreeMap<String, String>,
+    /// The object's checksum (`x-amz-checksum-*`), when it was written with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) checksum: Option<Box<crate::checksum::Stored>>,
 }
 
 impl ObjectMeta {
@@ -81,6 +85,10 @@ pub(crate) struct ObjectAttrs {
     /// Standard headers stored with the object (see [`ObjectMeta::headers`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) headers: BTreeMap<String, String>,
+    /// The object's checksum (see [`ObjectMeta::checksum`]). For a multipart upload in
+    /// progress: the algorithm and type it declared, with an empty value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) checksum: Option<Box<crate::checksum::Stored>>,
 }
 
 /// What must hold of the object a write replaces for the write to take effect: S3's
@@ -453,6 +461,7 @@ impl Storage {
             metadata: attrs.metadata,
             parts: attrs.parts,
             headers: attrs.headers,
+            checksum: attrs.checksum,
         };
         // Every write takes the lock, so a conditional write sees no write land between its
         // check and its rename.
@@ -561,6 +570,29 @@ impl TempObject {
         let n = io::copy(&mut source, &mut self.file).map_err(internal)?;
         self.size += n;
         Ok(n)
+    }
+
+    /// `algorithm`'s checksum of the bytes written so far, read back from the file.
+    pub(crate) fn checksum(
+        &mut self,
+        algorithm: crate::checksum::Algorithm,
+    ) -> Result<String, S3Error> {
+        use std::io::Seek;
+        let mut hasher =
+            crate::checksum::hasher_for(&algorithm.checksum(String::new())).unwrap_or_default();
+        let mut file = &self.file;
+        file.seek(io::SeekFrom::Start(0)).map_err(internal)?;
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = file.read(&mut buf).map_err(internal)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+        }
+        file.seek(io::SeekFrom::End(0)).map_err(internal)?;
+        let sums = hasher.finalize();
+        Ok(algorithm.value(&sums).cloned().unwrap_or_default())
     }
 
     pub(crate) fn size(&self) -> u64 {

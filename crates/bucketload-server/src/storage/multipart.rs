@@ -12,6 +12,7 @@ use s3s::{S3Error, s3_error};
 use serde::{Deserialize, Serialize};
 
 use super::{ObjectAttrs, ObjectMeta, Precondition, Storage, TempObject, internal, is_missing};
+use crate::checksum::{self, Algorithm};
 
 /// S3's limit on part numbers.
 const MAX_PART_NUMBER: i32 = 10_000;
@@ -53,6 +54,9 @@ pub(crate) struct PartInfo {
     pub(crate) etag: String,
     pub(crate) size: u64,
     pub(crate) mtime_ns: u64,
+    /// The part's checksum (base64) in the upload's algorithm, when it declared one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) checksum: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -73,6 +77,85 @@ fn no_such_upload(id: &str) -> S3Error {
         NoSuchUpload,
         "multipart upload {id} does not exist; it may have been completed or aborted"
     )
+}
+
+/// A part as CompleteMultipartUpload lists it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CompletedPart {
+    pub(crate) number: i32,
+    pub(crate) etag: String,
+    /// The checksums the request gives for the part.
+    pub(crate) checksum: s3s::dto::Checksum,
+}
+
+/// The checksum of the object an upload completes: of the upload's algorithm and type, from
+/// the parts' stored checksums. The request must name each part's checksum, and any
+/// whole-object checksum it gives must match (400 BadDigest), as S3 requires; an upload
+/// made without an algorithm makes an object without a checksum.
+fn object_checksum(
+    upload: Option<&checksum::Stored>,
+    parts: &[CompletedPart],
+    used: &[&PartInfo],
+    declared: &s3s::dto::Checksum,
+) -> Result<Option<checksum::Stored>, S3Error> {
+    let Some((upload, algorithm)) = upload.and_then(|u| Some((u, u.algorithm()?))) else {
+        if Algorithm::ALL.iter().any(|a| a.value(declared).is_some()) {
+            return Err(s3_error!(
+                InvalidRequest,
+                "The upload was created without a checksum algorithm, so the completion cannot be checked against a checksum; create the upload with x-amz-checksum-algorithm"
+            ));
+        }
+        return Ok(None);
+    };
+    let mut values = Vec::with_capacity(used.len());
+    for info in used {
+        let value = info.checksum.as_deref().ok_or_else(|| {
+            s3_error!(
+                InvalidPart,
+                "part {} was uploaded without its {} checksum; upload it again",
+                info.number,
+                algorithm.name()
+            )
+        })?;
+        values.push((value, info.size));
+    }
+    let value = checksum::of_parts(algorithm, &upload.kind, &values)?;
+    if let Some(want) = algorithm.value(declared)
+        && *want != value
+    {
+        return Err(s3_error!(
+            BadDigest,
+            "the object's {} checksum is {value}, but the completion says {want}",
+            algorithm.name()
+        ));
+    }
+    for (part, (stored, _)) in parts.iter().zip(&values) {
+        match algorithm.value(&part.checksum) {
+            None => {
+                return Err(s3_error!(
+                    InvalidRequest,
+                    "The upload was created using a {} checksum. The complete request must include the checksum for each part. It was missing for part {} in the request.",
+                    algorithm.name().to_lowercase(),
+                    part.number
+                ));
+            }
+            Some(given) if given != stored => {
+                return Err(s3_error!(
+                    InvalidPart,
+                    "part {}'s {} checksum is {stored}, not {given}",
+                    part.number,
+                    algorithm.name()
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(Some(checksum::Stored {
+        algorithm: algorithm.name().to_owned(),
+        value,
+        kind: upload.kind.clone(),
+        parts: values.iter().map(|(v, _)| (*v).to_owned()).collect(),
+    }))
 }
 
 impl Storage {
@@ -127,21 +210,23 @@ impl Storage {
         Ok((dir, record))
     }
 
-    /// Checks an upload exists before its part's bytes are received.
+    /// Checks an upload exists before its part's bytes are received; returns the checksum
+    /// algorithm it declared.
     pub(crate) fn check_upload(
         &self,
         bucket: &str,
         key: &str,
         id: &str,
         part: i32,
-    ) -> Result<(), S3Error> {
+    ) -> Result<Option<Algorithm>, S3Error> {
         if !(1..=MAX_PART_NUMBER).contains(&part) {
             return Err(s3_error!(
                 InvalidArgument,
                 "part numbers must lie between 1 and 10000"
             ));
         }
-        self.upload_dir(bucket, key, id).map(|_| ())
+        let (_, record) = self.upload_dir(bucket, key, id)?;
+        Ok(record.attrs.checksum.and_then(|c| c.algorithm()))
     }
 
     /// Stores a received part, replacing any earlier part with the same number.
@@ -152,6 +237,7 @@ impl Storage {
         id: &str,
         part: i32,
         mut temp: TempObject,
+        checksum: Option<String>,
     ) -> Result<PartInfo, S3Error> {
         let (dir, _) = self.upload_dir(bucket, key, id)?;
         let info = PartInfo {
@@ -159,6 +245,7 @@ impl Storage {
             etag: hex::encode(temp.md5()),
             size: temp.size(),
             mtime_ns: now_ns(),
+            checksum,
         };
         let Some(path) = temp.path.take() else {
             return Err(s3_error!(InternalError, "part written twice"));
@@ -187,7 +274,7 @@ impl Storage {
         range: Option<std::ops::RangeInclusive<u64>>,
         check: impl FnOnce(&ObjectMeta) -> Result<(), S3Error>,
     ) -> Result<(PartInfo, ObjectMeta), S3Error> {
-        self.check_upload(bucket, key, id, part)?;
+        let algorithm = self.check_upload(bucket, key, id, part)?;
         let (source, file) = self.open_object(src_bucket, src_key)?;
         check(&source)?;
         let span = match range {
@@ -205,7 +292,8 @@ impl Storage {
         };
         let mut temp = self.begin_write()?;
         temp.write_range(&file, span)?;
-        let info = self.commit_part(bucket, key, id, part, temp)?;
+        let checksum = algorithm.map(|a| temp.checksum(a)).transpose()?;
+        let info = self.commit_part(bucket, key, id, part, temp, checksum)?;
         Ok((info, source))
     }
 
@@ -214,9 +302,12 @@ impl Storage {
         bucket: &str,
         key: &str,
         id: &str,
-    ) -> Result<Vec<PartInfo>, S3Error> {
-        let (dir, _) = self.upload_dir(bucket, key, id)?;
-        read_parts(&dir).map_err(internal)
+    ) -> Result<(Vec<PartInfo>, Option<checksum::Stored>), S3Error> {
+        let (dir, record) = self.upload_dir(bucket, key, id)?;
+        Ok((
+            read_parts(&dir).map_err(internal)?,
+            record.attrs.checksum.map(|c| *c),
+        ))
     }
 
     /// Assembles the listed parts (ascending numbers, matching ETags) into the object.
@@ -225,7 +316,7 @@ impl Storage {
         bucket: &str,
         key: &str,
         id: &str,
-        parts: &[(i32, String)],
+        (parts, declared): (&[CompletedPart], &s3s::dto::Checksum),
         min_part_size: u64,
         precondition: &Precondition,
     ) -> Result<ObjectMeta, S3Error> {
@@ -239,7 +330,7 @@ impl Storage {
                 "CompleteMultipartUpload must list at least one part"
             ));
         }
-        if parts.windows(2).any(|w| w[0].0 >= w[1].0) {
+        if parts.windows(2).any(|w| w[0].number >= w[1].number) {
             return Err(s3_error!(
                 InvalidPartOrder,
                 "parts must be listed in ascending order of part number"
@@ -249,7 +340,8 @@ impl Storage {
         let mut temp = self.begin_write()?;
         let mut md5s = Md5::new();
         let mut sizes = Vec::with_capacity(parts.len());
-        for (i, (number, etag)) in parts.iter().enumerate() {
+        let mut used = Vec::with_capacity(parts.len());
+        for (i, CompletedPart { number, etag, .. }) in parts.iter().enumerate() {
             let info = stored
                 .iter()
                 .find(|p| p.number == *number && p.etag == etag.trim_matches('"'))
@@ -272,10 +364,14 @@ impl Storage {
             );
             temp.append_file(&dir.join(format!("{number:05}")))?;
             sizes.push(info.size);
+            used.push(info);
         }
+        let checksum = object_checksum(record.attrs.checksum.as_deref(), parts, &used, declared)?
+            .map(Box::new);
         let etag = format!("{}-{}", hex::encode(md5s.finalize()), parts.len());
         let attrs = ObjectAttrs {
             parts: sizes,
+            checksum,
             ..record.attrs
         };
         let meta = self.commit_if(bucket, key, temp, etag, attrs, precondition)?;
@@ -395,10 +491,18 @@ fn read_parts(dir: &Path) -> std::io::Result<Vec<PartInfo>> {
 mod tests {
     use super::*;
 
+    fn part(number: i32, etag: &str) -> CompletedPart {
+        CompletedPart {
+            number,
+            etag: etag.to_owned(),
+            ..CompletedPart::default()
+        }
+    }
+
     fn upload_part(storage: &Storage, id: &str, n: i32, bytes: &[u8]) -> PartInfo {
         let mut temp = storage.begin_write().unwrap();
         temp.write(bytes).unwrap();
-        storage.commit_part("b", "k", id, n, temp).unwrap()
+        storage.commit_part("b", "k", id, n, temp, None).unwrap()
     }
 
     #[test]
@@ -412,14 +516,15 @@ mod tests {
         let p1 = upload_part(&storage, &id, 1, b"hello ");
         let p2 = upload_part(&storage, &id, 2, b"world");
         assert_eq!(storage.list_uploads("b", "").unwrap().len(), 1);
-        assert_eq!(storage.list_parts("b", "k", &id).unwrap().len(), 2);
-        let parts = [(1, p1.etag.clone()), (2, p2.etag.clone())];
+        assert_eq!(storage.list_parts("b", "k", &id).unwrap().0.len(), 2);
+        let parts = [part(1, &p1.etag), part(2, &p2.etag)];
+        let none = s3s::dto::Checksum::default();
         let err = storage
-            .complete_upload("b", "k", &id, &parts, 100, &Precondition::None)
+            .complete_upload("b", "k", &id, (&parts, &none), 100, &Precondition::None)
             .unwrap_err();
         assert_eq!(err.code(), &s3s::S3ErrorCode::EntityTooSmall);
         let meta = storage
-            .complete_upload("b", "k", &id, &parts, 0, &Precondition::None)
+            .complete_upload("b", "k", &id, (&parts, &none), 0, &Precondition::None)
             .unwrap();
         let mut md5s = Vec::new();
         md5s.extend(hex::decode(&p1.etag).unwrap());
@@ -463,9 +568,10 @@ mod tests {
             .copy_part(("b", "k", &id, 3), ("b", "nope"), None, ok)
             .unwrap_err();
         assert_eq!(err.code(), &s3s::S3ErrorCode::NoSuchKey);
-        let parts = [(1, p1.etag), (2, p2.etag)];
+        let parts = [part(1, &p1.etag), part(2, &p2.etag)];
+        let none = s3s::dto::Checksum::default();
         storage
-            .complete_upload("b", "k", &id, &parts, 0, &Precondition::None)
+            .complete_upload("b", "k", &id, (&parts, &none), 0, &Precondition::None)
             .unwrap();
         assert_eq!(fs::read(dir.path().join("b/k")).unwrap(), b"23450123456789");
     }
