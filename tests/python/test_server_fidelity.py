@@ -542,3 +542,75 @@ def test_create_bucket_again_as_us_east_1_answers(store):
         assert _error(s3.create_bucket, Bucket=bucket,
                       CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})[1] == \
             "BucketAlreadyOwnedByYou"
+
+
+def _post_form(bucket: str, key: str, expiration: str, sigv2: bool = False) -> dict:
+    """The fields of a browser-form POST upload of `key`, signed as S3 documents (SigV4, or
+    Signature Version 2 with `sigv2`)."""
+    import hmac
+    import json
+
+    from conftest import ACCESS_KEY, SECRET_KEY
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+    credential = f"{ACCESS_KEY}/{day}/us-east-1/s3/aws4_request"
+    conditions = [{"bucket": bucket}, {"key": key}]
+    if not sigv2:
+        conditions += [{"x-amz-algorithm": "AWS4-HMAC-SHA256"}, {"x-amz-credential": credential},
+                       {"x-amz-date": amz_date}]
+    policy = base64.b64encode(
+        json.dumps({"expiration": expiration, "conditions": conditions}).encode()).decode()
+    if sigv2:
+        signature = base64.b64encode(
+            hmac.new(SECRET_KEY.encode(), policy.encode(), hashlib.sha1).digest()).decode()
+        return {"key": key, "AWSAccessKeyId": ACCESS_KEY, "policy": policy,
+                "signature": signature}
+
+    def h(k: bytes, m: str) -> bytes:
+        return hmac.new(k, m.encode(), hashlib.sha256).digest()
+
+    signing = h(h(h(h(("AWS4" + SECRET_KEY).encode(), day), "us-east-1"), "s3"), "aws4_request")
+    signature = hmac.new(signing, policy.encode(), hashlib.sha256).hexdigest()
+    return {"key": key, "x-amz-algorithm": "AWS4-HMAC-SHA256", "x-amz-credential": credential,
+            "x-amz-date": amz_date, "policy": policy, "x-amz-signature": signature}
+
+
+def _post(endpoint: str, bucket: str, fields: dict):
+    import requests
+
+    return requests.post(f"{endpoint}/{bucket}", data=fields,
+                         files={"file": ("f.txt", b"posted bytes")}, timeout=30)
+
+
+def test_post_upload_policy_expiration_must_be_iso8601(server):
+    s3 = make_client(server.endpoint)
+    bucket = f"post-{os.urandom(4).hex()}"
+    s3.create_bucket(Bucket=bucket)
+    soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+    good = _post(server.endpoint, bucket, _post_form(bucket, "ok", soon.strftime(
+        "%Y-%m-%dT%H:%M:%S.000Z")))
+    assert good.status_code == 204, good.text
+    assert _body(s3, bucket, "ok") == b"posted bytes"
+    bad = _post(server.endpoint, bucket, _post_form(bucket, "bad", str(soon)))
+    assert bad.status_code == 400 and "InvalidPolicyDocument" in bad.text, bad.text
+    assert _missing(s3, bucket, "bad")
+
+
+def test_post_upload_signed_with_sigv2_is_refused_unless_allowed(server, tmp_path):
+    from conftest import start_server, stop_server
+
+    soon = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)) \
+        .strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    s3 = make_client(server.endpoint)
+    s3.create_bucket(Bucket="post-v2")
+    refused = _post(server.endpoint, "post-v2", _post_form("post-v2", "k", soon, sigv2=True))
+    assert refused.status_code == 400 and "InvalidRequest" in refused.text, refused.text
+    assert _missing(s3, "post-v2", "k")
+    allowing = start_server(tmp_path, "--allow-sigv2")
+    try:
+        make_client(allowing.endpoint).create_bucket(Bucket="post-v2")
+        ok = _post(allowing.endpoint, "post-v2", _post_form("post-v2", "k", soon, sigv2=True))
+        assert ok.status_code == 204, ok.text
+    finally:
+        stop_server(allowing)

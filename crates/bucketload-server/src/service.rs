@@ -239,7 +239,10 @@ impl ConnService {
             );
             return Ok(drain_then_explain(req, 501, Some("NotImplemented"), &message, head).await);
         }
-        let mut req = req;
+        let mut req = match check_post_form(req, shared.allow_sigv2).await {
+            Ok(req) => req,
+            Err(refused) => return Ok(refused),
+        };
         crate::auth::date_as_amz_date(req.headers_mut());
         let attributes = req.method() == Method::GET
             && req
@@ -248,11 +251,7 @@ impl ConnService {
                 .unwrap_or("")
                 .split('&')
                 .any(|p| p.split('=').next() == Some("attributes"));
-        let response = shared
-            .s3
-            .call(req.map(s3s::Body::from))
-            .await
-            .map_err(BoxError::from)?;
+        let response = shared.s3.call(req).await.map_err(BoxError::from)?;
         match fault {
             Some(kind) => self.cut(response, kind, head),
             None if attributes && response.status().is_success() => {
@@ -298,6 +297,167 @@ impl ConnService {
             }
         }
     }
+}
+
+/// The most of a browser-form POST upload read to find its fields (they precede the file).
+const MAX_FORM_FIELDS: usize = 1 << 20;
+
+/// A browser-form POST upload (`multipart/form-data` to a bucket) is checked as S3 checks it
+/// before the request layer sees it: the policy's `expiration` must be an ISO 8601 UTC time
+/// (`2026-12-01T12:00:00.000Z`; else 400 `InvalidPolicyDocument`), and a form signed with
+/// Signature Version 2 (`AWSAccessKeyId` and `signature`) is refused unless the server allows
+/// SigV2. The fields come before the file, so only they are read; the body is handed on whole.
+async fn check_post_form(
+    req: Request<Incoming>,
+    allow_sigv2: bool,
+) -> Result<Request<s3s::Body>, Response<RespBody>> {
+    let boundary = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .filter(|t| t.to_ascii_lowercase().starts_with("multipart/form-data"))
+        .and_then(|t| {
+            t.split(';')
+                .find_map(|p| p.trim().strip_prefix("boundary="))
+        })
+        .map(|b| b.trim_matches('"').to_owned());
+    let bucket_path = !req.uri().path().trim_matches('/').contains('/');
+    let Some(boundary) = boundary.filter(|_| req.method() == Method::POST && bucket_path) else {
+        return Ok(req.map(s3s::Body::from));
+    };
+    let (parts, mut body) = req.into_parts();
+    let mut prefix = Vec::new();
+    let mut ended = false;
+    while prefix.len() < MAX_FORM_FIELDS
+        && !contains(&prefix, b"name=\"file\"")
+        && !contains(&prefix, b"name=file")
+    {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    prefix.extend_from_slice(&data);
+                }
+            }
+            Some(Err(_)) | None => {
+                ended = true;
+                break;
+            }
+        }
+    }
+    let fields = form_fields(&prefix, &boundary);
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    };
+    let refusal = if field("AWSAccessKeyId").is_some()
+        && field("x-amz-algorithm").is_none()
+        && !allow_sigv2
+    {
+        Some((
+            "InvalidRequest",
+            "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256. (bucketload serve --allow-sigv2 accepts Signature Version 2.)".to_owned(),
+        ))
+    } else {
+        field("policy")
+            .and_then(policy_expiration)
+            .filter(|e| !iso8601_utc(e))
+            .map(|e| {
+                (
+                    "InvalidPolicyDocument",
+                    format!("Invalid Policy: Invalid 'expiration' value: '{e}'"),
+                )
+            })
+    };
+    if let Some((code, message)) = refusal {
+        let resource = parts.uri.path().to_owned();
+        if !ended {
+            while let Some(Ok(_)) = body.frame().await {}
+        }
+        return Err(error_xml(
+            400,
+            code,
+            &xml_escape(&message),
+            &resource,
+            false,
+        ));
+    }
+    let head = futures::stream::once(async move {
+        Ok::<_, hyper::Error>(http_body::Frame::data(Bytes::from(prefix)))
+    });
+    let rest = http_body_util::BodyStream::new(body);
+    let whole = http_body_util::StreamBody::new(futures::StreamExt::chain(head, rest));
+    Ok(Request::from_parts(
+        parts,
+        s3s::Body::http_body_unsync(whole),
+    ))
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The `(name, value)` of each complete field of a `multipart/form-data` body's start.
+fn form_fields(body: &[u8], boundary: &str) -> Vec<(String, String)> {
+    let text = String::from_utf8_lossy(body);
+    let delimiter = format!("--{boundary}");
+    let mut fields = Vec::new();
+    let sections: Vec<&str> = text.split(delimiter.as_str()).collect();
+    // The last section may be cut short: only sections followed by another delimiter count.
+    for section in sections
+        .iter()
+        .take(sections.len().saturating_sub(1))
+        .skip(1)
+    {
+        let Some((head, value)) = section.split_once("\r\n\r\n") else {
+            continue;
+        };
+        let Some(name) = head.split(';').find_map(|p| {
+            let p = p.trim();
+            p.strip_prefix("name=")
+                .map(|n| n.trim_matches('"').to_owned())
+        }) else {
+            continue;
+        };
+        fields.push((name, value.strip_suffix("\r\n").unwrap_or(value).to_owned()));
+    }
+    fields
+}
+
+/// The `expiration` of a base64 POST policy; `None` when it cannot be read (the request
+/// layer reports that).
+fn policy_expiration(policy: &str) -> Option<String> {
+    let json = crate::checksum::base64_decode(policy.trim())?;
+    let value: serde_json::Value = serde_json::from_slice(&json).ok()?;
+    value.get("expiration")?.as_str().map(str::to_owned)
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.fraction]Z`, as S3 wants a POST policy's expiration.
+fn iso8601_utc(text: &str) -> bool {
+    let b = text.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    let fixed = b.len() >= 20
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && b[10] == b'T'
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19);
+    let rest = text.get(19..).unwrap_or("");
+    let rest = rest.strip_suffix('Z');
+    fixed
+        && rest.is_some_and(|r| {
+            r.is_empty()
+                || r.strip_prefix('.')
+                    .is_some_and(|f| !f.is_empty() && f.bytes().all(|d| d.is_ascii_digit()))
+        })
 }
 
 /// GetObjectAttributes answers the ETag without quotes (unlike every other S3 answer); the
@@ -516,6 +676,30 @@ impl Body for CutBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn post_policy_expirations_and_form_fields() {
+        assert!(iso8601_utc("2026-12-01T12:00:00.000Z"));
+        assert!(iso8601_utc("2026-12-01T12:00:00Z"));
+        assert!(!iso8601_utc("2026-12-01 12:00:00.123456+00:00"));
+        assert!(!iso8601_utc("2026-12-01T12:00:00"));
+        assert!(!iso8601_utc("2026-12-01T12:00:00.Z"));
+        let body = "--XX\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\na/b\r\n--XX\r\nContent-Disposition: form-data; name=\"policy\"\r\n\r\neyJ9\r\n--XX\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\nbyt";
+        let fields = form_fields(body.as_bytes(), "XX");
+        assert_eq!(
+            fields,
+            vec![
+                ("key".to_owned(), "a/b".to_owned()),
+                ("policy".to_owned(), "eyJ9".to_owned())
+            ]
+        );
+        let policy = crate::checksum::base64_decode("eyJleHBpcmF0aW9uIjoieCJ9").unwrap();
+        assert_eq!(policy, br#"{"expiration":"x"}"#);
+        assert_eq!(
+            policy_expiration("eyJleHBpcmF0aW9uIjoieCJ9").as_deref(),
+            Some("x")
+        );
+    }
 
     fn op(method: Method, path: &str, query: &str) -> &'static str {
         classify(&method, path, query, &HeaderMap::new())
