@@ -5,6 +5,11 @@
 //! index's shard size is the object's size and its sample keys are the planned keys in order
 //! (an earlier `--skip-missing` run may have left some out). Anything else of ours is rewritten;
 //! anything not ours stops the run.
+//!
+//! The run file is created with a conditional write (`If-None-Match: *` on S3): of runs that
+//! start on one empty prefix at the same time, the first claims it, a run of the same plan (another
+//! `--part`) goes on beside it, and a run of another plan stops instead of interleaving its
+//! shards with the first's.
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
@@ -71,7 +76,14 @@ pub(super) async fn prepare(
         listing.clear();
     }
     if !same_plan {
-        write_run(dst, plan, source).await?;
+        let run = RunFile {
+            plan: plan.digest.clone(),
+            source: source.to_owned(),
+            shards: plan.shards.len() as u64,
+            samples: plan.samples.len() as u64,
+            created: now_rfc3339(),
+        };
+        claim(dst, &run).await?;
     }
     abort_unfinished(dst, plan, part.clone()).await;
     let kept = finished(dst, plan, part, &listing, options.md5).await?;
@@ -186,21 +198,47 @@ async fn clear(dst: &Store, listing: &HashMap<String, u64>) -> Result<()> {
     Ok(())
 }
 
-async fn write_run(dst: &Store, plan: &Plan, source: &str) -> Result<()> {
-    let run = RunFile {
-        plan: plan.digest.clone(),
-        source: source.to_owned(),
-        shards: plan.shards.len() as u64,
-        samples: plan.samples.len() as u64,
-        created: now_rfc3339(),
-    };
+/// Creates the run file only if there is none: a run file that appeared since the listing
+/// belongs to a run that started at the same time — fine if it has this plan, else an error.
+/// A store that cannot write conditionally gets the run file unconditionally (with a warning).
+async fn claim(dst: &Store, run: &RunFile) -> Result<()> {
+    use bucketload_store::object_store::{Error as StoreError, PutMode, PutOptions};
     let key = Path::from(RUN_PATH);
-    let json = serde_json::to_vec_pretty(&run).unwrap_or_default();
-    dst.object_store()
-        .put(&key, PutPayload::from(json))
+    let json = PutPayload::from(serde_json::to_vec_pretty(run).unwrap_or_default());
+    let create = PutOptions {
+        mode: PutMode::Create,
+        ..PutOptions::default()
+    };
+    let location = Location::from_store(dst);
+    match dst
+        .object_store()
+        .put_opts(&key, json.clone(), create)
         .await
-        .map_err(|e| Location::from_store(dst).error(&key, e))?;
-    Ok(())
+    {
+        Ok(_) => Ok(()),
+        Err(StoreError::AlreadyExists { .. } | StoreError::Precondition { .. }) => {
+            match read_run(dst).await? {
+                Some(theirs) if theirs.plan == run.plan => Ok(()),
+                theirs => Err(Error::invalid_input(format!(
+                    "another `bucketload shard` run started writing to {} at the same time: {}",
+                    dst.uri(),
+                    other_plan(dst, theirs.as_ref(), &run.plan)
+                ))),
+            }
+        }
+        Err(StoreError::NotImplemented { .. }) => {
+            tracing::warn!(
+                "{} cannot write conditionally: two runs started on it at once could mix their shards",
+                dst.uri()
+            );
+            dst.object_store()
+                .put(&key, json)
+                .await
+                .map_err(|e| location.error(&key, e))?;
+            Ok(())
+        }
+        Err(e) => Err(location.error(&key, e)),
+    }
 }
 
 /// The shards of `part` that an earlier run finished, checked against the plan.
@@ -291,8 +329,40 @@ fn is_subsequence(keys: &[String], planned: &[&str]) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    fn run(plan: &str) -> RunFile {
+        RunFile {
+            plan: plan.to_owned(),
+            source: "s3://src/".to_owned(),
+            shards: 1,
+            samples: 1,
+            created: now_rfc3339(),
+        }
+    }
+
+    #[tokio::test]
+    async fn only_one_plan_claims_a_destination() {
+        let server = bucketload_test_support::EmbeddedServer::start().await;
+        let bucket = server.bucket().await;
+        let dst = Store::open(&format!("s3://{bucket}/shards"), &server.store_config()).unwrap();
+        claim(&dst, &run("plan-a")).await.unwrap();
+        // Another --part of the same plan goes on; another plan stops, and the run file stays.
+        claim(&dst, &run("plan-a")).await.unwrap();
+        let err = claim(&dst, &run("plan-b")).await.unwrap_err().to_string();
+        assert!(
+            err.contains("at the same time") && err.contains("plan-a"),
+            "{err}"
+        );
+        assert_eq!(read_run(&dst).await.unwrap().unwrap().plan, "plan-a");
+        // The same on a local directory.
+        let dir = tempfile::tempdir().unwrap();
+        let local = Store::open(dir.path().to_str().unwrap(), &server.store_config()).unwrap();
+        claim(&local, &run("plan-a")).await.unwrap();
+        assert!(claim(&local, &run("plan-b")).await.is_err());
+    }
 
     #[test]
     fn only_shards_indexes_and_bookkeeping_are_ours() {
