@@ -256,11 +256,10 @@ def test_object_lock_is_refused_not_ignored(server):
 
 @pytest.mark.parametrize("extra", [
     {"ACL": "public-read"},
-    {"Tagging": "team=ml"},
     {"ServerSideEncryption": "aws:kms"},
     {"StorageClass": "GLACIER"},
     {"WebsiteRedirectLocation": "/elsewhere"},
-], ids=["acl", "tagging", "kms", "glacier", "website-redirect"])
+], ids=["acl", "kms", "glacier", "website-redirect"])
 def test_put_features_not_implemented_are_refused(server, extra):
     s3 = make_client(server.endpoint)
     bucket = f"fid-{os.urandom(5).hex()}"

@@ -52,7 +52,6 @@ pub(crate) struct WriteFeatures<'a> {
     pub(crate) sse: Option<&'a str>,
     pub(crate) sse_kms_or_customer: bool,
     pub(crate) storage_class: Option<&'a str>,
-    pub(crate) tagging: bool,
     pub(crate) website_redirect: bool,
     pub(crate) write_offset: bool,
 }
@@ -93,9 +92,6 @@ impl WriteFeatures<'_> {
         }
         if let Some(class) = self.storage_class.filter(|c| *c != "STANDARD") {
             return Err(not_implemented(&format!("x-amz-storage-class: {class}")));
-        }
-        if self.tagging {
-            return Err(not_implemented("x-amz-tagging (object tags)"));
         }
         if self.website_redirect {
             return Err(not_implemented("x-amz-website-redirect-location"));

@@ -48,6 +48,7 @@ mod s3;
 mod server;
 mod service;
 mod storage;
+mod tagging;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

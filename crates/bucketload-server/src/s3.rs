@@ -17,6 +17,7 @@ use crate::fidelity::{self, WriteFeatures};
 use crate::storage::{
     CompletedPart, ListItem, ListQuery, ObjectAttrs, ObjectMeta, Storage, TempObject,
 };
+use crate::tagging;
 
 /// GETs of objects up to this size are prepared on the Tokio worker instead of the blocking
 /// pool: an open, fstat and map (or a pread of at most 16 KiB) cost less than the two thread
@@ -229,6 +230,7 @@ fn attrs(
         parts: Vec::new(),
         headers,
         checksum: None,
+        tags: BTreeMap::new(),
     }
 }
 
@@ -362,7 +364,6 @@ macro_rules! write_features {
                 || $input.sse_customer_algorithm.is_some()
                 || $input.sse_customer_key.is_some(),
             storage_class: $input.storage_class.as_ref().map(|c| c.as_str()),
-            tagging: $input.tagging.is_some(),
             website_redirect: $input.website_redirect_location.is_some(),
             write_offset: false,
         }
@@ -641,6 +642,81 @@ impl S3 for Backend {
         )))
     }
 
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+        let input = req.input;
+        no_version(input.version_id.as_deref())?;
+        let tags = tagging::from_set(input.tagging.tag_set, tagging::MAX_OBJECT_TAGS)?;
+        let (bucket, key) = (input.bucket, input.key);
+        self.blocking(move |s| s.set_tags(&bucket, &key, tags))
+            .await?;
+        Ok(S3Response::new(PutObjectTaggingOutput::default()))
+    }
+
+    async fn get_object_tagging(
+        &self,
+        req: S3Request<GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+        let input = req.input;
+        no_version(input.version_id.as_deref())?;
+        let (bucket, key) = (input.bucket, input.key);
+        let meta = self.blocking(move |s| s.head(&bucket, &key)).await?;
+        Ok(S3Response::new(GetObjectTaggingOutput {
+            tag_set: tagging::to_set(&meta.tags),
+            version_id: None,
+        }))
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+        let input = req.input;
+        no_version(input.version_id.as_deref())?;
+        let (bucket, key) = (input.bucket, input.key);
+        self.blocking(move |s| s.set_tags(&bucket, &key, BTreeMap::new()))
+            .await?;
+        Ok(S3Response::new(DeleteObjectTaggingOutput::default()))
+    }
+
+    async fn put_bucket_tagging(
+        &self,
+        req: S3Request<PutBucketTaggingInput>,
+    ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+        let input = req.input;
+        let tags = tagging::from_set(input.tagging.tag_set, tagging::MAX_BUCKET_TAGS)?;
+        let bucket = input.bucket;
+        self.blocking(move |s| s.set_bucket_tags(&bucket, Some(&tags)))
+            .await?;
+        Ok(S3Response::new(PutBucketTaggingOutput::default()))
+    }
+
+    async fn get_bucket_tagging(
+        &self,
+        req: S3Request<GetBucketTaggingInput>,
+    ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
+        let bucket = req.input.bucket;
+        let tags = self.blocking(move |s| s.bucket_tags(&bucket)).await?;
+        let Some(tags) = tags else {
+            return Err(s3_error!(NoSuchTagSet, "The TagSet does not exist"));
+        };
+        Ok(S3Response::new(GetBucketTaggingOutput {
+            tag_set: tagging::to_set(&tags),
+        }))
+    }
+
+    async fn delete_bucket_tagging(
+        &self,
+        req: S3Request<DeleteBucketTaggingInput>,
+    ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+        let bucket = req.input.bucket;
+        self.blocking(move |s| s.set_bucket_tags(&bucket, None))
+            .await?;
+        Ok(S3Response::new(DeleteBucketTaggingOutput::default()))
+    }
+
     async fn get_object_attributes(
         &self,
         req: S3Request<GetObjectAttributesInput>,
@@ -789,6 +865,7 @@ impl S3 for Backend {
         );
         Ok(S3Response::new(put_checksums!(
             GetObjectOutput {
+                tag_count: (!meta.tags.is_empty()).then_some(meta.tags.len() as i32),
                 accept_ranges: Some("bytes".into()),
                 body: Some(StreamingBlob::new(body)),
                 content_length: Some((span.end - span.start) as i64),
@@ -822,6 +899,7 @@ impl S3 for Backend {
         let precondition =
             fidelity::write_precondition(input.if_match.as_ref(), input.if_none_match.as_ref())?;
         let md5 = fidelity::declared_md5(&req.headers)?;
+        let tags = tagging::from_header(input.tagging.as_deref())?;
         let (bucket, key) = (input.bucket, input.key);
         let check = (bucket.clone(), key.clone());
         self.blocking(move |s| {
@@ -850,6 +928,7 @@ impl S3 for Backend {
             ),
         );
         attrs.checksum = checksum::Stored::of_body(&sums).map(Box::new);
+        attrs.tags = tags;
         let meta = self
             .blocking(move |s| {
                 let etag = hex::encode(temp.md5());
@@ -878,14 +957,14 @@ impl S3 for Backend {
             sse_kms_or_customer: copy_features.sse_kms_or_customer
                 || input.copy_source_sse_customer_algorithm.is_some()
                 || input.copy_source_sse_customer_key.is_some(),
-            tagging: copy_features.tagging
-                || input
-                    .tagging_directive
-                    .as_ref()
-                    .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE),
             ..copy_features
         }
         .refuse_unsupported()?;
+        let replace_tags = input
+            .tagging_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
+        let new_tags = tagging::from_header(input.tagging.as_deref())?;
         let (src_bucket, src_key) = bucket_and_key(input.copy_source)?;
         let replace = input
             .metadata_directive
@@ -967,9 +1046,15 @@ impl S3 for Backend {
                     (None, None) => None,
                 }
                 .map(Box::new);
+                let tags = if replace_tags {
+                    new_tags
+                } else {
+                    source.tags.clone()
+                };
                 let attrs = if replace {
                     ObjectAttrs {
                         checksum,
+                        tags,
                         ..new_attrs
                     }
                 } else {
@@ -979,6 +1064,7 @@ impl S3 for Backend {
                         parts: Vec::new(),
                         headers: source.headers,
                         checksum,
+                        tags,
                     }
                 };
                 s.commit_if(&bucket, &key, temp, source.etag, attrs, &precondition)
@@ -1193,6 +1279,7 @@ impl S3 for Backend {
             ),
         );
         attrs.checksum = declared.clone().map(Box::new);
+        attrs.tags = tagging::from_header(input.tagging.as_deref())?;
         let (bucket, key) = (input.bucket.clone(), input.key.clone());
         let id = self
             .blocking(move |s| s.create_upload(&bucket, &key, attrs))
@@ -1449,6 +1536,15 @@ impl S3 for Backend {
 }
 
 /// The bucket and key of a copy source; access points and versions are not supported.
+/// Refuses a version other than `null` (the only version of an object in a bucket without
+/// versioning).
+fn no_version(version: Option<&str>) -> S3Result<()> {
+    match version {
+        Some(v) if v != "null" => Err(fidelity::not_implemented("versionId (versioning)")),
+        _ => Ok(()),
+    }
+}
+
 fn bucket_and_key(source: CopySource) -> S3Result<(String, String)> {
     match source {
         CopySource::Bucket { bucket, key, .. } => Ok((bucket.into(), key.into())),

@@ -66,6 +66,9 @@ pub(crate) struct ObjectMeta {
     /// The object's checksum (`x-amz-checksum-*`), when it was written with one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) checksum: Option<Box<crate::checksum::Stored>>,
+    /// The object's tags (`x-amz-tagging`, PutObjectTagging).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) tags: BTreeMap<String, String>,
 }
 
 impl ObjectMeta {
@@ -89,6 +92,9 @@ pub(crate) struct ObjectAttrs {
     /// progress: the algorithm and type it declared, with an empty value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) checksum: Option<Box<crate::checksum::Stored>>,
+    /// Tags (see [`ObjectMeta::tags`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) tags: BTreeMap<String, String>,
 }
 
 /// What must hold of the object a write replaces for the write to take effect: S3's
@@ -231,6 +237,7 @@ impl Storage {
         fs::remove_dir(&dir).map_err(internal)?;
         let _ = fs::remove_dir_all(self.internal("meta", bucket));
         let _ = fs::remove_dir_all(self.internal("uploads", bucket));
+        let _ = fs::remove_file(self.bucket_tags_path(bucket));
         Ok(())
     }
 
@@ -411,6 +418,80 @@ impl Storage {
         })
     }
 
+    /// Replaces an object's tags (PutObjectTagging, DeleteObjectTagging): its sidecar only;
+    /// the bytes, ETag and Last-Modified stay. Under the commit lock, so a PUT landing at the
+    /// same time is never given the old object's metadata.
+    pub(crate) fn set_tags(
+        &self,
+        bucket: &str,
+        key: &str,
+        tags: BTreeMap<String, String>,
+    ) -> Result<ObjectMeta, S3Error> {
+        let _commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut meta = self.head(bucket, key)?;
+        meta.tags = tags;
+        let (data, meta_path) = self.object_paths(bucket, key)?;
+        if let Some(dir) = meta_path.parent() {
+            fs::create_dir_all(dir).map_err(internal)?;
+        }
+        self.write_sidecar(&meta_path, &meta).map_err(internal)?;
+        self.remember(&data, &meta);
+        Ok(meta)
+    }
+
+    fn bucket_tags_path(&self, bucket: &str) -> PathBuf {
+        self.root
+            .join(INTERNAL_DIR)
+            .join("bucket-tags")
+            .join(format!("{bucket}.json"))
+    }
+
+    /// A bucket's tags (PutBucketTagging); `None` when it has none.
+    pub(crate) fn bucket_tags(
+        &self,
+        bucket: &str,
+    ) -> Result<Option<BTreeMap<String, String>>, S3Error> {
+        self.bucket_dir(bucket)?;
+        match fs::read(self.bucket_tags_path(bucket)) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| internal(e.into())),
+            Err(e) if is_missing(&e) => Ok(None),
+            Err(e) => Err(internal(e)),
+        }
+    }
+
+    /// Sets (`Some`) or removes (`None`) a bucket's tags.
+    pub(crate) fn set_bucket_tags(
+        &self,
+        bucket: &str,
+        tags: Option<&BTreeMap<String, String>>,
+    ) -> Result<(), S3Error> {
+        self.bucket_dir(bucket)?;
+        let path = self.bucket_tags_path(bucket);
+        match tags {
+            None => match fs::remove_file(&path) {
+                Err(e) if !is_missing(&e) => Err(internal(e)),
+                _ => Ok(()),
+            },
+            Some(tags) => {
+                if let Some(dir) = path.parent() {
+                    fs::create_dir_all(dir).map_err(internal)?;
+                }
+                let temp = self.temp_path();
+                fs::write(
+                    &temp,
+                    serde_json::to_vec(tags).map_err(|e| internal(e.into()))?,
+                )
+                .map_err(internal)?;
+                rename_into(&temp, &path).map_err(|e| {
+                    let _ = fs::remove_file(&temp);
+                    internal(e)
+                })
+            }
+        }
+    }
+
     /// Starts writing a new object version into a temporary file.
     pub(crate) fn begin_write(&self) -> Result<TempObject, S3Error> {
         let path = self.temp_path();
@@ -462,6 +543,7 @@ impl Storage {
             parts: attrs.parts,
             headers: attrs.headers,
             checksum: attrs.checksum,
+            tags: attrs.tags,
         };
         // Every write takes the lock, so a conditional write sees no write land between its
         // check and its rename.
