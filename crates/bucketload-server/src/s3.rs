@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::StreamExt;
 use s3s::dto::*;
-use s3s::{S3, S3Error, S3Request, S3Response, S3Result, s3_error};
+use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
 use crate::body::prepare_body;
 use crate::bufpool::BufferPool;
@@ -717,6 +717,206 @@ impl S3 for Backend {
         Ok(S3Response::new(DeleteBucketTaggingOutput::default()))
     }
 
+    async fn get_bucket_acl(
+        &self,
+        req: S3Request<GetBucketAclInput>,
+    ) -> S3Result<S3Response<GetBucketAclOutput>> {
+        let bucket = req.input.bucket;
+        self.blocking(move |s| s.bucket_dir(&bucket).map(|_| ()))
+            .await?;
+        Ok(S3Response::new(GetBucketAclOutput {
+            grants: Some(owner_grants()),
+            owner: Some(owner()),
+        }))
+    }
+
+    async fn put_bucket_acl(
+        &self,
+        req: S3Request<PutBucketAclInput>,
+    ) -> S3Result<S3Response<PutBucketAclOutput>> {
+        let input = req.input;
+        let grants = input.grant_full_control.is_some()
+            || input.grant_read.is_some()
+            || input.grant_read_acp.is_some()
+            || input.grant_write.is_some()
+            || input.grant_write_acp.is_some();
+        owner_only_acl(
+            input.acl.as_ref().map(BucketCannedACL::as_str),
+            input.access_control_policy.as_ref(),
+            grants,
+        )?;
+        let bucket = input.bucket;
+        self.blocking(move |s| s.bucket_dir(&bucket).map(|_| ()))
+            .await?;
+        Ok(S3Response::new(PutBucketAclOutput::default()))
+    }
+
+    async fn get_object_acl(
+        &self,
+        req: S3Request<GetObjectAclInput>,
+    ) -> S3Result<S3Response<GetObjectAclOutput>> {
+        let input = req.input;
+        no_version(input.version_id.as_deref())?;
+        let (bucket, key) = (input.bucket, input.key);
+        self.blocking(move |s| s.head(&bucket, &key)).await?;
+        Ok(S3Response::new(GetObjectAclOutput {
+            grants: Some(owner_grants()),
+            owner: Some(owner()),
+            ..Default::default()
+        }))
+    }
+
+    async fn put_object_acl(
+        &self,
+        req: S3Request<PutObjectAclInput>,
+    ) -> S3Result<S3Response<PutObjectAclOutput>> {
+        let input = req.input;
+        no_version(input.version_id.as_deref())?;
+        let grants = input.grant_full_control.is_some()
+            || input.grant_read.is_some()
+            || input.grant_read_acp.is_some()
+            || input.grant_write.is_some()
+            || input.grant_write_acp.is_some();
+        owner_only_acl(
+            input.acl.as_ref().map(ObjectCannedACL::as_str),
+            input.access_control_policy.as_ref(),
+            grants,
+        )?;
+        let (bucket, key) = (input.bucket, input.key);
+        self.blocking(move |s| s.head(&bucket, &key)).await?;
+        Ok(S3Response::new(PutObjectAclOutput::default()))
+    }
+
+    async fn get_public_access_block(
+        &self,
+        req: S3Request<GetPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<GetPublicAccessBlockOutput>> {
+        let bucket = req.input.bucket;
+        let config = self.blocking(move |s| s.bucket_config(&bucket)).await?;
+        let Some([block_acls, ignore_acls, block_policy, restrict]) = config.public_access_block
+        else {
+            let mut err = S3Error::with_message(
+                S3ErrorCode::Custom("NoSuchPublicAccessBlockConfiguration".into()),
+                "The public access block configuration was not found",
+            );
+            err.set_status_code(http::StatusCode::NOT_FOUND);
+            return Err(err);
+        };
+        Ok(S3Response::new(GetPublicAccessBlockOutput {
+            public_access_block_configuration: Some(PublicAccessBlockConfiguration {
+                block_public_acls: Some(block_acls),
+                ignore_public_acls: Some(ignore_acls),
+                block_public_policy: Some(block_policy),
+                restrict_public_buckets: Some(restrict),
+            }),
+        }))
+    }
+
+    async fn put_public_access_block(
+        &self,
+        req: S3Request<PutPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<PutPublicAccessBlockOutput>> {
+        let input = req.input;
+        let c = input.public_access_block_configuration;
+        let settings = [
+            c.block_public_acls.unwrap_or(false),
+            c.ignore_public_acls.unwrap_or(false),
+            c.block_public_policy.unwrap_or(false),
+            c.restrict_public_buckets.unwrap_or(false),
+        ];
+        let bucket = input.bucket;
+        self.blocking(move |s| {
+            s.update_bucket_config(&bucket, |b| b.public_access_block = Some(settings))
+        })
+        .await?;
+        Ok(S3Response::new(PutPublicAccessBlockOutput::default()))
+    }
+
+    async fn delete_public_access_block(
+        &self,
+        req: S3Request<DeletePublicAccessBlockInput>,
+    ) -> S3Result<S3Response<DeletePublicAccessBlockOutput>> {
+        let bucket = req.input.bucket;
+        self.blocking(move |s| s.update_bucket_config(&bucket, |b| b.public_access_block = None))
+            .await?;
+        Ok(S3Response::new(DeletePublicAccessBlockOutput::default()))
+    }
+
+    async fn get_bucket_ownership_controls(
+        &self,
+        req: S3Request<GetBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<GetBucketOwnershipControlsOutput>> {
+        let bucket = req.input.bucket;
+        let config = self.blocking(move |s| s.bucket_config(&bucket)).await?;
+        let Some(ownership) = config.ownership else {
+            return Err(s3_error!(
+                OwnershipControlsNotFoundError,
+                "The bucket ownership controls were not found"
+            ));
+        };
+        Ok(S3Response::new(GetBucketOwnershipControlsOutput {
+            ownership_controls: Some(OwnershipControls {
+                rules: vec![OwnershipControlsRule {
+                    object_ownership: ObjectOwnership::from(ownership),
+                }],
+            }),
+        }))
+    }
+
+    async fn put_bucket_ownership_controls(
+        &self,
+        req: S3Request<PutBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<PutBucketOwnershipControlsOutput>> {
+        let input = req.input;
+        let rules = input.ownership_controls.rules;
+        let [rule] = rules.as_slice() else {
+            return Err(s3_error!(
+                MalformedXML,
+                "OwnershipControls must hold exactly one rule"
+            ));
+        };
+        let ownership = rule.object_ownership.as_str().to_owned();
+        if ![
+            ObjectOwnership::BUCKET_OWNER_ENFORCED,
+            ObjectOwnership::BUCKET_OWNER_PREFERRED,
+            ObjectOwnership::OBJECT_WRITER,
+        ]
+        .contains(&ownership.as_str())
+        {
+            return Err(s3_error!(
+                MalformedXML,
+                "unknown ObjectOwnership {ownership:?}"
+            ));
+        }
+        let bucket = input.bucket;
+        self.blocking(move |s| s.update_bucket_config(&bucket, |b| b.ownership = Some(ownership)))
+            .await?;
+        Ok(S3Response::new(PutBucketOwnershipControlsOutput::default()))
+    }
+
+    async fn delete_bucket_ownership_controls(
+        &self,
+        req: S3Request<DeleteBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<DeleteBucketOwnershipControlsOutput>> {
+        let bucket = req.input.bucket;
+        self.blocking(move |s| s.update_bucket_config(&bucket, |b| b.ownership = None))
+            .await?;
+        Ok(S3Response::new(
+            DeleteBucketOwnershipControlsOutput::default(),
+        ))
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        // Versioning is never on here: S3 answers a bucket that never had it with no Status.
+        let bucket = req.input.bucket;
+        self.blocking(move |s| s.bucket_dir(&bucket).map(|_| ()))
+            .await?;
+        Ok(S3Response::new(GetBucketVersioningOutput::default()))
+    }
+
     async fn get_object_attributes(
         &self,
         req: S3Request<GetObjectAttributesInput>,
@@ -1159,9 +1359,13 @@ impl S3 for Backend {
             query.skip_prefix = Some(marker.clone());
         }
         let encode = url_encoding(input.encoding_type.as_ref())?;
-        let listed = self
+        let mut listed = self
             .list_page(input.bucket.clone(), query, input.max_keys, encode)
             .await?;
+        // ListObjects (v1) names each object's owner, as S3 does (v2 only with fetch-owner).
+        for object in &mut listed.contents {
+            object.owner = Some(owner());
+        }
         // S3 gives NextMarker only with a delimiter; without one the last key is the marker.
         let next_marker = (listed.truncated && delimiter.is_some())
             .then(|| listed.last.clone())
@@ -1543,6 +1747,55 @@ fn no_version(version: Option<&str>) -> S3Result<()> {
         Some(v) if v != "null" => Err(fidelity::not_implemented("versionId (versioning)")),
         _ => Ok(()),
     }
+}
+
+/// The one grant of every bucket and object: the owner's FULL_CONTROL.
+fn owner_grants() -> Grants {
+    let owner = owner();
+    vec![Grant {
+        grantee: Some(Grantee {
+            display_name: owner.display_name,
+            id: owner.id,
+            type_: Type::from_static(Type::CANONICAL_USER),
+            email_address: None,
+            uri: None,
+        }),
+        permission: Some(Permission::from_static(Permission::FULL_CONTROL)),
+    }]
+}
+
+/// Accepts an ACL that grants only the owner FULL_CONTROL (`private`,
+/// `bucket-owner-full-control`, or such a policy): it changes nothing. Any other grant would
+/// open the bucket or object to someone, which this server cannot do: 501.
+fn owner_only_acl(
+    canned: Option<&str>,
+    policy: Option<&AccessControlPolicy>,
+    grant_headers: bool,
+) -> S3Result<()> {
+    let refuse = |what: &str| {
+        Err(fidelity::not_implemented(&format!(
+            "{what} (access control lists granting others)"
+        )))
+    };
+    if grant_headers {
+        return refuse("x-amz-grant-*");
+    }
+    if let Some(acl) = canned.filter(|a| !["private", "bucket-owner-full-control"].contains(a)) {
+        return refuse(&format!("x-amz-acl: {acl}"));
+    }
+    if let Some(policy) = policy {
+        let owner_id = owner().id;
+        let only_owner = policy.grants.iter().flatten().all(|g| {
+            g.permission.as_ref().map(Permission::as_str) == Some(Permission::FULL_CONTROL)
+                && g.grantee
+                    .as_ref()
+                    .is_some_and(|e| e.id == owner_id && e.uri.is_none())
+        });
+        if !only_owner {
+            return refuse("an AccessControlPolicy");
+        }
+    }
+    Ok(())
 }
 
 fn bucket_and_key(source: CopySource) -> S3Result<(String, String)> {

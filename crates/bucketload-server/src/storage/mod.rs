@@ -20,6 +20,7 @@
 //! file was replaced behind the server's back), the ETag is computed again from the bytes.
 //! Every function here is blocking; the S3 layer calls them on Tokio's blocking pool.
 
+mod bucket_config;
 mod list;
 mod multipart;
 
@@ -238,6 +239,7 @@ impl Storage {
         let _ = fs::remove_dir_all(self.internal("meta", bucket));
         let _ = fs::remove_dir_all(self.internal("uploads", bucket));
         let _ = fs::remove_file(self.bucket_tags_path(bucket));
+        self.forget_bucket_config(bucket);
         Ok(())
     }
 
