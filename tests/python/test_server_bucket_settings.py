@@ -88,3 +88,43 @@ def test_versioning_status_of_a_bucket_that_never_had_it(store):
     _, s3, bucket = store
     assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)
     assert _error(s3.get_bucket_versioning, Bucket=f"{bucket}-absent")[0] == 404
+
+
+def test_create_bucket_object_ownership_is_kept(store):
+    _, s3, bucket = store
+    s3.create_bucket(Bucket=f"{bucket}-w", ObjectOwnership="ObjectWriter")
+    rules = s3.get_bucket_ownership_controls(Bucket=f"{bucket}-w")["OwnershipControls"]["Rules"]
+    assert rules == [{"ObjectOwnership": "ObjectWriter"}]
+
+
+def test_object_lock_requests_on_a_bucket_without_lock(store):
+    """No bucket has object lock here (CreateBucket refuses it): S3's answers for such a bucket,
+    and nothing changes."""
+    _, s3, bucket = store
+    s3.put_object(Bucket=bucket, Key="k", Body=b"x")
+    assert _error(s3.get_object_lock_configuration, Bucket=bucket) == \
+        (404, "ObjectLockConfigurationNotFoundError")
+    assert _error(s3.put_object_legal_hold, Bucket=bucket, Key="k",
+                  LegalHold={"Status": "ON"}) == (400, "InvalidRequest")
+    import datetime
+    until = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)
+    assert _error(s3.put_object_retention, Bucket=bucket, Key="k", Retention={
+        "Mode": "GOVERNANCE", "RetainUntilDate": until}) == (400, "InvalidRequest")
+    s3.delete_object(Bucket=bucket, Key="k")
+
+
+def test_configurations_a_bucket_cannot_have_are_not_found(store):
+    """Lifecycle, CORS and policies are refused (501) when set, so reading one answers S3's
+    not-found, and deleting one changes nothing."""
+    name, s3, bucket = store
+    assert _error(s3.get_bucket_lifecycle_configuration, Bucket=bucket) == \
+        (404, "NoSuchLifecycleConfiguration")
+    assert _error(s3.get_bucket_cors, Bucket=bucket) == (404, "NoSuchCORSConfiguration")
+    assert _error(s3.get_bucket_policy, Bucket=bucket) == (404, "NoSuchBucketPolicy")
+    s3.delete_bucket_lifecycle(Bucket=bucket)
+    s3.delete_bucket_cors(Bucket=bucket)
+    s3.delete_bucket_policy(Bucket=bucket)
+    if name == "bucketload":
+        assert _error(s3.put_bucket_cors, Bucket=bucket, CORSConfiguration={
+            "CORSRules": [{"AllowedMethods": ["GET"], "AllowedOrigins": ["*"]}]}) == \
+            (501, "NotImplemented")

@@ -116,6 +116,12 @@ impl Backend {
         Ok((temp, computed))
     }
 
+    /// 404 NoSuchBucket unless `bucket` exists.
+    async fn existing_bucket(&self, bucket: String) -> S3Result<()> {
+        self.blocking(move |s| s.bucket_dir(&bucket).map(|_| ()))
+            .await
+    }
+
     /// One page of a listing (ListObjects and ListObjectsV2), keys encoded as asked.
     async fn list_page(
         &self,
@@ -575,9 +581,33 @@ impl S3 for Backend {
             .as_ref()
             .and_then(|c| c.location_constraint.as_ref())
             .is_none_or(|l| l.as_str() == "us-east-1");
+        let ownership = input.object_ownership.map(|o| o.as_str().to_owned());
+        if let Some(o) = ownership.as_deref()
+            && ![
+                ObjectOwnership::BUCKET_OWNER_ENFORCED,
+                ObjectOwnership::BUCKET_OWNER_PREFERRED,
+                ObjectOwnership::OBJECT_WRITER,
+            ]
+            .contains(&o)
+        {
+            return Err(s3_error!(
+                InvalidArgument,
+                "x-amz-object-ownership must be BucketOwnerEnforced, BucketOwnerPreferred or ObjectWriter, not {o:?}"
+            ));
+        }
+        let created = bucket.clone();
         match self.blocking(move |s| s.create_bucket(&bucket)).await {
             Err(e) if us_east_1 && e.code().as_str() == "BucketAlreadyOwnedByYou" => {}
-            other => other?,
+            Err(e) => return Err(e),
+            Ok(()) => {
+                // The bucket's object ownership, as CreateBucket's x-amz-object-ownership sets it.
+                if let Some(ownership) = ownership {
+                    self.blocking(move |s| {
+                        s.update_bucket_config(&created, |b| b.ownership = Some(ownership))
+                    })
+                    .await?;
+                }
+            }
         }
         Ok(S3Response::new(CreateBucketOutput {
             location: Some(location),
@@ -904,6 +934,122 @@ impl S3 for Backend {
         Ok(S3Response::new(
             DeleteBucketOwnershipControlsOutput::default(),
         ))
+    }
+
+    async fn get_object_lock_configuration(
+        &self,
+        req: S3Request<GetObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<GetObjectLockConfigurationOutput>> {
+        // No bucket here has object lock (CreateBucket refuses it), so S3's answer for a bucket
+        // without it.
+        self.existing_bucket(req.input.bucket).await?;
+        Err(s3_error!(
+            ObjectLockConfigurationNotFoundError,
+            "Object Lock configuration does not exist for this bucket"
+        ))
+    }
+
+    async fn get_object_legal_hold(
+        &self,
+        req: S3Request<GetObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
+        self.existing_bucket(req.input.bucket).await?;
+        Err(no_object_lock())
+    }
+
+    async fn put_object_legal_hold(
+        &self,
+        req: S3Request<PutObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<PutObjectLegalHoldOutput>> {
+        self.existing_bucket(req.input.bucket).await?;
+        Err(no_object_lock())
+    }
+
+    async fn get_object_retention(
+        &self,
+        req: S3Request<GetObjectRetentionInput>,
+    ) -> S3Result<S3Response<GetObjectRetentionOutput>> {
+        self.existing_bucket(req.input.bucket).await?;
+        Err(no_object_lock())
+    }
+
+    async fn put_object_retention(
+        &self,
+        req: S3Request<PutObjectRetentionInput>,
+    ) -> S3Result<S3Response<PutObjectRetentionOutput>> {
+        self.existing_bucket(req.input.bucket).await?;
+        Err(no_object_lock())
+    }
+
+    async fn get_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<GetBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
+        // PutBucketLifecycleConfiguration is refused (501), so no bucket has one.
+        self.existing_bucket(req.input.bucket).await?;
+        Err(s3_error!(
+            NoSuchLifecycleConfiguration,
+            "The lifecycle configuration does not exist"
+        ))
+    }
+
+    async fn delete_bucket_lifecycle(
+        &self,
+        req: S3Request<DeleteBucketLifecycleInput>,
+    ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
+        self.existing_bucket(req.input.bucket).await?;
+        Ok(S3Response::new(DeleteBucketLifecycleOutput::default()))
+    }
+
+    async fn get_bucket_cors(
+        &self,
+        req: S3Request<GetBucketCorsInput>,
+    ) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        // PutBucketCors is refused (501), so no bucket has one.
+        self.existing_bucket(req.input.bucket).await?;
+        Err(s3_error!(
+            NoSuchCORSConfiguration,
+            "The CORS configuration does not exist"
+        ))
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        self.existing_bucket(req.input.bucket).await?;
+        Ok(S3Response::new(DeleteBucketCorsOutput::default()))
+    }
+
+    async fn get_bucket_policy(
+        &self,
+        req: S3Request<GetBucketPolicyInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyOutput>> {
+        // PutBucketPolicy is refused (501), so no bucket has one.
+        self.existing_bucket(req.input.bucket).await?;
+        Err(s3_error!(
+            NoSuchBucketPolicy,
+            "The bucket policy does not exist"
+        ))
+    }
+
+    async fn get_bucket_policy_status(
+        &self,
+        req: S3Request<GetBucketPolicyStatusInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
+        self.existing_bucket(req.input.bucket).await?;
+        Err(s3_error!(
+            NoSuchBucketPolicy,
+            "The bucket policy does not exist"
+        ))
+    }
+
+    async fn delete_bucket_policy(
+        &self,
+        req: S3Request<DeleteBucketPolicyInput>,
+    ) -> S3Result<S3Response<DeleteBucketPolicyOutput>> {
+        self.existing_bucket(req.input.bucket).await?;
+        Ok(S3Response::new(DeleteBucketPolicyOutput::default()))
     }
 
     async fn get_bucket_versioning(
@@ -1747,6 +1893,14 @@ fn no_version(version: Option<&str>) -> S3Result<()> {
         Some(v) if v != "null" => Err(fidelity::not_implemented("versionId (versioning)")),
         _ => Ok(()),
     }
+}
+
+/// S3's answer to an object-lock request on a bucket without object lock (every bucket here).
+fn no_object_lock() -> S3Error {
+    s3_error!(
+        InvalidRequest,
+        "Bucket is missing Object Lock Configuration"
+    )
 }
 
 /// The one grant of every bucket and object: the owner's FULL_CONTROL.
