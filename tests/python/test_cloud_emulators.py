@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, _free_port, _wait_listening
+from conftest import REPO, _binary, _free_port, _wait_listening
 
 AZURITE = REPO / ".tools" / "azurite" / "node_modules" / "azurite" / "dist" / "src" / "blob" / "main.js"
 # Azurite's well-known development account.
@@ -176,19 +176,28 @@ def test_copying_nothing_is_an_error_on_azure(bucketload_bin, azurite, tmp_path)
     assert "no-such-prefix" in res.stderr
 
 
-def test_python_checkpoints_and_error_causes_on_azure(azurite):
-    """The Python package on az://: checkpoints round-trip, and a refused write raises an
+def test_python_loader_checkpoints_and_error_causes_on_azure(azurite):
+    """The Python package on az://: the Loader reads every sample, checkpoints round-trip, and a
+    refused write raises an
     exception whose __cause__ chain says what the store answered (was: __cause__ None)."""
     endpoint, service = azurite
     c = _container(service, "python")
     python = str(REPO / ".venv" / "bin" / "python")
+    env = _azure_env(endpoint)
+    ok(_binary(), env, "gen", f"az://{c}/train", "--samples", "24", "--classes", "3",
+       "--size", "2KB", "--seed", "4")
     script = f"""
-import bucketload.checkpoint as ck
+import bucketload, bucketload.checkpoint as ck
 ck.save({{"w": list(range(1000))}}, "az://{c}/run/step-1.pt")
 assert ck.load("az://{c}/run/step-1.pt", weights_only=False)["w"] == list(range(1000))
+seen = 0
+for images, labels in bucketload.Loader("az://{c}/train", batch_size=8, image_size=16):
+    assert tuple(images.shape[1:]) == (3, 16, 16), images.shape
+    seen += len(labels)
+assert seen == 24, seen
 """
-    out = subprocess.run([python, "-c", script], env=_azure_env(endpoint), capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run([python, "-c", script], env=env, capture_output=True, text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stderr
     assert list(_blobs(service, c, "run/")) == ["run/step-1.pt"]
     wrong = dict(_clean_env(), AZURE_STORAGE_ENDPOINT=endpoint, AZURE_STORAGE_ACCOUNT_NAME=ACCOUNT,
@@ -281,6 +290,23 @@ def test_gcs_emulator_host_over_plain_http(bucketload_bin, fake_gcs, tmp_path):
     assert "12" in ok(bucketload_bin, env, "read", f"gs://{b}/train", "--format", "files")
     res = run(bucketload_bin, env, "cp", "-r", f"gs://{b}/absent", str(tmp_path / "none"))
     assert res.returncode == 3, res.stderr
+
+
+def test_gcs_service_account_file(bucketload_bin, fake_gcs, tmp_path):
+    """GOOGLE_APPLICATION_CREDENTIALS naming a service-account file keeps working: requests
+    carry the self-signed token made with its key (the emulator, at GOOGLE_BASE_URL, takes
+    any)."""
+    b = _gcs_bucket(fake_gcs, "keyfile")
+    _gcs_upload(fake_gcs, b, "d/x.bin", b"service account bytes")
+    pem = subprocess.run(["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt",
+                          "rsa_keygen_bits:2048"], capture_output=True, text=True,
+                         check=True).stdout
+    key = tmp_path / "sa.json"
+    key.write_text(json.dumps({"type": "service_account", "private_key": pem,
+                               "private_key_id": "k1", "client_email": "test@example.com"}))
+    env = dict(_clean_env(), GOOGLE_APPLICATION_CREDENTIALS=str(key), GOOGLE_BASE_URL=fake_gcs)
+    ok(bucketload_bin, env, "cp", f"gs://{b}/d/x.bin", str(tmp_path / "x.bin"))
+    assert (tmp_path / "x.bin").read_bytes() == b"service account bytes"
 
 
 def test_gcs_without_credentials_says_what_to_set(bucketload_bin, tmp_path):
