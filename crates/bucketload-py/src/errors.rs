@@ -35,14 +35,50 @@ pub(crate) fn raise(kind: ErrorKind, message: String) -> PyErr {
     })
 }
 
+/// The messages of `e`'s causes, outermost first, leaving out any its own message (or an outer
+/// cause's) already repeats.
+fn causes(e: &(dyn std::error::Error + 'static)) -> Vec<String> {
+    let mut said = e.to_string();
+    let mut out = Vec::new();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !text.is_empty() && !said.contains(&text) {
+            said.push_str(&text);
+            out.push(text);
+        }
+        next = cause.source();
+    }
+    out
+}
+
+/// [`raise`], with `e`'s causes chained as the exception's `__cause__` (each a
+/// `RuntimeError` holding one cause's message), as the CLI prints them after "caused by".
+fn raise_from(kind: ErrorKind, e: &(dyn std::error::Error + 'static)) -> PyErr {
+    let top = raise(kind, e.to_string());
+    let chain = causes(e);
+    if !chain.is_empty() {
+        Python::attach(|py| {
+            let mut cause: Option<PyErr> = None;
+            for message in chain.into_iter().rev() {
+                let err = PyRuntimeError::new_err(message);
+                err.set_cause(py, cause.take());
+                cause = Some(err);
+            }
+            top.set_cause(py, cause);
+        });
+    }
+    top
+}
+
 /// An engine error as a Python exception.
 pub(crate) fn engine(e: bucketload::Error) -> PyErr {
-    raise(e.kind(), e.to_string())
+    raise_from(e.kind(), &e)
 }
 
 /// A store error as a Python exception.
 pub(crate) fn store(e: bucketload_store::Error) -> PyErr {
-    raise(e.kind(), e.to_string())
+    raise_from(e.kind(), &e)
 }
 
 /// An I/O error as a Python exception; the engine's and the store's errors travel inside
@@ -56,7 +92,7 @@ pub(crate) fn io(e: std::io::Error) -> PyErr {
     } else {
         ErrorKind::of_io(&e).unwrap_or(ErrorKind::Store)
     };
-    raise(kind, e.to_string())
+    raise_from(kind, &e)
 }
 
 /// The kind of an image pipeline error: bytes that are not a usable image are corrupt data,

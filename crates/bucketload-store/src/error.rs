@@ -193,7 +193,7 @@ impl Error {
             ErrorClass::NotFound => not_found(&err, uri, list_hint),
             ErrorClass::Permission => Error::PermissionDenied {
                 uri: uri.to_owned(),
-                hint: CREDENTIALS_HINT.to_owned(),
+                hint: credentials_hint(uri).to_owned(),
                 source: Box::new(err),
             },
             ErrorClass::Throttled => Error::Throttled {
@@ -294,6 +294,27 @@ pub(crate) struct ErrorContext {
 /// What to check when the store refuses our credentials.
 pub(crate) const CREDENTIALS_HINT: &str =
     "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or --profile";
+/// … when Google Cloud Storage refuses them.
+pub(crate) const GCS_CREDENTIALS_HINT: &str = "check GOOGLE_APPLICATION_CREDENTIALS (a \
+service-account or authorized-user JSON file) or GOOGLE_SERVICE_ACCOUNT_KEY, and the account's \
+access to the bucket";
+/// … when Azure Blob Storage refuses them.
+pub(crate) const AZURE_CREDENTIALS_HINT: &str = "check AZURE_STORAGE_ACCOUNT_NAME with \
+AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN, or AZURE_STORAGE_CONNECTION_STRING";
+
+/// The credential variables of the store `uri` names.
+pub(crate) fn credentials_hint(uri: &str) -> &'static str {
+    let scheme = uri
+        .split_once("://")
+        .map_or("", |(s, _)| s)
+        .to_ascii_lowercase();
+    match scheme.as_str() {
+        "gs" | "gcs" => GCS_CREDENTIALS_HINT,
+        "az" | "azure" | "abfs" | "abfss" | "adl" => AZURE_CREDENTIALS_HINT,
+        "https" if uri.contains(".core.windows.net") => AZURE_CREDENTIALS_HINT,
+        _ => CREDENTIALS_HINT,
+    }
+}
 
 /// What to do when no credentials were configured at all.
 pub(crate) const NO_CREDENTIALS_HINT: &str = "no credentials were found in AWS_ACCESS_KEY_ID/\

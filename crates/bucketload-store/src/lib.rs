@@ -32,6 +32,7 @@
 pub use object_store;
 
 mod bucket;
+mod cloud_env;
 mod config;
 mod credentials;
 mod error;

@@ -11,7 +11,8 @@
 //! A completion can take effect while its answer is lost (a reset connection):
 //! the retry then finds no upload (404 NoSuchUpload). To tell that case from a
 //! real failure, each multipart upload carries a random token in its user
-//! metadata (`x-amz-meta-bucketload-upload` on S3); after a failed completion
+//! metadata (`x-amz-meta-bucketloadupload` on S3; one word, because Azure allows only
+//! identifiers as metadata names); after a failed completion
 //! the writer reads the key's metadata and reports success exactly when the
 //! object there carries its token and has the size written. When that check
 //! itself cannot be made, the error says the outcome is unknown
@@ -39,7 +40,7 @@ use tokio::task::JoinSet;
 pub const DEFAULT_PARALLEL_PARTS: usize = 8;
 
 /// The user-metadata key of the token that marks an object as completed by one writer.
-pub const UPLOAD_TOKEN_KEY: &str = "bucketload-upload";
+pub const UPLOAD_TOKEN_KEY: &str = "bucketloadupload";
 
 /// How a [`MultipartWriter`] splits and uploads.
 #[derive(Debug, Clone, PartialEq, Eq)]

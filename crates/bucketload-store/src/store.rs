@@ -13,10 +13,11 @@ use crate::metrics::Metrics;
 use crate::pacing::Link;
 use crate::uri::{Scheme, StoreUri};
 use crate::{ETag, Error};
+use object_store::StaticCredentialProvider;
 use object_store::aws::{AmazonS3Builder, AwsCredential, AwsCredentialProvider};
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::client::{HttpClient, HttpConnector};
-use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::gcp::{GcpCredential, GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::limit::LimitStore;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
@@ -100,10 +101,27 @@ impl Store {
                 Arc::new(s3(&parsed, config, connector(), credentials.clone()).map_err(invalid)?),
                 parsed.prefix(),
             ),
-            Scheme::Gcs => (
-                Arc::new(gcs(&parsed, config, connector()).map_err(invalid)?),
-                parsed.prefix(),
-            ),
+            Scheme::Gcs => {
+                let vars = config.env_vars();
+                let settings = crate::cloud_env::gcs(vars);
+                // Without any credential source object_store would wait on the metadata
+                // server; off Google Cloud, say at once what to set.
+                if !settings.unsigned
+                    && !config.anonymous()
+                    && !crate::cloud_env::gcs_has_credentials(vars)
+                    && !crate::cloud_env::gce_metadata_reachable(vars)
+                {
+                    return Err(Error::PermissionDenied {
+                        uri: uri.to_owned(),
+                        hint: crate::cloud_env::GCS_NO_CREDENTIALS.to_owned(),
+                        source: "no credential source".into(),
+                    });
+                }
+                (
+                    Arc::new(gcs(&parsed, config, connector()).map_err(invalid)?),
+                    parsed.prefix(),
+                )
+            }
             Scheme::Azure => (
                 Arc::new(azure(&parsed, config, connector()).map_err(invalid)?),
                 parsed.prefix(),
@@ -445,16 +463,32 @@ fn gcs(
     config: &StoreConfig,
     connector: MeteredConnector,
 ) -> object_store::Result<impl ObjectStore> {
+    let vars = config.env_vars();
+    let settings = crate::cloud_env::gcs(vars);
     let mut b = GoogleCloudStorageBuilder::new();
-    for (k, v) in config.env_vars() {
+    let mut env: Vec<(&String, &String)> = vars.iter().collect();
+    env.sort();
+    for (k, v) in env {
         if k.starts_with("GOOGLE_")
             && let Ok(key) = k.to_ascii_lowercase().parse()
         {
             b = b.with_config(key, v);
         }
     }
+    if let Some(url) = &settings.base_url {
+        b = b.with_base_url(url);
+    }
+    if settings.unsigned || config.anonymous() {
+        // No token is fetched (object_store would ask the metadata server for one even
+        // when told to skip signing).
+        b = b
+            .with_config(GoogleConfigKey::SkipSignature, "true")
+            .with_credentials(Arc::new(StaticCredentialProvider::new(GcpCredential {
+                bearer: String::new(),
+            })));
+    }
     b.with_bucket_name(uri.bucket())
-        .with_client_options(client_options(config))
+        .with_client_options(client_options(config).with_allow_http(settings.allow_http))
         .with_retry(retry_config(config))
         .with_http_connector(connector)
         .build()
@@ -465,16 +499,28 @@ fn azure(
     config: &StoreConfig,
     connector: MeteredConnector,
 ) -> object_store::Result<impl ObjectStore> {
+    let vars = config.env_vars();
+    // The connection string first, the explicit variables over it, the URI's account last.
+    let mut pairs = crate::cloud_env::azure_connection_string(vars);
+    let mut env: Vec<(String, String)> = vars
+        .iter()
+        .filter(|(k, _)| k.starts_with("AZURE_") && *k != "AZURE_STORAGE_CONNECTION_STRING")
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+        .collect();
+    env.sort();
+    pairs.extend(env);
+    if let Some(account) = uri.account() {
+        pairs.push(("azure_storage_account_name".to_owned(), account.to_owned()));
+    }
+    let allow_http = crate::cloud_env::azure_allow_http(&pairs);
     let mut b = MicrosoftAzureBuilder::new();
-    for (k, v) in config.env_vars() {
-        if k.starts_with("AZURE_")
-            && let Ok(key) = k.to_ascii_lowercase().parse()
-        {
+    for (k, v) in &pairs {
+        if let Ok(key) = k.parse() {
             b = b.with_config(key, v);
         }
     }
     b.with_container_name(uri.bucket())
-        .with_client_options(client_options(config))
+        .with_client_options(client_options(config).with_allow_http(allow_http))
         .with_retry(retry_config(config))
         .with_http_connector(connector)
         .build()

@@ -6,7 +6,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 /// The accepted schemes, listed in error messages.
-pub const ACCEPTED_SCHEMES: &str = "s3://bucket[/prefix], gs://bucket[/prefix], az://container[/prefix], file:///abs/path, /abs/path, ./rel/path, mem://[name]";
+pub const ACCEPTED_SCHEMES: &str = "s3://bucket[/prefix], gs://bucket[/prefix], az://container[/prefix], abfs[s]://container@account.dfs.core.windows.net[/prefix], https://account.blob.core.windows.net/container[/prefix], file:///abs/path, /abs/path, ./rel/path, mem://[name]";
 
 /// The kind of backend a URI names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -47,6 +47,9 @@ pub struct StoreUri {
     scheme: Scheme,
     bucket: String,
     prefix: String,
+    /// The Azure storage account a URI names (`abfs://c@account.dfs.core.windows.net/…`,
+    /// `https://account.blob.core.windows.net/c/…`); otherwise the environment's.
+    account: Option<String>,
 }
 
 impl StoreUri {
@@ -60,11 +63,36 @@ impl StoreUri {
         let Some((scheme, rest)) = uri.split_once("://") else {
             return local_path(uri).map_err(invalid);
         };
+        let mut account = None;
+        let mut rest = rest.to_owned();
         let scheme = match scheme.to_ascii_lowercase().as_str() {
             "s3" | "s3a" => Scheme::S3,
             "gs" | "gcs" => Scheme::Gcs,
-            "az" | "azure" | "abfs" => Scheme::Azure,
-            "file" => return file_uri(rest).map_err(invalid),
+            "az" | "azure" | "adl" => Scheme::Azure,
+            // abfs[s]://container@account.dfs.core.windows.net/path (also .blob.)
+            "abfs" | "abfss" => {
+                let (authority, path) = rest.split_once('/').unwrap_or((&rest, ""));
+                if let Some((container, host)) = authority.split_once('@') {
+                    account = Some(azure_account(host).map_err(invalid)?);
+                    rest = format!("{container}/{path}");
+                }
+                Scheme::Azure
+            }
+            // https://account.blob.core.windows.net/container/path (or .dfs.)
+            "https" | "http" => {
+                let (host, path) = rest.split_once('/').unwrap_or((&rest, ""));
+                if !(host.ends_with(".blob.core.windows.net")
+                    || host.ends_with(".dfs.core.windows.net"))
+                {
+                    return Err(invalid(format!(
+                        "an HTTP URL names an object store only as https://ACCOUNT.blob.core.windows.net/CONTAINER/PATH; use one of {ACCEPTED_SCHEMES}"
+                    )));
+                }
+                account = Some(azure_account(host).map_err(invalid)?);
+                rest = path.to_owned();
+                Scheme::Azure
+            }
+            "file" => return file_uri(&rest).map_err(invalid),
             "mem" | "memory" => Scheme::Memory,
             other => {
                 return Err(invalid(format!(
@@ -72,7 +100,7 @@ impl StoreUri {
                 )));
             }
         };
-        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((&rest, ""));
         if bucket.is_empty() && scheme != Scheme::Memory {
             return Err(invalid(format!(
                 "missing bucket name; use {}://bucket[/prefix]",
@@ -103,7 +131,13 @@ impl StoreUri {
             scheme,
             bucket: bucket.to_owned(),
             prefix: prefix.trim_matches('/').to_owned(),
+            account,
         })
+    }
+
+    /// The Azure storage account the URI names, if it names one.
+    pub fn account(&self) -> Option<&str> {
+        self.account.as_deref()
     }
 
     /// The backend kind.
@@ -142,7 +176,16 @@ impl StoreUri {
     pub fn root(&self) -> String {
         match self.scheme {
             Scheme::File => "file:///".to_owned(),
-            s => format!("{}://{}/", s.as_str(), self.bucket),
+            _ => format!("{}/", self.container_uri()),
+        }
+    }
+
+    /// `scheme://bucket`, or for an Azure container of a named account
+    /// `abfs://container@account.dfs.core.windows.net`.
+    fn container_uri(&self) -> String {
+        match &self.account {
+            Some(account) => format!("abfs://{}@{account}.dfs.core.windows.net", self.bucket),
+            None => format!("{}://{}", self.scheme.as_str(), self.bucket),
         }
     }
 }
@@ -151,10 +194,26 @@ impl fmt::Display for StoreUri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.scheme {
             Scheme::File => write!(f, "file:///{}", self.prefix),
-            s if self.prefix.is_empty() => write!(f, "{}://{}", s.as_str(), self.bucket),
-            s => write!(f, "{}://{}/{}", s.as_str(), self.bucket, self.prefix),
+            _ if self.prefix.is_empty() => write!(f, "{}", self.container_uri()),
+            _ => write!(f, "{}/{}", self.container_uri(), self.prefix),
         }
     }
+}
+
+/// The account of an Azure host name (`account.dfs.core.windows.net`).
+fn azure_account(host: &str) -> Result<String, String> {
+    let account = host.split('.').next().unwrap_or_default();
+    let valid = (3..=24).contains(&account.len())
+        && account
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if !valid || !host.contains(".core.windows.net") {
+        return Err(format!(
+            "`{host}` is not an Azure storage host (ACCOUNT.dfs.core.windows.net or \
+             ACCOUNT.blob.core.windows.net, the account 3-24 lower-case letters and digits)"
+        ));
+    }
+    Ok(account.to_owned())
 }
 
 fn file_uri(rest: &str) -> Result<StoreUri, String> {
@@ -196,6 +255,7 @@ fn local_path(path: &str) -> Result<StoreUri, String> {
         scheme: Scheme::File,
         bucket: String::new(),
         prefix: normal.join("/"),
+        account: None,
     })
 }
 
@@ -217,6 +277,41 @@ mod tests {
         let u = StoreUri::parse("s3://bkt").unwrap();
         assert_eq!(u.prefix(), "");
         assert_eq!(u.join("k"), "s3://bkt/k");
+    }
+
+    #[test]
+    fn azure_urls_as_azure_users_paste_them() {
+        for (text, shown) in [
+            (
+                "abfs://data@acct1.dfs.core.windows.net/train/x",
+                "abfs://data@acct1.dfs.core.windows.net/train/x",
+            ),
+            (
+                "abfss://data@acct1.dfs.core.windows.net/train/x",
+                "abfs://data@acct1.dfs.core.windows.net/train/x",
+            ),
+            (
+                "https://acct1.blob.core.windows.net/data/train/x",
+                "abfs://data@acct1.dfs.core.windows.net/train/x",
+            ),
+            ("az://data/train/x", "az://data/train/x"),
+            ("abfs://data/train/x", "az://data/train/x"),
+        ] {
+            let u = StoreUri::parse(text).unwrap();
+            assert_eq!(
+                (u.scheme(), u.bucket(), u.prefix()),
+                (Scheme::Azure, "data", "train/x"),
+                "{text}"
+            );
+            assert_eq!(u.to_string(), shown, "{text}");
+            // What is shown parses back to the same store.
+            assert_eq!(StoreUri::parse(&u.to_string()).unwrap(), u);
+        }
+        let u = StoreUri::parse("abfss://data@acct1.dfs.core.windows.net/").unwrap();
+        assert_eq!(u.account(), Some("acct1"));
+        assert_eq!(u.root(), "abfs://data@acct1.dfs.core.windows.net/");
+        assert!(StoreUri::parse("https://example.com/x").is_err());
+        assert!(StoreUri::parse("abfs://data@Not_An_Account.dfs.core.windows.net/x").is_err());
     }
 
     #[test]
