@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, _binary, _free_port, _wait_listening
+from test_cli_dataset import ok, run
 
 AZURITE = REPO / ".tools" / "azurite" / "node_modules" / "azurite" / "dist" / "src" / "blob" / "main.js"
 # Azurite's well-known development account.
@@ -32,17 +33,6 @@ def _clean_env() -> dict[str, str]:
     """This process's environment without any store's settings."""
     return {k: v for k, v in os.environ.items()
             if not k.startswith(("AWS_", "GOOGLE_", "AZURE_", "AZURITE_", "STORAGE_EMULATOR"))}
-
-
-def run(bucketload_bin, env, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([bucketload_bin, *args], env=env, capture_output=True, text=True,
-                          timeout=300)
-
-
-def ok(bucketload_bin, env, *args: str) -> str:
-    out = run(bucketload_bin, env, *args)
-    assert out.returncode == 0, f"bucketload {' '.join(args)} exited {out.returncode}:\n{out.stderr}"
-    return out.stdout
 
 
 @pytest.fixture(scope="module")

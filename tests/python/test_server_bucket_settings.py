@@ -6,32 +6,8 @@ anything is refused with 501 and changes nothing."""
 
 from __future__ import annotations
 
-import os
-
-import pytest
-from botocore.exceptions import ClientError
-
-from conftest import make_client
 from test_cli_dataset import moto  # noqa: F401  (a fixture)
-
-
-@pytest.fixture(params=["bucketload", "moto"])
-def store(request, server):
-    if request.param == "bucketload":
-        client = make_client(server.endpoint)
-    else:
-        endpoint, _ = request.getfixturevalue("moto")
-        client = make_client(endpoint, key="moto", secret="moto")
-    bucket = f"cfg-{os.urandom(5).hex()}"
-    client.create_bucket(Bucket=bucket)
-    return request.param, client, bucket
-
-
-def _error(call, **kwargs) -> tuple[int, str]:
-    with pytest.raises(ClientError) as err:
-        call(**kwargs)
-    r = err.value.response
-    return r["ResponseMetadata"]["HTTPStatusCode"], r["Error"]["Code"]
+from test_server_fidelity import _error, store  # noqa: F401  (store: a fixture)
 
 
 def test_acls_name_the_owner_as_listings_do(store):

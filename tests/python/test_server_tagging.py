@@ -6,36 +6,14 @@ ETag and Last-Modified alone), S3's limits (10 tags: 400 BadRequest; 128-charact
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from botocore.exceptions import ClientError
 
-from conftest import make_client
 from test_cli_dataset import moto  # noqa: F401  (a fixture)
-
-
-@pytest.fixture(params=["bucketload", "moto"])
-def store(request, server):
-    if request.param == "bucketload":
-        client = make_client(server.endpoint)
-    else:
-        endpoint, _ = request.getfixturevalue("moto")
-        client = make_client(endpoint, key="moto", secret="moto")
-    bucket = f"tag-{os.urandom(5).hex()}"
-    client.create_bucket(Bucket=bucket)
-    return request.param, client, bucket
+from test_server_fidelity import _error, store  # noqa: F401  (store: a fixture)
 
 
 def _tags(s3, bucket, key) -> dict:
     return {t["Key"]: t["Value"] for t in s3.get_object_tagging(Bucket=bucket, Key=key)["TagSet"]}
-
-
-def _error(call, **kwargs) -> tuple[int, str]:
-    with pytest.raises(ClientError) as err:
-        call(**kwargs)
-    r = err.value.response
-    return r["ResponseMetadata"]["HTTPStatusCode"], r["Error"]["Code"]
 
 
 def _set(tags: dict) -> dict:
