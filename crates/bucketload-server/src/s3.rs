@@ -261,6 +261,22 @@ fn content_type(meta: &ObjectMeta) -> Option<String> {
     )
 }
 
+/// S3's limit on user metadata: the UTF-8 bytes of every key (the name after `x-amz-meta-`)
+/// and value together.
+const MAX_METADATA_BYTES: usize = 2 * 1024;
+
+/// 400 `MetadataTooLarge` when user metadata is over [`MAX_METADATA_BYTES`], as S3.
+fn check_metadata_size(metadata: Option<&Metadata>) -> S3Result<()> {
+    let size: usize = metadata.map_or(0, |m| m.iter().map(|(k, v)| k.len() + v.len()).sum());
+    if size > MAX_METADATA_BYTES {
+        return Err(s3_error!(
+            MetadataTooLarge,
+            "Your metadata headers exceed the maximum allowed metadata size: {size} bytes, at most {MAX_METADATA_BYTES}"
+        ));
+    }
+    Ok(())
+}
+
 fn user_metadata(meta: &BTreeMap<String, String>) -> Option<Metadata> {
     (!meta.is_empty()).then(|| meta.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
 }
@@ -637,6 +653,7 @@ impl S3 for Backend {
             ..write_features!(input)
         }
         .refuse_unsupported()?;
+        check_metadata_size(input.metadata.as_ref())?;
         let precondition =
             fidelity::write_precondition(input.if_match.as_ref(), input.if_none_match.as_ref())?;
         let md5 = fidelity::declared_md5(&req.headers)?;
@@ -709,6 +726,9 @@ impl S3 for Backend {
             .metadata_directive
             .as_ref()
             .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+        if replace {
+            check_metadata_size(input.metadata.as_ref())?;
+        }
         if !replace
             && (src_bucket.as_str(), src_key.as_str())
                 == (input.bucket.as_str(), input.key.as_str())
@@ -932,6 +952,7 @@ impl S3 for Backend {
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let input = req.input;
         write_features!(input).refuse_unsupported()?;
+        check_metadata_size(input.metadata.as_ref())?;
         let attrs = attrs(
             input.content_type,
             input.metadata,

@@ -17,11 +17,14 @@ use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Incoming;
 use s3s::service::S3Service;
 
-use crate::config::{FaultConfig, LatencySpec};
+use crate::config::{FaultConfig, LatencySpec, Timeouts};
 use crate::faults::{CounterSet, FaultControl, FaultKind, RateLimiter, Rng, partition_of};
+use crate::timeouts::{Activity, GuardedBody, ProgressBody, REQUEST_TIMEOUT_MESSAGE};
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub(crate) type RespBody = UnsyncBoxBody<Bytes, BoxError>;
+/// A request body that fails after the body timeout without bytes.
+type ReqBody = ProgressBody<Incoming>;
 
 /// Path of the counters endpoint.
 pub const COUNTERS_PATH: &str = "/_bucketload/counters";
@@ -38,6 +41,9 @@ pub(crate) struct Shared {
     pub(crate) limiter: Option<RateLimiter>,
     /// Whether Signature Version 2 requests are accepted (S3 refuses them for new buckets).
     pub(crate) allow_sigv2: bool,
+    pub(crate) timeouts: Timeouts,
+    /// Connections open now (kept by the accept loop).
+    pub(crate) open_connections: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
@@ -65,10 +71,12 @@ impl Shared {
     }
 }
 
-/// Per-connection flag: set when an injected reset must abort the connection with a RST.
+/// Per-connection state: whether an injected reset must abort the connection with a RST, and
+/// what the connection is doing (for its timeouts).
 #[derive(Debug, Default)]
 pub(crate) struct ConnState {
     pub(crate) reset: AtomicBool,
+    pub(crate) activity: Arc<Activity>,
 }
 
 /// The hyper service of one connection.
@@ -89,7 +97,40 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
 }
 
 impl ConnService {
+    /// Answers one request; the request counts as in progress (no connection timeout runs)
+    /// until its response body ends, except that its body must keep bringing bytes.
     async fn handle(self, req: Request<Incoming>) -> Result<Response<RespBody>, BoxError> {
+        let activity = Arc::clone(&self.conn.activity);
+        let guard = activity.begin_request();
+        let resource = req.uri().path().to_owned();
+        let method = req.method().clone();
+        let head = method == Method::HEAD;
+        let timeout = self.shared.timeouts.body;
+        let req = req.map(|body| ProgressBody::new(body, timeout, Arc::clone(&activity)));
+        let result = self.respond(req).await;
+        let response = if activity.body_timed_out.load(Ordering::Acquire) {
+            tracing::debug!(path = %resource, "request body timed out");
+            let mut response = error_xml(
+                400,
+                "RequestTimeout",
+                REQUEST_TIMEOUT_MESSAGE,
+                &resource,
+                head,
+            );
+            response.headers_mut().insert(
+                header::CONNECTION,
+                header::HeaderValue::from_static("close"),
+            );
+            response
+        } else {
+            result?
+        };
+        // The query is left out: it can hold a presigned URL's signature.
+        tracing::debug!(%method, path = %resource, status = response.status().as_u16(), "request");
+        Ok(response.map(|body| GuardedBody::new(body, guard).boxed_unsync()))
+    }
+
+    async fn respond(&self, req: Request<ReqBody>) -> Result<Response<RespBody>, BoxError> {
         let shared = &self.shared;
         if req.uri().path() == COUNTERS_PATH && req.method() == Method::GET {
             let json = serde_json::to_vec(&shared.counters.snapshot())?;
@@ -143,7 +184,7 @@ impl ConnService {
         }
         let response = shared
             .s3
-            .call(req.map(s3s::Body::from))
+            .call(req.map(s3s::Body::http_body))
             .await
             .map_err(BoxError::from)?;
         match fault {
@@ -193,7 +234,7 @@ impl ConnService {
 /// Reads and discards the request body (so the client sees the answer rather than a broken
 /// pipe), then answers an S3 XML error (with `code`, else the one [`error_response`] picks).
 async fn drain_then_error(
-    req: Request<Incoming>,
+    req: Request<ReqBody>,
     status: u16,
     code: Option<&str>,
     head: bool,
@@ -203,7 +244,7 @@ async fn drain_then_error(
 
 /// [`drain_then_error`] with a message of its own.
 async fn drain_then_explain(
-    req: Request<Incoming>,
+    req: Request<ReqBody>,
     status: u16,
     code: Option<&str>,
     message: &str,

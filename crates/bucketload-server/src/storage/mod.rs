@@ -20,9 +20,12 @@
 //! file was replaced behind the server's back), the ETag is computed again from the bytes.
 //! Every function here is blocking; the S3 layer calls them on Tokio's blocking pool.
 
+mod cleanup;
 mod list;
 mod multipart;
 
+pub use cleanup::Reclaimed;
+pub(crate) use cleanup::{LockError, RootLock, lock_root, reclaim};
 pub(crate) use list::{ListItem, ListQuery};
 
 use std::collections::{BTreeMap, HashMap};
