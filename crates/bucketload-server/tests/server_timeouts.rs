@@ -173,17 +173,24 @@ async fn at_the_connection_cap_new_connections_wait_for_a_free_slot() {
         TestServer::start_with(|b| timeouts(NEVER, NEVER, NEVER)(b).with_max_connections(2)).await;
     assert_eq!(t.server.max_connections(), 2);
     let first = TcpStream::connect(t.server.addr()).await.unwrap();
-    let _second = TcpStream::connect(t.server.addr()).await.unwrap();
+    let mut second = TcpStream::connect(t.server.addr()).await.unwrap();
     assert!(wait_until(|| t.server.open_connections() == 2).await);
     let mut third = TcpStream::connect(t.server.addr()).await.unwrap();
+    // Half a request: a server that accepted the connection would hold it open.
     third
-        .write_all(
-            b"GET /_bucketload/counters HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-        )
+        .write_all(b"GET /_bucketload/counters HTTP/1.1\r\n")
         .await
         .unwrap();
-    assert!(t.server.open_connections() <= 2);
+    // A request answered on another connection gives the accept loop its turn: an uncapped
+    // server would have taken the third connection by then.
+    counters_round_trip(&mut second).await;
+    counters_round_trip(&mut second).await;
+    assert_eq!(t.server.open_connections(), 2);
     drop(first);
+    third
+        .write_all(b"Host: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
     let got = until_closed(&mut third)
         .await
         .expect("answered once a slot is free");
@@ -207,6 +214,32 @@ async fn the_connection_cap_defaults_to_a_share_of_the_open_file_limit() {
     let t = TestServer::start().await;
     assert!(t.server.max_connections() >= 1);
     assert_eq!(t.server.config().max_connections(), None);
+}
+
+/// Asks for the counters on a keep-alive connection and reads the whole answer.
+async fn counters_round_trip(stream: &mut TcpStream) {
+    stream
+        .write_all(b"GET /_bucketload/counters HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(n > 0, "connection closed before the answer");
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap();
+            if body.len() >= length {
+                return;
+            }
+        }
+    }
 }
 
 /// Polls `condition` (every 20 ms, at most [`BOUND`]); whether it became true.
