@@ -613,3 +613,29 @@ def test_post_upload_signed_with_sigv2_is_refused_unless_allowed(server, tmp_pat
         assert ok.status_code == 204, ok.text
     finally:
         stop_server(allowing)
+
+def test_user_metadata_is_at_most_2_kb(server):
+    # S3: user metadata (the UTF-8 bytes of every key and value) is at most 2 KB, else 400
+    # MetadataTooLarge, on PutObject, CreateMultipartUpload and CopyObject with REPLACE.
+    # moto's server stores any size, so this runs against bucketload only.
+    s3 = make_client(server.endpoint)
+    bucket = f"fid-{os.urandom(5).hex()}"
+    s3.create_bucket(Bucket=bucket)
+    fits = {"a": "x" * 1000, "b": "y" * 900}
+    too_big = {"a": "x" * 1000, "b": "y" * 1100}
+    s3.put_object(Bucket=bucket, Key="fits", Body=b"x", Metadata=fits)
+    assert s3.head_object(Bucket=bucket, Key="fits")["Metadata"] == fits
+    assert _error(s3.put_object, Bucket=bucket, Key="big", Body=b"x", Metadata=too_big) == \
+        (400, "MetadataTooLarge")
+    assert _missing(s3, bucket, "big")
+    assert _error(s3.create_multipart_upload, Bucket=bucket, Key="big", Metadata=too_big) == \
+        (400, "MetadataTooLarge")
+    assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    source = {"Bucket": bucket, "Key": "fits"}
+    assert _error(s3.copy_object, Bucket=bucket, Key="copy", CopySource=source,
+                  Metadata=too_big, MetadataDirective="REPLACE") == (400, "MetadataTooLarge")
+    assert _missing(s3, bucket, "copy")
+    # With the COPY directive the request's metadata is ignored, so its size does not count.
+    s3.copy_object(Bucket=bucket, Key="copy", CopySource=source, Metadata=too_big,
+                   MetadataDirective="COPY")
+    assert s3.head_object(Bucket=bucket, Key="copy")["Metadata"] == fits

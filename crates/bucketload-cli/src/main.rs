@@ -22,6 +22,7 @@ mod metrics;
 mod mount;
 mod progress;
 mod read;
+mod redact;
 mod report;
 mod serve;
 mod sharding;
@@ -30,18 +31,18 @@ mod store_args;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Keeps accelerators fed from object storage.
 #[derive(Debug, Parser)]
 #[command(name = "bucketload", version, about, propagate_version = true)]
 #[command(after_help = exit::EXIT_CODES_HELP)]
 struct Cli {
-    #[command(flatten)]
-    store: store_args::StoreArgs,
     /// More log output on stderr (-v info, -vv debug); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    #[command(flatten)]
+    store: store_args::StoreArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -92,7 +93,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match parse(std::env::args_os()) {
         Ok(cli) => cli,
         Err(e) => return exit::usage(e),
     };
@@ -220,17 +221,66 @@ fn unreachable_mount() -> anyhow::Result<()> {
 
 /// Logs go to stderr; quiet by default so command output stays clean. Colours only on a
 /// terminal: a log redirected to a file or a pipe holds plain text.
+/// Parses the command line. The store flags are global, but `serve` runs a server, not a
+/// client: it gets hidden copies of them (clap does not propagate a global flag to a
+/// subcommand that has one of that name), so its help leaves them out, and it refuses them.
+fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Cli, clap::Error> {
+    let store = store_args::args();
+    let mut cmd = Cli::command().mut_subcommand("serve", |serve| {
+        store.iter().fold(serve, |serve, arg| {
+            serve.arg(arg.clone().global(false).hide(true))
+        })
+    });
+    let matches = cmd.try_get_matches_from_mut(args)?;
+    if let Some(serve) = matches.subcommand_matches("serve") {
+        let given = |m: &clap::ArgMatches, id: &str| {
+            m.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+        };
+        if let Some(arg) = store
+            .iter()
+            .find(|a| given(&matches, a.get_id().as_str()) || given(serve, a.get_id().as_str()))
+        {
+            let flag = format!("--{}", arg.get_long().unwrap_or(arg.get_id().as_str()));
+            return Err(cmd.error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!("{flag} configures clients and does not apply to `serve`"),
+            ));
+        }
+    }
+    Cli::from_arg_matches(&matches)
+}
+
+/// The most s3s may log unless RUST_LOG names it (see [`init_logging`]).
+const S3S_CAP: &str = "s3s=info";
+
 fn init_logging(verbose: u8) {
+    // s3s prints whole requests at debug (headers, presigned query strings) and the
+    // signature it expected on a mismatch: it stays at info unless RUST_LOG names it, and
+    // every line is redacted anyway (see `redact`).
     let default = match verbose {
         0 => "warn",
         1 => "info,bucketload=info",
-        _ => "debug,hyper=info,h2=info,rustls=info",
+        _ => "debug,hyper=info,h2=info,rustls=info,s3s=info",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(directives) => {
+            let filter = tracing_subscriber::EnvFilter::new(&directives);
+            if directives.contains("s3s") {
+                filter
+            } else {
+                filter.add_directive(S3S_CAP.parse().expect("S3S_CAP is a valid directive"))
+            }
+        }
+        Err(_) => tracing_subscriber::EnvFilter::new(default),
+    };
+    for name in ["AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"] {
+        if let Ok(value) = std::env::var(name) {
+            redact::add_secret(&value);
+        }
+    }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(redact::RedactingStderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }

@@ -2,7 +2,8 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context;
 use bucketload_server::{
@@ -24,7 +25,8 @@ pub struct ServeArgs {
     /// Access key clients must sign with [env: AWS_ACCESS_KEY_ID; default: bucketload]
     #[arg(long, env = "AWS_ACCESS_KEY_ID", hide_env = true)]
     access_key: Option<String>,
-    /// Secret key clients must sign with [env: AWS_SECRET_ACCESS_KEY; default: bucketload-dev-secret]
+    /// Secret key clients must sign with [env: AWS_SECRET_ACCESS_KEY; default: bucketload-dev-secret].
+    /// Prefer the variable or --secret-key-file: other users can read command lines (`ps`)
     #[arg(
         long,
         env = "AWS_SECRET_ACCESS_KEY",
@@ -32,6 +34,9 @@ pub struct ServeArgs {
         hide_env = true
     )]
     secret_key: Option<String>,
+    /// Read the secret key from this file (its first line); overrides AWS_SECRET_ACCESS_KEY
+    #[arg(long, value_name = "PATH")]
+    secret_key_file: Option<PathBuf>,
     /// First-byte latency of every request: fixed ("50ms") or uniform ("30ms..120ms")
     #[arg(long, value_parser = parse_latency)]
     latency: Option<LatencySpec>,
@@ -60,6 +65,27 @@ pub struct ServeArgs {
     /// since 2020; so does the server by default)
     #[arg(long)]
     allow_sigv2: bool,
+    /// Close a connection whose request head (request line and headers) is not complete this
+    /// long after its first byte; 0 turns it off
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "20s", value_name = "DURATION")]
+    header_timeout: Duration,
+    /// Close a connection that sends no request for this long (after it opens, and between
+    /// requests), as S3 does after about 20 s; 0 turns it off
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "20s", value_name = "DURATION")]
+    idle_timeout: Duration,
+    /// Fail an upload whose body brings no bytes for this long (400 RequestTimeout, nothing
+    /// stored), and close a connection that does not read its response for this long; 0 turns
+    /// it off
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "20s", value_name = "DURATION")]
+    body_timeout: Duration,
+    /// Most connections open at once; more wait until one closes [default: from the
+    /// open-file limit, which the server raises to its hard maximum]
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// At start, remove multipart uploads begun longer ago than this (S3's lifecycle rule
+    /// AbortIncompleteMultipartUpload); 0 keeps them all
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "7days", value_name = "DURATION")]
+    upload_expiry: Duration,
 }
 
 fn parse_latency(s: &str) -> Result<LatencySpec, String> {
@@ -73,16 +99,42 @@ fn parse_rate(s: &str) -> Result<f64, String> {
     }
 }
 
+/// The secret key in the first line of `path`.
+fn read_secret(path: &Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read --secret-key-file {}", path.display()))?;
+    let secret = text.lines().next().unwrap_or("").trim();
+    anyhow::ensure!(
+        !secret.is_empty(),
+        "--secret-key-file {} is empty; write the secret key on its first line",
+        path.display()
+    );
+    Ok(secret.to_owned())
+}
+
 impl ServeArgs {
-    fn config(&self) -> anyhow::Result<ServerConfig> {
+    /// The secret key: from --secret-key-file, else --secret-key / AWS_SECRET_ACCESS_KEY.
+    fn secret(&self) -> anyhow::Result<Option<String>> {
+        match &self.secret_key_file {
+            Some(_) if self.secret_on_command_line() => {
+                anyhow::bail!("--secret-key and --secret-key-file exclude each other; give one")
+            }
+            Some(path) => read_secret(path).map(Some),
+            None => Ok(self.secret_key.clone()),
+        }
+    }
+
+    /// Whether --secret-key was given as a flag (rather than by AWS_SECRET_ACCESS_KEY).
+    fn secret_on_command_line(&self) -> bool {
+        self.secret_key.is_some() && std::env::var("AWS_SECRET_ACCESS_KEY").ok() != self.secret_key
+    }
+
+    fn config(&self, secret: Option<String>) -> anyhow::Result<ServerConfig> {
         let key = self
             .access_key
             .clone()
             .unwrap_or_else(|| DEFAULT_ACCESS_KEY.to_string());
-        let secret = self
-            .secret_key
-            .clone()
-            .unwrap_or_else(|| DEFAULT_SECRET_KEY.to_string());
+        let secret = secret.unwrap_or_else(|| DEFAULT_SECRET_KEY.to_string());
         let faults = FaultConfig::default()
             .with_error_rate(self.fault_rate)
             .with_reset_rate(self.reset_rate)
@@ -93,7 +145,14 @@ impl ServeArgs {
             .with_allow_non_loopback(self.allow_non_loopback)
             .with_allow_sigv2(self.allow_sigv2)
             .with_credentials(key, secret)
-            .with_faults(faults);
+            .with_faults(faults)
+            .with_header_timeout(self.header_timeout)
+            .with_idle_timeout(self.idle_timeout)
+            .with_body_timeout(self.body_timeout)
+            .with_upload_expiry(self.upload_expiry);
+        if let Some(n) = self.max_connections {
+            builder = builder.with_max_connections(n);
+        }
         if let Some(l) = self.latency {
             builder = builder.with_latency(l);
         }
@@ -111,13 +170,24 @@ impl ServeArgs {
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.root)
         .with_context(|| format!("cannot create --root {}", args.root.display()))?;
-    let config = args.config()?;
+    let secret = args.secret()?;
+    if let Some(secret) = &secret {
+        crate::redact::add_secret(secret);
+        if args.secret_on_command_line() {
+            tracing::warn!(
+                "--secret-key is visible to other users of this machine (ps); \
+                 use AWS_SECRET_ACCESS_KEY or --secret-key-file instead"
+            );
+        }
+    }
+    let secret_given = secret.is_some();
+    let config = args.config(secret)?;
     let server = bucketload_server::start(config)
         .await
         .with_context(|| format!("cannot start the server on {}", args.addr))?;
     let endpoint = server.endpoint();
     let key = args.access_key.as_deref().unwrap_or(DEFAULT_ACCESS_KEY);
-    let secret_hint = if args.secret_key.is_some() {
+    let secret_hint = if secret_given {
         "<your secret>"
     } else {
         DEFAULT_SECRET_KEY

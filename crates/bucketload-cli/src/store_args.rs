@@ -61,6 +61,15 @@ pub struct StoreArgs {
     pub price_table: Option<std::path::PathBuf>,
 }
 
+/// The store flags, as clap arguments.
+pub fn args() -> Vec<clap::Arg> {
+    use clap::Args as _;
+    StoreArgs::augment_args(clap::Command::new("store"))
+        .get_arguments()
+        .cloned()
+        .collect()
+}
+
 /// Parses `standard` or `adaptive`.
 fn parse_retry_mode(s: &str) -> Result<RetryMode, String> {
     s.parse()

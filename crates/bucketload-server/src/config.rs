@@ -16,8 +16,20 @@ pub const DEFAULT_SECRET_KEY: &str = "bucketload-dev-secret";
 /// S3 rejects parts smaller than 5 MiB except the last one; the server does the same by default.
 pub const DEFAULT_MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
 
+/// How long a connection may wait for the head of a request, once its first byte arrived.
+/// S3 closes a connection that does not send a request within about 20 s.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long an idle keep-alive connection stays open (S3 closes idle ones after about 20 s).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a request or response body may make no progress before the connection is
+/// dropped; S3 answers 400 `RequestTimeout` to an upload whose socket stays silent for 20 s.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(20);
+/// Unfinished multipart uploads older than this are removed at start, as an S3 lifecycle
+/// rule `AbortIncompleteMultipartUpload` of 7 days would.
+pub const DEFAULT_UPLOAD_EXPIRY: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// Validated server settings; build one with [`ServerConfig::builder`].
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ServerConfig {
     pub(crate) root: PathBuf,
     pub(crate) addr: SocketAddr,
@@ -30,6 +42,54 @@ pub struct ServerConfig {
     pub(crate) min_part_size: u64,
     pub(crate) fsync: bool,
     pub(crate) allow_sigv2: bool,
+    pub(crate) timeouts: Timeouts,
+    /// `None`: derived from the open-file limit at start.
+    pub(crate) max_connections: Option<usize>,
+    pub(crate) upload_expiry: Duration,
+}
+
+/// Per-connection timeouts; `None` turns one off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Timeouts {
+    pub(crate) header: Option<Duration>,
+    pub(crate) idle: Option<Duration>,
+    pub(crate) body: Option<Duration>,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            header: Some(DEFAULT_HEADER_TIMEOUT),
+            idle: Some(DEFAULT_IDLE_TIMEOUT),
+            body: Some(DEFAULT_BODY_TIMEOUT),
+        }
+    }
+}
+
+/// A zero duration turns a timeout off.
+fn nonzero(d: Duration) -> Option<Duration> {
+    (!d.is_zero()).then_some(d)
+}
+
+impl fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("root", &self.root)
+            .field("addr", &self.addr)
+            .field("access_key", &self.access_key)
+            .field("secret_key", &"<redacted>")
+            .field("latency", &self.latency)
+            .field("bandwidth", &self.bandwidth)
+            .field("rate_limit", &self.rate_limit)
+            .field("faults", &self.faults)
+            .field("min_part_size", &self.min_part_size)
+            .field("fsync", &self.fsync)
+            .field("allow_sigv2", &self.allow_sigv2)
+            .field("timeouts", &self.timeouts)
+            .field("max_connections", &self.max_connections)
+            .field("upload_expiry", &self.upload_expiry)
+            .finish()
+    }
 }
 
 impl ServerConfig {
@@ -47,6 +107,9 @@ impl ServerConfig {
             min_part_size: DEFAULT_MIN_PART_SIZE,
             fsync: false,
             allow_sigv2: false,
+            timeouts: Timeouts::default(),
+            max_connections: None,
+            upload_expiry: DEFAULT_UPLOAD_EXPIRY,
         }
     }
 
@@ -68,6 +131,12 @@ impl ServerConfig {
     /// Secret key clients must sign with.
     pub fn secret_key(&self) -> &str {
         &self.secret_key
+    }
+
+    /// Connection cap asked for; `None` when it is derived from the open-file limit at start
+    /// ([`crate::RunningServer::max_connections`] tells the value in force).
+    pub fn max_connections(&self) -> Option<usize> {
+        self.max_connections
     }
 }
 
@@ -95,12 +164,20 @@ impl fmt::Display for ServerConfig {
         if self.fsync {
             write!(f, ", fsync on")?;
         }
+        let show = |t: Option<Duration>| t.map_or_else(|| "off".to_owned(), |d| format!("{d:?}"));
+        write!(
+            f,
+            ", timeouts: header {}, idle {}, body {}",
+            show(self.timeouts.header),
+            show(self.timeouts.idle),
+            show(self.timeouts.body)
+        )?;
         Ok(())
     }
 }
 
 /// Builder for [`ServerConfig`]; setters never fail, [`ServerBuilder::build`] validates.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ServerBuilder {
     root: PathBuf,
     addr: SocketAddr,
@@ -113,6 +190,19 @@ pub struct ServerBuilder {
     min_part_size: u64,
     fsync: bool,
     allow_sigv2: bool,
+    timeouts: Timeouts,
+    max_connections: Option<usize>,
+    upload_expiry: Duration,
+}
+
+impl fmt::Debug for ServerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerBuilder")
+            .field("root", &self.root)
+            .field("addr", &self.addr)
+            .field("access_key", &self.credentials.as_ref().map(|(key, _)| key))
+            .finish_non_exhaustive()
+    }
 }
 
 impl ServerBuilder {
@@ -182,6 +272,48 @@ impl ServerBuilder {
         self
     }
 
+    /// How long a connection may take to send the head of a request (request line and
+    /// headers) once its first byte arrived; then it is closed. Default
+    /// [`DEFAULT_HEADER_TIMEOUT`] (20 s); `Duration::ZERO` turns it off.
+    pub fn with_header_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.header = nonzero(timeout);
+        self
+    }
+
+    /// How long a connection may stay open without a request: after it is accepted, and
+    /// between a response and the next request (keep-alive). Default
+    /// [`DEFAULT_IDLE_TIMEOUT`] (20 s, as S3); `Duration::ZERO` turns it off.
+    pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.idle = nonzero(timeout);
+        self
+    }
+
+    /// How long a request body may bring no new bytes (the request fails with 400
+    /// `RequestTimeout`, the connection is closed and an upload leaves nothing behind), and
+    /// how long a response may wait for a client that does not read it (the connection is
+    /// closed). Default [`DEFAULT_BODY_TIMEOUT`] (20 s); `Duration::ZERO` turns it off.
+    pub fn with_body_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.body = nonzero(timeout);
+        self
+    }
+
+    /// Most connections open at once; when reached, the server stops accepting until one
+    /// closes (new clients wait in the listen queue, requests in flight are unaffected).
+    /// Default: derived from the open-file limit at start, so that connections cannot take
+    /// the descriptors that requests need to open files.
+    pub fn with_max_connections(mut self, connections: usize) -> Self {
+        self.max_connections = Some(connections);
+        self
+    }
+
+    /// Age past which an unfinished multipart upload is removed when the server starts, as
+    /// an S3 lifecycle rule `AbortIncompleteMultipartUpload` would. Default
+    /// [`DEFAULT_UPLOAD_EXPIRY`] (7 days); `Duration::ZERO` keeps every upload.
+    pub fn with_upload_expiry(mut self, age: Duration) -> Self {
+        self.upload_expiry = age;
+        self
+    }
+
     /// Validates the settings, reporting every problem at once.
     pub fn build(self) -> Result<ServerConfig, Error> {
         let mut problems = Vec::new();
@@ -209,6 +341,9 @@ impl ServerBuilder {
         if self.root.as_os_str().is_empty() {
             problems.push("data directory must not be empty".to_owned());
         }
+        if self.max_connections == Some(0) {
+            problems.push("the connection limit must be at least 1".to_owned());
+        }
         if !problems.is_empty() {
             return Err(Error::InvalidConfig {
                 problems: problems.join("; "),
@@ -226,6 +361,9 @@ impl ServerBuilder {
             min_part_size: self.min_part_size,
             fsync: self.fsync,
             allow_sigv2: self.allow_sigv2,
+            timeouts: self.timeouts,
+            max_connections: self.max_connections,
+            upload_expiry: self.upload_expiry,
         })
     }
 }
@@ -548,5 +686,27 @@ mod tests {
             "{banner}"
         );
         assert!(!banner.contains(DEFAULT_SECRET_KEY));
+        assert!(
+            banner.contains("timeouts: header 20s, idle 20s, body 20s"),
+            "{banner}"
+        );
+    }
+
+    #[test]
+    fn debug_never_shows_the_secret() {
+        let builder = ServerConfig::builder("/data").with_credentials("key", "very-secret-value");
+        assert!(!format!("{builder:?}").contains("very-secret-value"));
+        let config = builder
+            .with_idle_timeout(Duration::ZERO)
+            .with_max_connections(0)
+            .build();
+        assert!(config.unwrap_err().to_string().contains("connection limit"));
+        let config = ServerConfig::builder("/data")
+            .with_credentials("key", "very-secret-value")
+            .with_idle_timeout(Duration::ZERO)
+            .build()
+            .unwrap();
+        assert!(!format!("{config:?}").contains("very-secret-value"));
+        assert!(config.to_string().contains("idle off"), "{config}");
     }
 }

@@ -1,6 +1,7 @@
 //! A connection's socket: sends memory-mapped body slices with `sendfile` (see
-//! [`crate::mapped`]), caps what it sends with a token bucket, and turns an injected reset
-//! into a real TCP RST (zero linger, then close).
+//! [`crate::mapped`]), caps what it sends with a token bucket, turns an injected reset
+//! into a real TCP RST (zero linger, then close), and tells the connection's
+//! [`crate::timeouts::Activity`] when bytes arrive and when the client stops reading.
 
 use std::future::Future;
 use std::io;
@@ -150,6 +151,15 @@ impl ConnIo {
         }
         Pin::new(&mut self.stream).poll_write_vectored(cx, &bufs[..plain])
     }
+
+    /// Records whether a socket write went through or found the socket full.
+    fn noted(&self, written: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        match &written {
+            Poll::Pending => self.state.activity.on_write_blocked(),
+            Poll::Ready(_) => self.state.activity.on_write(),
+        }
+        written
+    }
 }
 
 impl Drop for ConnIo {
@@ -164,7 +174,12 @@ impl AsyncRead for ConnIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.state.activity.on_read();
+        }
+        read
     }
 }
 
@@ -177,12 +192,16 @@ impl AsyncWrite for ConnIo {
         self.check_reset()?;
         let this = &mut *self;
         let Some(throttle) = this.throttle.as_mut() else {
-            return this.poll_write_direct(cx, &[io::IoSlice::new(buf)]);
+            let written = this.poll_write_direct(cx, &[io::IoSlice::new(buf)]);
+            return this.noted(written);
         };
         let allowed = ready!(throttle.poll_acquire(cx, buf.len())).max(1);
         let n = allowed.min(buf.len());
-        let written = ready!(Pin::new(&mut this.stream).poll_write(cx, &buf[..n]))?;
-        throttle.consume(written);
+        let written = Pin::new(&mut this.stream).poll_write(cx, &buf[..n]);
+        let written = ready!(this.noted(written))?;
+        if let Some(throttle) = this.throttle.as_mut() {
+            throttle.consume(written);
+        }
         Poll::Ready(Ok(written))
     }
 
@@ -199,7 +218,8 @@ impl AsyncWrite for ConnIo {
             return self.poll_write(cx, buf);
         }
         self.check_reset()?;
-        self.poll_write_direct(cx, bufs)
+        let written = self.poll_write_direct(cx, bufs);
+        self.noted(written)
     }
 
     fn is_write_vectored(&self) -> bool {

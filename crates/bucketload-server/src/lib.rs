@@ -27,8 +27,10 @@
 //! # }
 //! ```
 //!
-//! Architecture: [`start`] binds a listener and spawns an accept loop. Every connection gets
-//! a socket wrapper (bandwidth cap, injected RSTs) and a service that counts the request,
+//! Architecture: [`start`] raises the open-file limit, locks the root and removes what earlier
+//! runs left in it, binds a listener and spawns an accept loop, which stops accepting at the
+//! connection cap. Every connection gets a watchdog (header, idle and body timeouts), a
+//! socket wrapper (bandwidth cap, injected RSTs) and a service that counts the request,
 //! applies latency, rate limit and faults, then calls the s3s service (SigV4 check, S3
 //! protocol) backed by our own storage of one directory per bucket with sidecar metadata.
 
@@ -41,6 +43,7 @@ mod checksum;
 mod config;
 mod conn;
 mod faults;
+mod fdlimit;
 mod fidelity;
 #[allow(unsafe_code)]
 mod mapped;
@@ -49,17 +52,20 @@ mod server;
 mod service;
 mod storage;
 mod tagging;
+mod timeouts;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 pub use config::{
-    DEFAULT_ACCESS_KEY, DEFAULT_MIN_PART_SIZE, DEFAULT_SECRET_KEY, FaultConfig, LatencySpec,
+    DEFAULT_ACCESS_KEY, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MIN_PART_SIZE, DEFAULT_SECRET_KEY, DEFAULT_UPLOAD_EXPIRY, FaultConfig, LatencySpec,
     ServerBuilder, ServerConfig,
 };
 pub use faults::{Counters, FaultControl, FaultKind};
 pub use server::{RunningServer, serve_forever, start};
 pub use service::COUNTERS_PATH;
+pub use storage::Reclaimed;
 
 /// Errors starting or configuring the server.
 #[derive(Debug, thiserror::Error)]
@@ -97,6 +103,16 @@ pub enum Error {
         /// The cause.
         #[source]
         source: std::io::Error,
+    },
+    /// Another server uses the data directory (it holds the directory's lock file).
+    #[error(
+        "data directory {path} is in use by another bucketload server (lock {lock}); stop it or choose another root"
+    )]
+    RootInUse {
+        /// The directory.
+        path: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
     },
     /// The data directory could not be created or used.
     #[error("cannot use data directory {path}; check that it is writable")]

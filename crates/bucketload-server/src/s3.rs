@@ -328,6 +328,22 @@ fn content_type(meta: &ObjectMeta) -> Option<String> {
     )
 }
 
+/// S3's limit on user metadata: the UTF-8 bytes of every key (the name after `x-amz-meta-`)
+/// and value together.
+const MAX_METADATA_BYTES: usize = 2 * 1024;
+
+/// 400 `MetadataTooLarge` when user metadata is over [`MAX_METADATA_BYTES`], as S3.
+fn check_metadata_size(metadata: Option<&Metadata>) -> S3Result<()> {
+    let size: usize = metadata.map_or(0, |m| m.iter().map(|(k, v)| k.len() + v.len()).sum());
+    if size > MAX_METADATA_BYTES {
+        return Err(s3_error!(
+            MetadataTooLarge,
+            "Your metadata headers exceed the maximum allowed metadata size: {size} bytes, at most {MAX_METADATA_BYTES}"
+        ));
+    }
+    Ok(())
+}
+
 fn user_metadata(meta: &BTreeMap<String, String>) -> Option<Metadata> {
     (!meta.is_empty()).then(|| meta.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
 }
@@ -1242,6 +1258,7 @@ impl S3 for Backend {
             ..write_features!(input)
         }
         .refuse_unsupported()?;
+        check_metadata_size(input.metadata.as_ref())?;
         let precondition =
             fidelity::write_precondition(input.if_match.as_ref(), input.if_none_match.as_ref())?;
         let md5 = fidelity::declared_md5(&req.headers)?;
@@ -1316,6 +1333,9 @@ impl S3 for Backend {
             .metadata_directive
             .as_ref()
             .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+        if replace {
+            check_metadata_size(input.metadata.as_ref())?;
+        }
         if !replace
             && (src_bucket.as_str(), src_key.as_str())
                 == (input.bucket.as_str(), input.key.as_str())
@@ -1589,6 +1609,7 @@ impl S3 for Backend {
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let input = req.input;
         write_features!(input).refuse_unsupported()?;
+        check_metadata_size(input.metadata.as_ref())?;
         let declared = match input.checksum_algorithm.as_ref() {
             None if input.checksum_type.is_some() => {
                 return Err(s3_error!(

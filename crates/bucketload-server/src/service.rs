@@ -17,11 +17,14 @@ use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Incoming;
 use s3s::service::S3Service;
 
-use crate::config::{FaultConfig, LatencySpec};
+use crate::config::{FaultConfig, LatencySpec, Timeouts};
 use crate::faults::{CounterSet, FaultControl, FaultKind, RateLimiter, Rng, partition_of};
+use crate::timeouts::{Activity, GuardedBody, ProgressBody, REQUEST_TIMEOUT_MESSAGE};
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub(crate) type RespBody = UnsyncBoxBody<Bytes, BoxError>;
+/// A request body that fails after the body timeout without bytes.
+type ReqBody = ProgressBody<Incoming>;
 
 /// Path of the counters endpoint.
 pub const COUNTERS_PATH: &str = "/_bucketload/counters";
@@ -38,6 +41,9 @@ pub(crate) struct Shared {
     pub(crate) limiter: Option<RateLimiter>,
     /// Whether Signature Version 2 requests are accepted (S3 refuses them for new buckets).
     pub(crate) allow_sigv2: bool,
+    pub(crate) timeouts: Timeouts,
+    /// Connections open now (kept by the accept loop).
+    pub(crate) open_connections: std::sync::atomic::AtomicUsize,
     /// Names each request, as S3's `x-amz-request-id` does.
     pub(crate) request_ids: RequestIds,
 }
@@ -158,10 +164,12 @@ impl Shared {
     }
 }
 
-/// Per-connection flag: set when an injected reset must abort the connection with a RST.
+/// Per-connection state: whether an injected reset must abort the connection with a RST, and
+/// what the connection is doing (for its timeouts).
 #[derive(Debug, Default)]
 pub(crate) struct ConnState {
     pub(crate) reset: AtomicBool,
+    pub(crate) activity: Arc<Activity>,
 }
 
 /// The hyper service of one connection.
@@ -187,7 +195,40 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
 }
 
 impl ConnService {
+    /// Answers one request; the request counts as in progress (no connection timeout runs)
+    /// until its response body ends, except that its body must keep bringing bytes.
     async fn handle(self, req: Request<Incoming>) -> Result<Response<RespBody>, BoxError> {
+        let activity = Arc::clone(&self.conn.activity);
+        let guard = activity.begin_request();
+        let resource = req.uri().path().to_owned();
+        let method = req.method().clone();
+        let head = method == Method::HEAD;
+        let timeout = self.shared.timeouts.body;
+        let req = req.map(|body| ProgressBody::new(body, timeout, Arc::clone(&activity)));
+        let result = self.respond(req).await;
+        let response = if activity.body_timed_out.load(Ordering::Acquire) {
+            tracing::debug!(path = %resource, "request body timed out");
+            let mut response = error_xml(
+                400,
+                "RequestTimeout",
+                REQUEST_TIMEOUT_MESSAGE,
+                &resource,
+                head,
+            );
+            response.headers_mut().insert(
+                header::CONNECTION,
+                header::HeaderValue::from_static("close"),
+            );
+            response
+        } else {
+            result?
+        };
+        // The query is left out: it can hold a presigned URL's signature.
+        tracing::debug!(%method, path = %resource, status = response.status().as_u16(), "request");
+        Ok(response.map(|body| GuardedBody::new(body, guard).boxed_unsync()))
+    }
+
+    async fn respond(&self, req: Request<ReqBody>) -> Result<Response<RespBody>, BoxError> {
         let shared = &self.shared;
         if req.uri().path() == COUNTERS_PATH && req.method() == Method::GET {
             let json = serde_json::to_vec(&shared.counters.snapshot())?;
@@ -308,7 +349,7 @@ const MAX_FORM_FIELDS: usize = 1 << 20;
 /// Signature Version 2 (`AWSAccessKeyId` and `signature`) is refused unless the server allows
 /// SigV2. The fields come before the file, so only they are read; the body is handed on whole.
 async fn check_post_form(
-    req: Request<Incoming>,
+    req: Request<ReqBody>,
     allow_sigv2: bool,
 ) -> Result<Request<s3s::Body>, Response<RespBody>> {
     let boundary = req
@@ -323,7 +364,7 @@ async fn check_post_form(
         .map(|b| b.trim_matches('"').to_owned());
     let bucket_path = !req.uri().path().trim_matches('/').contains('/');
     let Some(boundary) = boundary.filter(|_| req.method() == Method::POST && bucket_path) else {
-        return Ok(req.map(s3s::Body::from));
+        return Ok(req.map(s3s::Body::http_body));
     };
     let (parts, mut body) = req.into_parts();
     let mut prefix = Vec::new();
@@ -384,7 +425,7 @@ async fn check_post_form(
         ));
     }
     let head = futures::stream::once(async move {
-        Ok::<_, hyper::Error>(http_body::Frame::data(Bytes::from(prefix)))
+        Ok::<_, BoxError>(http_body::Frame::data(Bytes::from(prefix)))
     });
     let rest = http_body_util::BodyStream::new(body);
     let whole = http_body_util::StreamBody::new(futures::StreamExt::chain(head, rest));
@@ -478,7 +519,7 @@ async fn unquote_etag(response: Response<s3s::Body>) -> Result<Response<RespBody
 /// Reads and discards the request body (so the client sees the answer rather than a broken
 /// pipe), then answers an S3 XML error (with `code`, else the one [`error_response`] picks).
 async fn drain_then_error(
-    req: Request<Incoming>,
+    req: Request<ReqBody>,
     status: u16,
     code: Option<&str>,
     head: bool,
@@ -488,7 +529,7 @@ async fn drain_then_error(
 
 /// [`drain_then_error`] with a message of its own.
 async fn drain_then_explain(
-    req: Request<Incoming>,
+    req: Request<ReqBody>,
     status: u16,
     code: Option<&str>,
     message: &str,

@@ -21,9 +21,12 @@
 //! Every function here is blocking; the S3 layer calls them on Tokio's blocking pool.
 
 mod bucket_config;
+mod cleanup;
 mod list;
 mod multipart;
 
+pub use cleanup::Reclaimed;
+pub(crate) use cleanup::{LockError, RootLock, lock_root, reclaim};
 pub(crate) use list::{ListItem, ListQuery};
 pub(crate) use multipart::CompletedPart;
 

@@ -17,10 +17,11 @@ use crate::checksum::{self, Algorithm};
 /// S3's limit on part numbers.
 const MAX_PART_NUMBER: i32 = 10_000;
 /// In the directory of a completed upload (its parts gone): the key and the object's ETag.
-const COMPLETED: &str = "completed.json";
+pub(super) const COMPLETED: &str = "completed.json";
 
 /// How long a completed upload's record answers repeated completions.
-const REMEMBER_COMPLETED: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+pub(super) const REMEMBER_COMPLETED: std::time::Duration =
+    std::time::Duration::from_secs(24 * 3600);
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Completed {

@@ -61,19 +61,48 @@ impl TestServer {
             max_retries: retries,
             retry_timeout: Duration::from_secs(30),
         };
-        let store = AmazonS3Builder::new()
-            .with_endpoint(self.server.endpoint())
-            .with_allow_http(true)
-            .with_bucket_name(bucket)
-            .with_region("us-east-1")
-            .with_access_key_id(key)
-            .with_secret_access_key(secret)
-            .with_virtual_hosted_style_request(false)
+        let store = s3_builder(&self.server, bucket, key, secret)
             .with_retry(retry)
             .build()
             .unwrap();
         Arc::new(store)
     }
+
+    /// An S3 client of bucket `bkt` without retries, as its concrete type (multipart calls,
+    /// presigning).
+    pub fn s3(&self) -> object_store::aws::AmazonS3 {
+        s3_builder(&self.server, "bkt", DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY)
+            .with_retry(RetryConfig {
+                max_retries: 0,
+                ..RetryConfig::default()
+            })
+            .build()
+            .unwrap()
+    }
+
+    /// The path and query of a presigned URL (valid 10 minutes) for `key` in bucket `bkt`.
+    pub async fn presigned(&self, method: http::Method, key: &str) -> String {
+        use object_store::signer::Signer;
+        let s3 = s3_builder(&self.server, "bkt", DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY)
+            .build()
+            .unwrap();
+        let url = s3
+            .signed_url(method, &key.into(), Duration::from_secs(600))
+            .await
+            .unwrap();
+        format!("{}?{}", url.path(), url.query().unwrap_or(""))
+    }
+}
+
+fn s3_builder(server: &RunningServer, bucket: &str, key: &str, secret: &str) -> AmazonS3Builder {
+    AmazonS3Builder::new()
+        .with_endpoint(server.endpoint())
+        .with_allow_http(true)
+        .with_bucket_name(bucket)
+        .with_region("us-east-1")
+        .with_access_key_id(key)
+        .with_secret_access_key(secret)
+        .with_virtual_hosted_style_request(false)
 }
 
 /// Sends one raw HTTP/1.1 request (with `Connection: close`) and returns status and body.
