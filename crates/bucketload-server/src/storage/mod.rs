@@ -8,8 +8,17 @@
 //! .bucketload/folders/<bucket>/<md5>  folder markers (keys ending in '/'), named by the key's MD5
 //! .bucketload/folder-meta/<bucket>/<md5>  their sidecars
 //! .bucketload/uploads/<bucket>/<id>/  multipart uploads in progress (upload.json + one file per part)
+//! .bucketload/versions/<bucket>/<md5>/<seq>-<version id>[.json]
+//!                                     noncurrent versions and delete markers of the key whose MD5
+//!                                     names the directory (see `versions`); buckets that never had
+//!                                     versioning have none
+//! .bucketload/bucket-config/<bucket>.json  bucket settings, among them the versioning state
 //! .bucketload/tmp/                    files being written, renamed into place when complete
 //! ```
+//!
+//! On a versioned bucket the current version of a key stays at `<bucket>/<key>`, its sidecar
+//! naming its version ID, so reads and listings of current objects are the same as without
+//! versioning; older versions move out of the key's path when a write or delete replaces them.
 //!
 //! Bucket names cannot start with '.', so the internal directory never shows as a bucket, and
 //! sidecars live outside the bucket directories, so they never show in listings. A folder
@@ -23,9 +32,11 @@
 mod bucket_config;
 mod list;
 mod multipart;
+mod versions;
 
 pub(crate) use list::{ListItem, ListQuery};
 pub(crate) use multipart::CompletedPart;
+pub(crate) use versions::{Deleted, NULL_VERSION, VersionItem, VersionQuery, Versioning};
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
@@ -70,6 +81,10 @@ pub(crate) struct ObjectMeta {
     /// The object's tags (`x-amz-tagging`, PutObjectTagging).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) tags: BTreeMap<String, String>,
+    /// The version ID, for an object written to a bucket with versioning enabled or
+    /// suspended (`null`); `None` for one written while versioning was never enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) version_id: Option<String>,
 }
 
 impl ObjectMeta {
@@ -145,8 +160,13 @@ pub(crate) struct Storage {
     unique: AtomicU64,
     /// Sidecars by data path, checked against the data file's size and mtime before use.
     cache: Mutex<HashMap<PathBuf, ObjectMeta>>,
-    /// Held while a conditional write checks the object it replaces and takes its place.
+    /// Held while a conditional write checks the object it replaces and takes its place, and
+    /// while versions are archived, promoted or removed.
     commits: Mutex<()>,
+    /// Versioning state by bucket, loaded from the bucket's settings on first use.
+    versioning: Mutex<HashMap<String, Versioning>>,
+    /// The last sequence number given to an archived version (see the `versions` module).
+    seq: AtomicU64,
 }
 
 impl Storage {
@@ -159,6 +179,8 @@ impl Storage {
             unique: AtomicU64::new(0),
             cache: Mutex::new(HashMap::new()),
             commits: Mutex::new(()),
+            versioning: Mutex::new(HashMap::new()),
+            seq: AtomicU64::new(0),
         })
     }
 
@@ -235,8 +257,15 @@ impl Storage {
                 "bucket {bucket} has multipart uploads in progress; abort them first"
             ));
         }
+        if self.has_archived_versions(bucket) {
+            return Err(s3_error!(
+                BucketNotEmpty,
+                "bucket {bucket} has object versions or delete markers; delete them first"
+            ));
+        }
         fs::remove_dir(&dir).map_err(internal)?;
         let _ = fs::remove_dir_all(self.internal("meta", bucket));
+        let _ = fs::remove_dir_all(self.internal("versions", bucket));
         let _ = fs::remove_dir_all(self.internal("uploads", bucket));
         let _ = fs::remove_file(self.bucket_tags_path(bucket));
         self.forget_bucket_config(bucket);
@@ -421,15 +450,15 @@ impl Storage {
     }
 
     /// Replaces an object's tags (PutObjectTagging, DeleteObjectTagging): its sidecar only;
-    /// the bytes, ETag and Last-Modified stay. Under the commit lock, so a PUT landing at the
-    /// same time is never given the old object's metadata.
-    pub(crate) fn set_tags(
+    /// the bytes, ETag and Last-Modified stay. Called under the commit lock (see
+    /// [`Storage::set_version_tags`]), so a PUT landing at the same time is never given the
+    /// old object's metadata.
+    fn set_current_tags(
         &self,
         bucket: &str,
         key: &str,
         tags: BTreeMap<String, String>,
     ) -> Result<ObjectMeta, S3Error> {
-        let _commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
         let mut meta = self.head(bucket, key)?;
         meta.tags = tags;
         let (data, meta_path) = self.object_paths(bucket, key)?;
@@ -546,11 +575,17 @@ impl Storage {
             headers: attrs.headers,
             checksum: attrs.checksum,
             tags: attrs.tags,
+            version_id: None,
         };
+        let mut meta = meta;
         // Every write takes the lock, so a conditional write sees no write land between its
         // check and its rename.
         let _commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
         precondition.check(self.head(bucket, key))?;
+        let versioning = self.versioning(bucket)?;
+        if versioning.is_versioned() {
+            meta.version_id = Some(self.make_way(bucket, key, versioning)?);
+        }
         let Some(path) = temp.path.take() else {
             return Err(s3_error!(InternalError, "object written twice"));
         };
@@ -573,6 +608,11 @@ impl Storage {
 
     /// Deletes an object; deleting a missing object succeeds, as in S3.
     pub(crate) fn delete(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
+        self.remove_current(bucket, key)
+    }
+
+    /// Removes the current object's files (data, sidecar, emptied directories).
+    fn remove_current(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
         if let Some(folder) = key.strip_suffix('/') {
             let (data, meta) = self.object_paths(bucket, key)?;
             let _ = fs::remove_file(&data);
@@ -600,6 +640,24 @@ impl Storage {
         Ok(())
     }
 
+    /// Forgets the current object whose data file was moved away (archived as a noncurrent
+    /// version): removes its sidecar and the directories it leaves empty.
+    fn forget_current(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
+        let (data, meta) = self.object_paths(bucket, key)?;
+        let _ = fs::remove_file(&meta);
+        self.cache_lock().remove(&data);
+        match key.strip_suffix('/') {
+            Some(folder) => {
+                self.prune_data_dirs(bucket, &self.root.join(bucket).join(folder).join("_"))
+            }
+            None => {
+                self.prune_data_dirs(bucket, &data);
+                prune_empty_dirs(&meta, &self.internal("meta", bucket));
+            }
+        }
+        Ok(())
+    }
+
     /// Removes the now-empty directories above `path` in the bucket, up to the first one that
     /// holds a folder marker.
     fn prune_data_dirs(&self, bucket: &str, path: &Path) {
@@ -617,13 +675,15 @@ impl Storage {
         }
     }
 
-    /// Copies an object's bytes into a new temporary file.
+    /// Copies an object's bytes (of version `version`, the current one for `None`) into a
+    /// new temporary file.
     pub(crate) fn copy_to_temp(
         &self,
         bucket: &str,
         key: &str,
+        version: Option<&str>,
     ) -> Result<(ObjectMeta, TempObject), S3Error> {
-        let (meta, mut source) = self.open_object(bucket, key)?;
+        let (meta, mut source) = self.open_version(bucket, key, version)?;
         let mut temp = self.begin_write()?;
         io::copy(&mut source, &mut temp.file).map_err(internal)?;
         temp.size = meta.size;
