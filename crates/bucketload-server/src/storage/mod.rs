@@ -583,8 +583,11 @@ impl Storage {
         let _commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
         precondition.check(self.head(bucket, key))?;
         let versioning = self.versioning(bucket)?;
+        let mut archived = None;
         if versioning.is_versioned() {
-            meta.version_id = Some(self.make_way(bucket, key, versioning)?);
+            let (id, copy) = self.make_way(bucket, key, versioning)?;
+            meta.version_id = Some(id);
+            archived = copy;
         }
         let Some(path) = temp.path.take() else {
             return Err(s3_error!(InternalError, "object written twice"));
@@ -599,6 +602,8 @@ impl Storage {
         }
         if let Err(e) = rename_into(&path, &data) {
             let _ = fs::remove_file(&path);
+            // The version this write archived stays current.
+            self.undo_make_way(bucket, key, archived);
             return Err(write_error(e, bucket, key));
         }
         self.write_sidecar(&meta_path, &meta).map_err(internal)?;
@@ -640,8 +645,8 @@ impl Storage {
         Ok(())
     }
 
-    /// Forgets the current object whose data file was moved away (archived as a noncurrent
-    /// version): removes its sidecar and the directories it leaves empty.
+    /// Forgets the current object whose data file is gone (removed, or moved into the versions
+    /// directory): removes its sidecar and the directories it leaves empty.
     fn forget_current(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
         let (data, meta) = self.object_paths(bucket, key)?;
         let _ = fs::remove_file(&meta);

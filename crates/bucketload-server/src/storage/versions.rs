@@ -387,15 +387,28 @@ impl Storage {
         })
     }
 
-    /// Moves the current version (described by `meta`) into the versions directory. Its
-    /// sidecar stays, to be replaced or removed by the caller. Under the commit lock.
-    fn archive_current(&self, bucket: &str, key: &str, meta: &ObjectMeta) -> Result<(), S3Error> {
+    /// Copies the current version (described by `meta`) into the versions directory: a hard
+    /// link, so the current path keeps its file until the caller replaces it (a read never
+    /// finds the key missing while a write replaces it) or removes it. Under the commit lock.
+    fn archive_current(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+    ) -> Result<PathBuf, S3Error> {
         let (data, _) = self.object_paths(bucket, key)?;
         let version_id = meta.version().to_owned();
         let stem = self
             .versions_dir(bucket, key)
             .join(format!("{:020}-{version_id}", self.next_seq()));
-        rename_into(&data, &stem).map_err(internal)?;
+        if let Some(dir) = stem.parent() {
+            fs::create_dir_all(dir).map_err(internal)?;
+        }
+        if let Err(e) = fs::hard_link(&data, &stem) {
+            // A file system without hard links: the current path is empty until replaced.
+            tracing::debug!(error = %e, "cannot link an object version; moving it");
+            rename_into(&data, &stem).map_err(internal)?;
+        }
         self.cache_lock().remove(&data);
         let record = VersionRecord {
             key: key.to_owned(),
@@ -403,7 +416,23 @@ impl Storage {
             delete_marker: false,
             meta: meta.clone(),
         };
-        self.write_record(&stem, &record).map_err(internal)
+        self.write_record(&stem, &record).map_err(internal)?;
+        Ok(stem)
+    }
+
+    /// Undoes [`Storage::make_way`] after the write failed: the archived copy goes, or, when
+    /// the current file was moved rather than linked, comes back. Under the commit lock.
+    pub(super) fn undo_make_way(&self, bucket: &str, key: &str, archived: Option<PathBuf>) {
+        let Some(stem) = archived else {
+            return;
+        };
+        match self.current_version(bucket, key) {
+            Ok(Some(_)) => remove_archived(&stem),
+            _ => {
+                let _ = self.promote_newest(bucket, key);
+            }
+        }
+        self.prune_versions_dir(bucket, key);
     }
 
     /// Removes the archived `null` version or delete marker of a key (a write or delete while
@@ -419,33 +448,31 @@ impl Storage {
         Ok(())
     }
 
-    /// Makes way for a new version of `key` on a versioned bucket: archives or drops the
-    /// current version as `state` requires, and returns the new version's ID. Under the
-    /// commit lock.
+    /// Makes way for a new version of `key` on a versioned bucket: archives the current
+    /// version, or (suspended) lets the write replace the `null` one. Returns the new
+    /// version's ID and the archived copy. Under the commit lock.
     pub(super) fn make_way(
         &self,
         bucket: &str,
         key: &str,
         state: Versioning,
-    ) -> Result<String, S3Error> {
+    ) -> Result<(String, Option<PathBuf>), S3Error> {
         let current = self.current_version(bucket, key)?;
-        match state {
-            Versioning::Unversioned => Ok(NULL_VERSION.to_owned()),
-            Versioning::Enabled => {
-                if let Some(v) = current {
-                    self.archive_current(bucket, key, &v.meta)?;
-                }
-                Ok(self.unique_id())
-            }
+        let (keep, id) = match state {
+            Versioning::Unversioned => return Ok((NULL_VERSION.to_owned(), None)),
+            Versioning::Enabled => (current, self.unique_id()),
             Versioning::Suspended => {
-                if let Some(v) = current.filter(|v| v.version_id != NULL_VERSION) {
-                    self.archive_current(bucket, key, &v.meta)?;
-                }
                 self.remove_archived_null(bucket, key)?;
                 self.prune_versions_dir(bucket, key);
-                Ok(NULL_VERSION.to_owned())
+                let keep = current.filter(|v| v.version_id != NULL_VERSION);
+                (keep, NULL_VERSION.to_owned())
             }
-        }
+        };
+        let archived = match keep {
+            Some(v) => Some(self.archive_current(bucket, key, &v.meta)?),
+            None => None,
+        };
+        Ok((id, archived))
     }
 
     /// DeleteObject on any bucket: without `version`, the current object (unversioned) or a
@@ -489,6 +516,7 @@ impl Storage {
             (_, current) => {
                 if let Some(v) = current {
                     self.archive_current(bucket, key, &v.meta)?;
+                    self.remove_current(bucket, key)?;
                     self.forget_current(bucket, key)?;
                 }
                 match state {
@@ -548,7 +576,7 @@ impl Storage {
 
     /// When the key has no current file and its newest archived version is an object (not a
     /// delete marker), makes that version current again. Under the commit lock.
-    fn promote_newest(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
+    pub(super) fn promote_newest(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
         if self.current_version(bucket, key)?.is_some() {
             return Ok(());
         }
@@ -888,6 +916,31 @@ mod tests {
         written.sort();
         listed.sort();
         assert_eq!(listed, written);
+    }
+
+    #[test]
+    fn reads_never_miss_a_key_while_writes_archive_it() {
+        let (_dir, storage) = open();
+        storage.set_versioning("b", Versioning::Enabled).unwrap();
+        put(&storage, "k", b"first");
+        let storage = Arc::new(storage);
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = {
+            let (storage, done) = (Arc::clone(&storage), Arc::clone(&done));
+            std::thread::spawn(move || {
+                let mut reads = 0;
+                while !done.load(Ordering::Relaxed) || reads == 0 {
+                    storage.open_object("b", "k").unwrap();
+                    reads += 1;
+                }
+            })
+        };
+        for i in 0..200 {
+            put(&storage, "k", format!("version {i}").as_bytes());
+        }
+        done.store(true, Ordering::Relaxed);
+        reader.join().unwrap();
+        assert_eq!(storage.versions("b", "k").unwrap().len(), 201);
     }
 
     #[test]
