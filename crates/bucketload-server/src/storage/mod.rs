@@ -18,7 +18,9 @@
 //!
 //! On a versioned bucket the current version of a key stays at `<bucket>/<key>`, its sidecar
 //! naming its version ID, so reads and listings of current objects are the same as without
-//! versioning; older versions move out of the key's path when a write or delete replaces them.
+//! versioning. A write that replaces a version first hard-links it into the versions directory,
+//! so readers of the key's path see the old file or the new one, never none; a delete links it
+//! there, then removes the path.
 //!
 //! Bucket names cannot start with '.', so the internal directory never shows as a bucket, and
 //! sidecars live outside the bucket directories, so they never show in listings. A folder
