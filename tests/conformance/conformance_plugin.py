@@ -6,7 +6,9 @@ It changes how the suite cleans up between tests, never a test body:
   which a server without versioning refuses (501 NotImplemented). When, and only when, that
   listing is refused, the bucket is emptied instead with ListObjectsV2 + DeleteObjects, its
   multipart uploads in progress are aborted, and it is deleted. A server that answers
-  ListObjectVersions (moto) is cleaned exactly as the suite does it.
+  ListObjectVersions is cleaned as the suite does it, except that when deleting the emptied
+  bucket answers 409 BucketNotEmpty (bucketload keeps a bucket with multipart uploads in
+  progress), the uploads are aborted and the delete tried once more.
 - A bucket that cannot be deleted fails the teardown of the test that made it (the suite's own
   behaviour) and is then left alone: without this, every later test's setup would fail on the
   same leftover bucket and one failure would turn the rest of the run into errors.
@@ -35,11 +37,19 @@ def _refused(err: ClientError) -> bool:
     return err.response.get("Error", {}).get("Code") == "NotImplemented" or status == 501
 
 
+def _not_empty(err: ClientError) -> bool:
+    return err.response.get("Error", {}).get("Code") == "BucketNotEmpty"
+
+
 def _empty_without_versions(client, bucket: str) -> None:
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
         keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
         if keys:
             client.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+    _abort_uploads(client, bucket)
+
+
+def _abort_uploads(client, bucket: str) -> None:
     uploads = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
     for upload in uploads:
         client.abort_multipart_upload(
@@ -52,9 +62,12 @@ def nuke_bucket(client, bucket: str) -> None:
         try:
             _suite_nuke_bucket(client, bucket)
         except ClientError as err:
-            if not _refused(err):
+            if _refused(err):
+                _empty_without_versions(client, bucket)
+            elif _not_empty(err):
+                _abort_uploads(client, bucket)
+            else:
                 raise
-            _empty_without_versions(client, bucket)
             client.delete_bucket(Bucket=bucket)
     except Exception:
         _undeletable.add(bucket)

@@ -125,6 +125,16 @@ pub(crate) fn prepare_body(
     range: Option<Range>,
 ) -> S3Result<(ObjectMeta, std::ops::Range<u64>, FileBody)> {
     let meta = storage.describe(bucket, key, stat)?;
+    body_for(buffers, meta, file, range)
+}
+
+/// Opens the body of an object described by `meta` for the requested range.
+pub(crate) fn body_for(
+    buffers: &Arc<BufferPool>,
+    meta: ObjectMeta,
+    file: File,
+    range: Option<Range>,
+) -> S3Result<(ObjectMeta, std::ops::Range<u64>, FileBody)> {
     let span = match range {
         Some(r) => r.check(meta.size).map_err(|_| {
             s3_error!(

@@ -15,7 +15,8 @@ use crate::bufpool::BufferPool;
 use crate::checksum;
 use crate::fidelity::{self, WriteFeatures};
 use crate::storage::{
-    CompletedPart, ListItem, ListQuery, ObjectAttrs, ObjectMeta, Storage, TempObject,
+    CompletedPart, Deleted, ListItem, ListQuery, ObjectAttrs, ObjectMeta, Storage, TempObject,
+    VersionItem, VersionQuery, Versioning,
 };
 use crate::tagging;
 
@@ -120,6 +121,41 @@ impl Backend {
     async fn existing_bucket(&self, bucket: String) -> S3Result<()> {
         self.blocking(move |s| s.bucket_dir(&bucket).map(|_| ()))
             .await
+    }
+
+    /// Metadata and body of the current version of an object, for a GET. A key whose latest
+    /// version is a delete marker answers 404 with the marker's headers.
+    async fn current_body(
+        &self,
+        bucket: String,
+        key: String,
+        range: Option<Range>,
+        versioned: bool,
+    ) -> S3Result<(ObjectMeta, std::ops::Range<u64>, crate::body::FileBody)> {
+        let (file, stat) = match self.storage.open_file(&bucket, &key) {
+            Ok(opened) => opened,
+            Err(e) if versioned => {
+                let explained = self
+                    .blocking(move |s| Ok(s.explain_missing(e, &bucket, &key)))
+                    .await;
+                return Err(explained.unwrap_or_else(|e| e));
+            }
+            Err(e) => return Err(e),
+        };
+        if stat.len() <= INLINE_READ_MAX {
+            prepare_body(
+                &self.storage,
+                &self.buffers,
+                (&bucket, &key),
+                file,
+                &stat,
+                range,
+            )
+        } else {
+            let buffers = Arc::clone(&self.buffers);
+            self.blocking(move |s| prepare_body(s, &buffers, (&bucket, &key), file, &stat, range))
+                .await
+        }
     }
 
     /// One page of a listing (ListObjects and ListObjectsV2), keys encoded as asked.
@@ -655,7 +691,16 @@ impl S3 for Backend {
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let input = req.input;
         let (bucket, key) = (input.bucket.clone(), input.key.clone());
-        let meta = self.blocking(move |s| s.head(&bucket, &key)).await?;
+        let version = input.version_id.clone();
+        let (meta, versioned) = self
+            .blocking(move |s| {
+                let versioned = s.versioning(&bucket)?.is_versioned();
+                let meta = s
+                    .head_version(&bucket, &key, version.as_deref())
+                    .map_err(|e| s.explain_missing(e, &bucket, &key))?;
+                Ok((meta, versioned))
+            })
+            .await?;
         check_read_conditions(&meta, &read_conditions!(input))?;
         let part = input
             .part_number
@@ -682,6 +727,7 @@ impl S3 for Backend {
                 e_tag: Some(etag(&meta)),
                 last_modified: Some(timestamp(meta.last_modified())),
                 metadata: user_metadata(&meta.metadata),
+                version_id: answered_version(&meta, versioned),
                 ..Default::default()
             },
             sums
@@ -693,12 +739,18 @@ impl S3 for Backend {
         req: S3Request<PutObjectTaggingInput>,
     ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
         let input = req.input;
-        no_version(input.version_id.as_deref())?;
         let tags = tagging::from_set(input.tagging.tag_set, tagging::MAX_OBJECT_TAGS)?;
-        let (bucket, key) = (input.bucket, input.key);
-        self.blocking(move |s| s.set_tags(&bucket, &key, tags))
+        let (bucket, key, version) = (input.bucket, input.key, input.version_id);
+        let version_id = self
+            .blocking(move |s| {
+                let meta = s.set_version_tags(&bucket, &key, version.as_deref(), tags)?;
+                Ok(answered_version(
+                    &meta,
+                    s.versioning(&bucket)?.is_versioned(),
+                ))
+            })
             .await?;
-        Ok(S3Response::new(PutObjectTaggingOutput::default()))
+        Ok(S3Response::new(PutObjectTaggingOutput { version_id }))
     }
 
     async fn get_object_tagging(
@@ -706,12 +758,17 @@ impl S3 for Backend {
         req: S3Request<GetObjectTaggingInput>,
     ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
         let input = req.input;
-        no_version(input.version_id.as_deref())?;
-        let (bucket, key) = (input.bucket, input.key);
-        let meta = self.blocking(move |s| s.head(&bucket, &key)).await?;
+        let (bucket, key, version) = (input.bucket, input.key, input.version_id);
+        let (meta, version_id) = self
+            .blocking(move |s| {
+                let meta = s.head_version(&bucket, &key, version.as_deref())?;
+                let id = answered_version(&meta, s.versioning(&bucket)?.is_versioned());
+                Ok((meta, id))
+            })
+            .await?;
         Ok(S3Response::new(GetObjectTaggingOutput {
             tag_set: tagging::to_set(&meta.tags),
-            version_id: None,
+            version_id,
         }))
     }
 
@@ -720,11 +777,18 @@ impl S3 for Backend {
         req: S3Request<DeleteObjectTaggingInput>,
     ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
         let input = req.input;
-        no_version(input.version_id.as_deref())?;
-        let (bucket, key) = (input.bucket, input.key);
-        self.blocking(move |s| s.set_tags(&bucket, &key, BTreeMap::new()))
+        let (bucket, key, version) = (input.bucket, input.key, input.version_id);
+        let version_id = self
+            .blocking(move |s| {
+                let meta =
+                    s.set_version_tags(&bucket, &key, version.as_deref(), BTreeMap::new())?;
+                Ok(answered_version(
+                    &meta,
+                    s.versioning(&bucket)?.is_versioned(),
+                ))
+            })
             .await?;
-        Ok(S3Response::new(DeleteObjectTaggingOutput::default()))
+        Ok(S3Response::new(DeleteObjectTaggingOutput { version_id }))
     }
 
     async fn put_bucket_tagging(
@@ -802,9 +866,9 @@ impl S3 for Backend {
         req: S3Request<GetObjectAclInput>,
     ) -> S3Result<S3Response<GetObjectAclOutput>> {
         let input = req.input;
-        no_version(input.version_id.as_deref())?;
-        let (bucket, key) = (input.bucket, input.key);
-        self.blocking(move |s| s.head(&bucket, &key)).await?;
+        let (bucket, key, version) = (input.bucket, input.key, input.version_id);
+        self.blocking(move |s| s.head_version(&bucket, &key, version.as_deref()))
+            .await?;
         Ok(S3Response::new(GetObjectAclOutput {
             grants: Some(owner_grants()),
             owner: Some(owner()),
@@ -817,7 +881,6 @@ impl S3 for Backend {
         req: S3Request<PutObjectAclInput>,
     ) -> S3Result<S3Response<PutObjectAclOutput>> {
         let input = req.input;
-        no_version(input.version_id.as_deref())?;
         let grants = input.grant_full_control.is_some()
             || input.grant_read.is_some()
             || input.grant_read_acp.is_some()
@@ -828,8 +891,9 @@ impl S3 for Backend {
             input.access_control_policy.as_ref(),
             grants,
         )?;
-        let (bucket, key) = (input.bucket, input.key);
-        self.blocking(move |s| s.head(&bucket, &key)).await?;
+        let (bucket, key, version) = (input.bucket, input.key, input.version_id);
+        self.blocking(move |s| s.head_version(&bucket, &key, version.as_deref()))
+            .await?;
         Ok(S3Response::new(PutObjectAclOutput::default()))
     }
 
@@ -1072,11 +1136,120 @@ impl S3 for Backend {
         &self,
         req: S3Request<GetBucketVersioningInput>,
     ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
-        // Versioning is never on here: S3 answers a bucket that never had it with no Status.
+        // S3 answers a bucket that never had versioning with no Status.
         let bucket = req.input.bucket;
-        self.blocking(move |s| s.bucket_dir(&bucket).map(|_| ()))
+        let state = self.blocking(move |s| s.versioning(&bucket)).await?;
+        Ok(S3Response::new(GetBucketVersioningOutput {
+            status: state.status().map(BucketVersioningStatus::from_static),
+            mfa_delete: None,
+        }))
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        let input = req.input;
+        let config = input.versioning_configuration;
+        if input.mfa.is_some()
+            || config
+                .mfa_delete
+                .as_ref()
+                .is_some_and(|m| m.as_str() == MFADelete::ENABLED)
+        {
+            return Err(fidelity::not_implemented("MFA delete (x-amz-mfa)"));
+        }
+        let state = match config.status.as_ref().map(BucketVersioningStatus::as_str) {
+            Some(BucketVersioningStatus::ENABLED) => Versioning::Enabled,
+            Some(BucketVersioningStatus::SUSPENDED) => Versioning::Suspended,
+            other => {
+                return Err(s3_error!(
+                    MalformedXML,
+                    "the versioning Status must be Enabled or Suspended, not {other:?}"
+                ));
+            }
+        };
+        let bucket = input.bucket;
+        self.blocking(move |s| s.set_versioning(&bucket, state))
             .await?;
-        Ok(S3Response::new(GetBucketVersioningOutput::default()))
+        Ok(S3Response::new(PutBucketVersioningOutput::default()))
+    }
+
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        let input = req.input;
+        let encode = url_encoding(input.encoding_type.as_ref())?;
+        let max_keys = input
+            .max_keys
+            .unwrap_or(MAX_LIST_KEYS)
+            .clamp(0, MAX_LIST_KEYS);
+        let delimiter = input.delimiter.clone().filter(|d| !d.is_empty());
+        let query = VersionQuery {
+            prefix: input.prefix.clone().unwrap_or_default(),
+            delimiter: delimiter.clone(),
+            key_marker: input.key_marker.clone(),
+            version_marker: input.version_id_marker.clone().filter(|v| !v.is_empty()),
+            max_keys: max_keys as usize,
+        };
+        let bucket = input.bucket.clone();
+        let page = self
+            .blocking(move |s| s.list_versions(&bucket, &query))
+            .await?;
+        let (next_key, next_version) = match page.items.last().filter(|_| page.truncated) {
+            Some(VersionItem::Version(key, v, _)) => {
+                (Some(key.clone()), Some(v.version_id.clone()))
+            }
+            Some(VersionItem::CommonPrefix(p)) => (Some(p.clone()), None),
+            None => (None, None),
+        };
+        let (mut versions, mut markers, mut prefixes) = (Vec::new(), Vec::new(), Vec::new());
+        for item in page.items {
+            match item {
+                VersionItem::CommonPrefix(p) => prefixes.push(CommonPrefix {
+                    prefix: Some(encode.apply(p)),
+                }),
+                VersionItem::Version(key, v, latest) if v.delete_marker => {
+                    markers.push(DeleteMarkerEntry {
+                        is_latest: Some(latest),
+                        key: Some(encode.apply(key)),
+                        last_modified: Some(timestamp(v.meta.last_modified())),
+                        owner: Some(owner()),
+                        version_id: Some(v.version_id),
+                    })
+                }
+                VersionItem::Version(key, v, latest) => versions.push(ObjectVersion {
+                    e_tag: Some(etag(&v.meta)),
+                    is_latest: Some(latest),
+                    key: Some(encode.apply(key)),
+                    last_modified: Some(timestamp(v.meta.last_modified())),
+                    owner: Some(owner()),
+                    size: Some(v.meta.size as i64),
+                    storage_class: Some(ObjectVersionStorageClass::from_static(
+                        ObjectVersionStorageClass::STANDARD,
+                    )),
+                    version_id: Some(v.version_id),
+                    ..Default::default()
+                }),
+            }
+        }
+        Ok(S3Response::new(ListObjectVersionsOutput {
+            name: Some(input.bucket),
+            prefix: Some(encode.apply(input.prefix.unwrap_or_default())),
+            delimiter: delimiter.map(|d| encode.apply(d)),
+            key_marker: Some(encode.apply(input.key_marker.unwrap_or_default())),
+            version_id_marker: Some(input.version_id_marker.unwrap_or_default()),
+            max_keys: Some(max_keys),
+            is_truncated: Some(page.truncated),
+            next_key_marker: next_key.map(|k| encode.apply(k)),
+            next_version_id_marker: next_version,
+            versions: (!versions.is_empty()).then_some(versions),
+            delete_markers: (!markers.is_empty()).then_some(markers),
+            common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
+            encoding_type: input.encoding_type,
+            ..Default::default()
+        }))
     }
 
     async fn get_object_attributes(
@@ -1084,9 +1257,6 @@ impl S3 for Backend {
         req: S3Request<GetObjectAttributesInput>,
     ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
         let input = req.input;
-        if input.version_id.as_deref().is_some_and(|v| v != "null") {
-            return Err(fidelity::not_implemented("versionId (versioning)"));
-        }
         if input.sse_customer_algorithm.is_some() || input.sse_customer_key.is_some() {
             return Err(fidelity::not_implemented(
                 "x-amz-server-side-encryption-customer-* (SSE-C)",
@@ -1117,7 +1287,16 @@ impl S3 for Backend {
             ));
         }
         let (bucket, key) = (input.bucket.clone(), input.key.clone());
-        let meta = self.blocking(move |s| s.head(&bucket, &key)).await?;
+        let version = input.version_id.clone();
+        let (meta, versioned) = self
+            .blocking(move |s| {
+                let versioned = s.versioning(&bucket)?.is_versioned();
+                let meta = s
+                    .head_version(&bucket, &key, version.as_deref())
+                    .map_err(|e| s.explain_missing(e, &bucket, &key))?;
+                Ok((meta, versioned))
+            })
+            .await?;
         let checksum = meta
             .checksum
             .as_deref()
@@ -1169,6 +1348,7 @@ impl S3 for Backend {
             object_size: wanted(ObjectAttributes::OBJECT_SIZE).then_some(meta.size as i64),
             storage_class: wanted(ObjectAttributes::STORAGE_CLASS)
                 .then(|| StorageClass::from_static(StorageClass::STANDARD)),
+            version_id: answered_version(&meta, versioned),
             ..Default::default()
         }))
     }
@@ -1180,6 +1360,8 @@ impl S3 for Backend {
         let input = req.input;
         let ranged = input.range.is_some();
         let (bucket, key, mut range) = (input.bucket.clone(), input.key.clone(), input.range);
+        // From memory after the bucket's first request.
+        let versioned = self.storage.versioning(&bucket)?.is_versioned();
         if let Some(number) = input.part_number {
             if range.is_some() {
                 return Err(s3_error!(
@@ -1187,28 +1369,28 @@ impl S3 for Backend {
                     "Cannot specify both Range header and partNumber query parameter"
                 ));
             }
-            let (b, k) = (bucket.clone(), key.clone());
-            let meta = self.blocking(move |s| s.head(&b, &k)).await?;
+            let (b, k, v) = (bucket.clone(), key.clone(), input.version_id.clone());
+            let meta = self
+                .blocking(move |s| {
+                    s.head_version(&b, &k, v.as_deref())
+                        .map_err(|e| s.explain_missing(e, &b, &k))
+                })
+                .await?;
             let part = fidelity::part_range(&meta, number)?;
             range = Some(Range::Int {
                 first: part.start,
                 last: Some(part.end.saturating_sub(1)),
             });
         }
-        let (file, stat) = self.storage.open_file(&bucket, &key)?;
-        let (meta, span, body) = if stat.len() <= INLINE_READ_MAX {
-            prepare_body(
-                &self.storage,
-                &self.buffers,
-                (&bucket, &key),
-                file,
-                &stat,
-                range,
-            )?
-        } else {
+        let (meta, span, body) = if let Some(version) = input.version_id.clone() {
             let buffers = Arc::clone(&self.buffers);
-            self.blocking(move |s| prepare_body(s, &buffers, (&bucket, &key), file, &stat, range))
-                .await?
+            self.blocking(move |s| {
+                let (meta, file) = s.open_version(&bucket, &key, Some(&version))?;
+                crate::body::body_for(&buffers, meta, file, range)
+            })
+            .await?
+        } else {
+            self.current_body(bucket, key, range, versioned).await?
         };
         check_read_conditions(&meta, &read_conditions!(input))?;
         let content_range = range.map(|_| {
@@ -1242,6 +1424,7 @@ impl S3 for Backend {
                 e_tag: Some(etag(&meta)),
                 last_modified: Some(timestamp(meta.last_modified())),
                 metadata: user_metadata(&meta.metadata),
+                version_id: answered_version(&meta, versioned),
                 ..Default::default()
             },
             sums
@@ -1303,6 +1486,7 @@ impl S3 for Backend {
             PutObjectOutput {
                 e_tag: Some(etag(&meta)),
                 size: Some(meta.size as i64),
+                version_id: written_version(&meta),
                 ..Default::default()
             },
             sums
@@ -1328,7 +1512,7 @@ impl S3 for Backend {
             .as_ref()
             .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
         let new_tags = tagging::from_header(input.tagging.as_deref())?;
-        let (src_bucket, src_key) = bucket_and_key(input.copy_source)?;
+        let (src_bucket, src_key, src_version) = bucket_and_key(input.copy_source)?;
         let replace = input
             .metadata_directive
             .as_ref()
@@ -1336,7 +1520,10 @@ impl S3 for Backend {
         if replace {
             check_metadata_size(input.metadata.as_ref())?;
         }
+        // Copying an older version onto its key restores it (S3's way), so only a copy of the
+        // current version onto itself must change something.
         if !replace
+            && src_version.is_none()
             && (src_bucket.as_str(), src_key.as_str())
                 == (input.bucket.as_str(), input.key.as_str())
             && input.storage_class.is_none()
@@ -1374,7 +1561,7 @@ impl S3 for Backend {
             })
             .transpose()?;
         let (bucket, key) = (input.bucket, input.key);
-        let meta = self
+        let (meta, source_version) = self
             .blocking(move |s| {
                 let (if_match, if_none_match, modified_since, unmodified_since) = source_conditions;
                 let check = |source: &ObjectMeta| {
@@ -1386,9 +1573,25 @@ impl S3 for Backend {
                         unmodified_since.as_ref(),
                     )
                 };
-                check(&s.head(&src_bucket, &src_key)?)?;
-                let (source, mut temp) = s.copy_to_temp(&src_bucket, &src_key)?;
+                let src_version = src_version.as_deref();
+                let marker = |e: S3Error| match e.code() {
+                    S3ErrorCode::MethodNotAllowed => s3_error!(
+                        InvalidRequest,
+                        "The source of a copy request may not specifically refer to a delete marker by version id."
+                    ),
+                    _ => e,
+                };
+                check(
+                    &s.head_version(&src_bucket, &src_key, src_version)
+                        .map_err(marker)?,
+                )?;
+                let (source, mut temp) = s
+                    .copy_to_temp(&src_bucket, &src_key, src_version)
+                    .map_err(marker)?;
                 check(&source)?; // the source may have changed while it was checked
+                let source_version = (src_version.is_some()
+                    || s.versioning(&src_bucket)?.is_versioned())
+                .then(|| source.version().to_owned());
                 // The copy is one part: it keeps a full-object checksum of the same algorithm,
                 // computed afresh from a composite one or for an algorithm the request names.
                 let kept = source.checksum.clone().filter(|c| {
@@ -1433,7 +1636,8 @@ impl S3 for Backend {
                         tags,
                     }
                 };
-                s.commit_if(&bucket, &key, temp, source.etag, attrs, &precondition)
+                let meta = s.commit_if(&bucket, &key, temp, source.etag, attrs, &precondition)?;
+                Ok((meta, source_version))
             })
             .await?;
         let result = put_checksums!(
@@ -1446,6 +1650,8 @@ impl S3 for Backend {
         );
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(result),
+            copy_source_version_id: source_version,
+            version_id: written_version(&meta),
             ..Default::default()
         }))
     }
@@ -1454,9 +1660,18 @@ impl S3 for Backend {
         &self,
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
-        let (bucket, key) = (req.input.bucket, req.input.key);
-        self.blocking(move |s| s.delete(&bucket, &key)).await?;
-        Ok(S3Response::new(DeleteObjectOutput::default()))
+        let input = req.input;
+        let (bucket, key, version) = (input.bucket, input.key, input.version_id);
+        let deleted = self
+            .blocking(move |s| s.delete_object(&bucket, &key, version.as_deref()))
+            .await?;
+        Ok(S3Response::new(DeleteObjectOutput {
+            delete_marker: deleted
+                .as_ref()
+                .and_then(|d| d.delete_marker.then_some(true)),
+            version_id: deleted.map(|d| d.version_id),
+            ..Default::default()
+        }))
     }
 
     async fn delete_objects(
@@ -1473,22 +1688,24 @@ impl S3 for Backend {
                 input.delete.objects.len()
             ));
         }
-        let keys: Vec<String> = input.delete.objects.into_iter().map(|o| o.key).collect();
+        let keys: Vec<(String, Option<String>)> = input
+            .delete
+            .objects
+            .into_iter()
+            .map(|o| (o.key, o.version_id))
+            .collect();
         let output = self
             .blocking(move |s| {
                 s.bucket_dir(&bucket)?;
                 let (mut deleted, mut errors) = (Vec::new(), Vec::new());
-                for key in keys {
-                    match s.delete(&bucket, &key) {
-                        Ok(()) => deleted.push(DeletedObject {
-                            key: Some(key),
-                            ..Default::default()
-                        }),
+                for (key, version) in keys {
+                    match s.delete_object(&bucket, &key, version.as_deref()) {
+                        Ok(done) => deleted.push(deleted_entry(key, version, done)),
                         Err(e) => errors.push(Error {
                             code: Some(e.code().as_str().to_owned()),
                             key: Some(key),
                             message: e.message().map(str::to_owned),
-                            version_id: None,
+                            version_id: version,
                         }),
                     }
                 }
@@ -1707,7 +1924,7 @@ impl S3 for Backend {
         req: S3Request<UploadPartCopyInput>,
     ) -> S3Result<S3Response<UploadPartCopyOutput>> {
         let input = req.input;
-        let (src_bucket, src_key) = bucket_and_key(input.copy_source)?;
+        let (src_bucket, src_key, src_version) = bucket_and_key(input.copy_source)?;
         let range = input
             .copy_source_range
             .as_deref()
@@ -1716,12 +1933,13 @@ impl S3 for Backend {
         let (if_match, if_none_match) =
             (input.copy_source_if_match, input.copy_source_if_none_match);
         let target = (input.bucket, input.key, input.upload_id, input.part_number);
+        let copied_version = src_version.clone();
         let (info, _) = self
             .blocking(move |s| {
                 let (bucket, key, id, part) = &target;
                 s.copy_part(
                     (bucket, key, id, *part),
-                    (&src_bucket, &src_key),
+                    (&src_bucket, &src_key, src_version.as_deref()),
                     range,
                     |source| check_conditions(source, if_match.as_ref(), if_none_match.as_ref()),
                 )
@@ -1736,6 +1954,7 @@ impl S3 for Backend {
         };
         Ok(S3Response::new(UploadPartCopyOutput {
             copy_part_result: Some(result),
+            copy_source_version_id: copied_version,
             ..Default::default()
         }))
     }
@@ -1789,6 +2008,7 @@ impl S3 for Backend {
                 key: Some(input.key.clone()),
                 location: Some(format!("/{}/{}", input.bucket, input.key)),
                 e_tag: Some(etag(&meta)),
+                version_id: written_version(&meta),
                 ..Default::default()
             },
             typed(meta.checksum.as_deref())
@@ -1906,13 +2126,40 @@ impl S3 for Backend {
     }
 }
 
-/// The bucket and key of a copy source; access points and versions are not supported.
-/// Refuses a version other than `null` (the only version of an object in a bucket without
-/// versioning).
-fn no_version(version: Option<&str>) -> S3Result<()> {
-    match version {
-        Some(v) if v != "null" => Err(fidelity::not_implemented("versionId (versioning)")),
-        _ => Ok(()),
+/// `x-amz-version-id` of a write: the new version's ID while versioning is enabled; none for
+/// the `null` version a write makes while it is suspended (as S3 answers).
+fn written_version(meta: &ObjectMeta) -> Option<String> {
+    meta.version_id
+        .clone()
+        .filter(|v| v != crate::storage::NULL_VERSION)
+}
+
+/// `x-amz-version-id` of a read: the version's ID on a bucket that has (or had) versioning.
+fn answered_version(meta: &ObjectMeta, versioned: bool) -> Option<String> {
+    versioned.then(|| meta.version().to_owned())
+}
+
+/// A DeleteObjects result entry, as S3 words it: deleting a version names it (and says whether
+/// it was a delete marker); deleting a key of a versioned bucket names the marker made.
+fn deleted_entry(key: String, version: Option<String>, done: Option<Deleted>) -> DeletedObject {
+    match (version, done) {
+        (version, None) => DeletedObject {
+            key: Some(key),
+            version_id: version,
+            ..Default::default()
+        },
+        (Some(_), Some(d)) => DeletedObject {
+            key: Some(key),
+            delete_marker: d.delete_marker.then_some(true),
+            delete_marker_version_id: d.delete_marker.then(|| d.version_id.clone()),
+            version_id: Some(d.version_id),
+        },
+        (None, Some(d)) => DeletedObject {
+            key: Some(key),
+            delete_marker: Some(true),
+            delete_marker_version_id: Some(d.version_id),
+            version_id: None,
+        },
     }
 }
 
@@ -1973,9 +2220,15 @@ fn owner_only_acl(
     Ok(())
 }
 
-fn bucket_and_key(source: CopySource) -> S3Result<(String, String)> {
+/// The bucket, key and version (`?versionId=`) of a copy source; access points are not
+/// supported.
+fn bucket_and_key(source: CopySource) -> S3Result<(String, String, Option<String>)> {
     match source {
-        CopySource::Bucket { bucket, key, .. } => Ok((bucket.into(), key.into())),
+        CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } => Ok((bucket.into(), key.into(), version_id.map(Into::into))),
         _ => Err(s3_error!(NotImplemented, "copy sources must be bucket/key")),
     }
 }

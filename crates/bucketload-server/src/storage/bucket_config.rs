@@ -1,5 +1,5 @@
-//! Per-bucket settings that S3 stores and returns: the public access block and object
-//! ownership, in `.bucketload/bucket-config/<bucket>.json`. With one key pair and no public
+//! Per-bucket settings that S3 stores and returns: the public access block, object ownership
+//! and the versioning state, in `.bucketload/bucket-config/<bucket>.json`. With one key pair and no public
 //! access of any kind, every setting of both holds as stated: nothing is public to block, and
 //! the bucket owner owns every object.
 
@@ -20,6 +20,9 @@ pub(crate) struct BucketConfig {
     /// `BucketOwnerEnforced`, `BucketOwnerPreferred` or `ObjectWriter`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) ownership: Option<String>,
+    /// `Enabled` or `Suspended`; `None` while versioning was never enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) versioning: Option<String>,
 }
 
 impl Storage {
@@ -63,11 +66,17 @@ impl Storage {
             let _ = fs::remove_file(&temp);
             internal(e)
         })?;
+        // Still under the lock, so no write sees the old state once the new one is stored.
+        self.versioning_lock().insert(
+            bucket.to_owned(),
+            super::Versioning::from_status(config.versioning.as_deref()),
+        );
         Ok(config)
     }
 
     /// Forgets a deleted bucket's settings.
     pub(crate) fn forget_bucket_config(&self, bucket: &str) {
         let _ = fs::remove_file(self.bucket_config_path(bucket));
+        self.versioning_lock().remove(bucket);
     }
 }

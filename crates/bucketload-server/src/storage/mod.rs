@@ -8,8 +8,19 @@
 //! .bucketload/folders/<bucket>/<md5>  folder markers (keys ending in '/'), named by the key's MD5
 //! .bucketload/folder-meta/<bucket>/<md5>  their sidecars
 //! .bucketload/uploads/<bucket>/<id>/  multipart uploads in progress (upload.json + one file per part)
+//! .bucketload/versions/<bucket>/<md5>/<seq>-<version id>[.json]
+//!                                     noncurrent versions and delete markers of the key whose MD5
+//!                                     names the directory (see `versions`); buckets that never had
+//!                                     versioning have none
+//! .bucketload/bucket-config/<bucket>.json  bucket settings, among them the versioning state
 //! .bucketload/tmp/                    files being written, renamed into place when complete
 //! ```
+//!
+//! On a versioned bucket the current version of a key stays at `<bucket>/<key>`, its sidecar
+//! naming its version ID, so reads and listings of current objects are the same as without
+//! versioning. A write that replaces a version first hard-links it into the versions directory,
+//! so readers of the key's path see the old file or the new one, never none; a delete links it
+//! there, then removes the path.
 //!
 //! Bucket names cannot start with '.', so the internal directory never shows as a bucket, and
 //! sidecars live outside the bucket directories, so they never show in listings. A folder
@@ -24,11 +35,13 @@ mod bucket_config;
 mod cleanup;
 mod list;
 mod multipart;
+mod versions;
 
 pub use cleanup::Reclaimed;
 pub(crate) use cleanup::{LockError, RootLock, lock_root, reclaim};
 pub(crate) use list::{ListItem, ListQuery};
 pub(crate) use multipart::CompletedPart;
+pub(crate) use versions::{Deleted, NULL_VERSION, VersionItem, VersionQuery, Versioning};
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
@@ -73,6 +86,10 @@ pub(crate) struct ObjectMeta {
     /// The object's tags (`x-amz-tagging`, PutObjectTagging).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) tags: BTreeMap<String, String>,
+    /// The version ID, for an object written to a bucket with versioning enabled or
+    /// suspended (`null`); `None` for one written while versioning was never enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) version_id: Option<String>,
 }
 
 impl ObjectMeta {
@@ -148,8 +165,13 @@ pub(crate) struct Storage {
     unique: AtomicU64,
     /// Sidecars by data path, checked against the data file's size and mtime before use.
     cache: Mutex<HashMap<PathBuf, ObjectMeta>>,
-    /// Held while a conditional write checks the object it replaces and takes its place.
+    /// Held while a conditional write checks the object it replaces and takes its place, and
+    /// while versions are archived, promoted or removed.
     commits: Mutex<()>,
+    /// Versioning state by bucket, loaded from the bucket's settings on first use.
+    versioning: Mutex<HashMap<String, Versioning>>,
+    /// The last sequence number given to an archived version (see the `versions` module).
+    seq: AtomicU64,
 }
 
 impl Storage {
@@ -162,6 +184,8 @@ impl Storage {
             unique: AtomicU64::new(0),
             cache: Mutex::new(HashMap::new()),
             commits: Mutex::new(()),
+            versioning: Mutex::new(HashMap::new()),
+            seq: AtomicU64::new(0),
         })
     }
 
@@ -238,8 +262,15 @@ impl Storage {
                 "bucket {bucket} has multipart uploads in progress; abort them first"
             ));
         }
+        if self.has_archived_versions(bucket) {
+            return Err(s3_error!(
+                BucketNotEmpty,
+                "bucket {bucket} has object versions or delete markers; delete them first"
+            ));
+        }
         fs::remove_dir(&dir).map_err(internal)?;
         let _ = fs::remove_dir_all(self.internal("meta", bucket));
+        let _ = fs::remove_dir_all(self.internal("versions", bucket));
         let _ = fs::remove_dir_all(self.internal("uploads", bucket));
         let _ = fs::remove_file(self.bucket_tags_path(bucket));
         self.forget_bucket_config(bucket);
@@ -424,15 +455,15 @@ impl Storage {
     }
 
     /// Replaces an object's tags (PutObjectTagging, DeleteObjectTagging): its sidecar only;
-    /// the bytes, ETag and Last-Modified stay. Under the commit lock, so a PUT landing at the
-    /// same time is never given the old object's metadata.
-    pub(crate) fn set_tags(
+    /// the bytes, ETag and Last-Modified stay. Called under the commit lock (see
+    /// [`Storage::set_version_tags`]), so a PUT landing at the same time is never given the
+    /// old object's metadata.
+    fn set_current_tags(
         &self,
         bucket: &str,
         key: &str,
         tags: BTreeMap<String, String>,
     ) -> Result<ObjectMeta, S3Error> {
-        let _commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
         let mut meta = self.head(bucket, key)?;
         meta.tags = tags;
         let (data, meta_path) = self.object_paths(bucket, key)?;
@@ -549,11 +580,20 @@ impl Storage {
             headers: attrs.headers,
             checksum: attrs.checksum,
             tags: attrs.tags,
+            version_id: None,
         };
+        let mut meta = meta;
         // Every write takes the lock, so a conditional write sees no write land between its
         // check and its rename.
         let _commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
         precondition.check(self.head(bucket, key))?;
+        let versioning = self.versioning(bucket)?;
+        let mut archived = None;
+        if versioning.is_versioned() {
+            let (id, copy) = self.make_way(bucket, key, versioning)?;
+            meta.version_id = Some(id);
+            archived = copy;
+        }
         let Some(path) = temp.path.take() else {
             return Err(s3_error!(InternalError, "object written twice"));
         };
@@ -567,6 +607,8 @@ impl Storage {
         }
         if let Err(e) = rename_into(&path, &data) {
             let _ = fs::remove_file(&path);
+            // The version this write archived stays current.
+            self.undo_make_way(bucket, key, archived);
             return Err(write_error(e, bucket, key));
         }
         self.write_sidecar(&meta_path, &meta).map_err(internal)?;
@@ -576,6 +618,11 @@ impl Storage {
 
     /// Deletes an object; deleting a missing object succeeds, as in S3.
     pub(crate) fn delete(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
+        self.remove_current(bucket, key)
+    }
+
+    /// Removes the current object's files (data, sidecar, emptied directories).
+    fn remove_current(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
         if let Some(folder) = key.strip_suffix('/') {
             let (data, meta) = self.object_paths(bucket, key)?;
             let _ = fs::remove_file(&data);
@@ -603,6 +650,24 @@ impl Storage {
         Ok(())
     }
 
+    /// Forgets the current object whose data file is gone (removed, or moved into the versions
+    /// directory): removes its sidecar and the directories it leaves empty.
+    fn forget_current(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
+        let (data, meta) = self.object_paths(bucket, key)?;
+        let _ = fs::remove_file(&meta);
+        self.cache_lock().remove(&data);
+        match key.strip_suffix('/') {
+            Some(folder) => {
+                self.prune_data_dirs(bucket, &self.root.join(bucket).join(folder).join("_"))
+            }
+            None => {
+                self.prune_data_dirs(bucket, &data);
+                prune_empty_dirs(&meta, &self.internal("meta", bucket));
+            }
+        }
+        Ok(())
+    }
+
     /// Removes the now-empty directories above `path` in the bucket, up to the first one that
     /// holds a folder marker.
     fn prune_data_dirs(&self, bucket: &str, path: &Path) {
@@ -620,13 +685,15 @@ impl Storage {
         }
     }
 
-    /// Copies an object's bytes into a new temporary file.
+    /// Copies an object's bytes (of version `version`, the current one for `None`) into a
+    /// new temporary file.
     pub(crate) fn copy_to_temp(
         &self,
         bucket: &str,
         key: &str,
+        version: Option<&str>,
     ) -> Result<(ObjectMeta, TempObject), S3Error> {
-        let (meta, mut source) = self.open_object(bucket, key)?;
+        let (meta, mut source) = self.open_version(bucket, key, version)?;
         let mut temp = self.begin_write()?;
         io::copy(&mut source, &mut temp.file).map_err(internal)?;
         temp.size = meta.size;

@@ -271,12 +271,12 @@ impl Storage {
     pub(crate) fn copy_part(
         &self,
         (bucket, key, id, part): (&str, &str, &str, i32),
-        (src_bucket, src_key): (&str, &str),
+        (src_bucket, src_key, src_version): (&str, &str, Option<&str>),
         range: Option<std::ops::RangeInclusive<u64>>,
         check: impl FnOnce(&ObjectMeta) -> Result<(), S3Error>,
     ) -> Result<(PartInfo, ObjectMeta), S3Error> {
         let algorithm = self.check_upload(bucket, key, id, part)?;
-        let (source, file) = self.open_object(src_bucket, src_key)?;
+        let (source, file) = self.open_version(src_bucket, src_key, src_version)?;
         check(&source)?;
         let span = match range {
             None => 0..source.size,
@@ -554,19 +554,19 @@ mod tests {
             .unwrap();
         let ok = |_: &ObjectMeta| Ok(());
         let (p1, _) = storage
-            .copy_part(("b", "k", &id, 1), ("b", "src"), Some(2..=5), ok)
+            .copy_part(("b", "k", &id, 1), ("b", "src", None), Some(2..=5), ok)
             .unwrap();
         assert_eq!(p1.etag, hex::encode(Md5::digest(b"2345")));
         let (p2, source) = storage
-            .copy_part(("b", "k", &id, 2), ("b", "src"), None, ok)
+            .copy_part(("b", "k", &id, 2), ("b", "src", None), None, ok)
             .unwrap();
         assert_eq!((p2.size, source.size), (10, 10));
         let err = storage
-            .copy_part(("b", "k", &id, 3), ("b", "src"), Some(5..=10), ok)
+            .copy_part(("b", "k", &id, 3), ("b", "src", None), Some(5..=10), ok)
             .unwrap_err();
         assert_eq!(err.code(), &s3s::S3ErrorCode::InvalidRange);
         let err = storage
-            .copy_part(("b", "k", &id, 3), ("b", "nope"), None, ok)
+            .copy_part(("b", "k", &id, 3), ("b", "nope", None), None, ok)
             .unwrap_err();
         assert_eq!(err.code(), &s3s::S3ErrorCode::NoSuchKey);
         let parts = [part(1, &p1.etag), part(2, &p2.etag)];
