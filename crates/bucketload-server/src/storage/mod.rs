@@ -1128,6 +1128,48 @@ mod tests {
     }
 
     #[test]
+    fn readers_never_miss_an_object_moving_into_a_directory() {
+        use std::sync::atomic::AtomicBool;
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), false).unwrap();
+        storage.create_bucket("b").unwrap();
+        let moved = AtomicBool::new(false);
+        for round in 0..50 {
+            let key = format!("k{round}");
+            put(&storage, &key, b"bytes");
+            std::thread::scope(|scope| {
+                let reader = scope.spawn(|| {
+                    // Reads until one read starts after the move.
+                    loop {
+                        let last = moved.load(Ordering::SeqCst);
+                        assert_eq!(get(&storage, &key), b"bytes");
+                        assert_eq!(storage.head("b", &key).unwrap().size, 5);
+                        let query = ListQuery {
+                            prefix: key.clone(),
+                            max_keys: 1,
+                            ..ListQuery::default()
+                        };
+                        let page = storage.list("b", &query).unwrap();
+                        assert!(
+                            matches!(&page.items[..], [ListItem::Object(k, _)] if *k == key),
+                            "{:?}",
+                            page.items
+                        );
+                        if last {
+                            return;
+                        }
+                    }
+                });
+                put(&storage, &format!("{key}/deeper"), b"x");
+                moved.store(true, Ordering::SeqCst);
+                reader.join().unwrap();
+                moved.store(false, Ordering::SeqCst);
+            });
+            assert!(dir.path().join("b").join(&key).join(keys::SELF).is_file());
+        }
+    }
+
+    #[test]
     fn a_folder_marker_over_an_object_moves_it() {
         let dir = tempfile::tempdir().unwrap();
         let storage = Storage::open(dir.path(), false).unwrap();
