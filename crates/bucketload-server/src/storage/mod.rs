@@ -18,7 +18,8 @@
 //! (object `a` beside `a/b`) keeps its bytes inside its directory as `a/.bl%self`: when the
 //! deeper key arrives, the file moves into a new directory in one atomic swap, under the
 //! commit lock, and a reader that misses the object during a move looks again once it is
-//! over ([`Storage::settled`]). Sidecars mirror the data files' paths, so they move with them.
+//! over ([`Storage::settled`]). Sidecars mirror the data files' paths, so they move with them
+//! (`place.rs`: making directories, moving, pruning).
 //!
 //! Bucket names cannot start with '.', so the internal directory never shows as a bucket, and
 //! sidecars live outside the bucket directories, so they never show in listings. A folder
@@ -33,6 +34,7 @@
 mod keys;
 mod list;
 mod multipart;
+mod place;
 
 pub(crate) use list::{ListItem, ListQuery};
 
@@ -615,84 +617,6 @@ impl Storage {
         Ok(meta)
     }
 
-    /// Makes the directories the object `key` goes into, and returns where its bytes and
-    /// sidecar go: the file at the key's path, or `.bl%self` in the directory there.
-    fn place_object(&self, bucket: &str, key: &str) -> io::Result<(PathBuf, PathBuf)> {
-        let (mut data, mut meta) = (self.root.join(bucket), self.internal("meta", bucket));
-        let segments: Vec<&str> = key.split('/').collect();
-        let (last, parents) = segments.split_last().expect("split yields a segment");
-        for segment in parents {
-            self.enter_dir(&mut data, &mut meta, segment)?;
-        }
-        let name = keys::encode_segment(last);
-        if keys::is_hashed(&name) {
-            self.enter_dir(&mut data, &mut meta, last)?;
-        } else {
-            data.push(&*name);
-            meta.push(&*name);
-            if !fs::metadata(&data).is_ok_and(|m| m.is_dir()) {
-                return Ok((data, meta));
-            }
-        }
-        Ok((data.join(keys::SELF), meta.join(keys::SELF)))
-    }
-
-    /// Makes the directories of the folder marker `key` (which the listing enters to find
-    /// it), and returns where its bytes and sidecar go.
-    fn place_marker(&self, bucket: &str, key: &str) -> io::Result<(PathBuf, PathBuf)> {
-        let (mut data, mut meta) = (self.root.join(bucket), self.internal("meta", bucket));
-        let folder = key.strip_suffix('/').unwrap_or(key);
-        for segment in folder.split('/') {
-            self.enter_dir(&mut data, &mut meta, segment)?;
-        }
-        Ok(self.marker_paths(bucket, key))
-    }
-
-    /// Pushes `segment` onto the data and sidecar directory paths, making the data directory
-    /// if needed: a hashed segment's with its name inside; where an object's file is in the
-    /// way, the file moves into the new directory as `.bl%self` (its sidecar likewise).
-    fn enter_dir(&self, data: &mut PathBuf, meta: &mut PathBuf, segment: &str) -> io::Result<()> {
-        let name = keys::encode_segment(segment);
-        data.push(&*name);
-        meta.push(&*name);
-        match fs::metadata(&*data) {
-            Ok(m) if m.is_dir() => Ok(()),
-            Ok(_) => self.file_into_dir(data),
-            Err(e) if e.kind() == io::ErrorKind::NotFound && keys::is_hashed(&name) => {
-                let temp = self.temp_path();
-                fs::create_dir(&temp)?;
-                let made = fs::write(temp.join(keys::NAME), segment)
-                    .and_then(|()| fs::rename(&temp, &*data));
-                if made.is_err() {
-                    let _ = fs::remove_dir_all(&temp);
-                }
-                made
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir(&*data),
-            Err(e) => Err(e),
-        }?;
-        // Sidecars mirror the data files: one in the way moves like its object.
-        match fs::metadata(&*meta) {
-            Ok(m) if !m.is_dir() => self.file_into_dir(meta),
-            _ => Ok(()),
-        }
-    }
-
-    /// Turns the file at `path` into a directory holding it as `.bl%self`. Readers that miss
-    /// the object meanwhile look again once the move is over ([`Storage::settled`]). Called
-    /// with the commit lock held.
-    fn file_into_dir(&self, path: &Path) -> io::Result<()> {
-        let temp = self.temp_path();
-        fs::create_dir(&temp)?;
-        self.moves.fetch_add(1, Ordering::SeqCst);
-        let moved = move_into_dir(path, &temp);
-        self.moves.fetch_add(1, Ordering::SeqCst);
-        if moved.is_err() {
-            let _ = fs::remove_dir_all(&temp);
-        }
-        moved
-    }
-
     /// Deletes an object; deleting a missing object succeeds, as in S3.
     pub(crate) fn delete(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
         if let Some(folder) = key.strip_suffix('/') {
@@ -730,18 +654,6 @@ impl Storage {
         Ok(())
     }
 
-    /// Removes the now-empty directories of the first `levels` segments of a key, deepest
-    /// first, up to the first one that holds a folder marker or anything else.
-    fn prune_data_dirs(&self, bucket: &str, segments: &[&str], levels: usize) {
-        for level in (1..=levels.min(segments.len())).rev() {
-            let folder = format!("{}/", segments[..level].join("/"));
-            let dir = self.root.join(bucket).join(keys::dir_path(&folder));
-            if self.has_marker(bucket, &folder) || !remove_empty_dir(&dir) {
-                break;
-            }
-        }
-    }
-
     /// Copies an object's bytes into a new temporary file.
     pub(crate) fn copy_to_temp(
         &self,
@@ -753,43 +665,6 @@ impl Storage {
         io::copy(&mut source, &mut temp.file).map_err(internal)?;
         temp.size = meta.size;
         Ok((meta, temp))
-    }
-}
-
-/// Moves the file `path` into the empty directory `temp` as `.bl%self`, and `temp` to
-/// `path`. On Linux the file and the directory swap places in one step (`RENAME_EXCHANGE`),
-/// so a reader finds the object at `path` or in it at every moment; elsewhere, or where the
-/// file system cannot, it is two renames, between which readers miss the object and look
-/// again ([`Storage::settled`]).
-fn move_into_dir(path: &Path, temp: &Path) -> io::Result<()> {
-    let inner = temp.join(keys::SELF);
-    #[cfg(target_os = "linux")]
-    if fs::hard_link(path, &inner).is_ok() {
-        use rustix::fs::{CWD, RenameFlags, renameat_with};
-        if renameat_with(CWD, temp, CWD, path, RenameFlags::EXCHANGE).is_ok() {
-            // `temp` is now the file's old name; the bytes stay linked as `.bl%self`.
-            let _ = fs::remove_file(temp);
-            return Ok(());
-        }
-        fs::remove_file(&inner)?;
-    }
-    fs::rename(path, &inner)?;
-    fs::rename(temp, path).inspect_err(|_| {
-        let _ = fs::rename(&inner, path);
-    })
-}
-
-/// Removes `dir` if it holds nothing, or only a hashed segment's name; true if removed.
-fn remove_empty_dir(dir: &Path) -> bool {
-    let Ok(mut entries) = fs::read_dir(dir) else {
-        return false;
-    };
-    match entries.next() {
-        None => fs::remove_dir(dir).is_ok(),
-        Some(Ok(only)) if only.file_name() == keys::NAME && entries.next().is_none() => {
-            fs::remove_file(only.path()).is_ok() && fs::remove_dir(dir).is_ok()
-        }
-        Some(_) => false,
     }
 }
 
