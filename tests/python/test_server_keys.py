@@ -178,7 +178,7 @@ def test_listing_matches_moto(both, prefix):
 
 def test_keys_never_leave_the_bucket(server):
     """`..` segments are escaped, `.bl%` names from the client cannot reach the server's own
-    files, and `.bucketload/...` in a bucket is an ordinary key."""
+    files, `.bucketload/...` in a bucket is an ordinary key, and NUL in a key is stored."""
     s3 = make_client(server.endpoint)
     bucket = f"keys-{os.urandom(5).hex()}"
     s3.create_bucket(Bucket=bucket)
@@ -186,7 +186,8 @@ def test_keys_never_leave_the_bucket(server):
     before = {p for p in root.rglob("*") if not p.is_relative_to(root / bucket)
               and not p.is_relative_to(root / ".bucketload")}
     hostile = ["../x", "../../x", "a/../../../x", "..", f"../{bucket}-twin/x", "../.bucketload/x",
-               ".bucketload/meta/" + bucket + "/k", ".bl%self", "k/.bl%self", "k/.bl%name"]
+               ".bucketload/meta/" + bucket + "/k", ".bl%self", "k/.bl%self", "k/.bl%name",
+               "nul\x00/x", "k/nul\x00"]
     s3.put_object(Bucket=bucket, Key="k", Body=b"the object")
     s3.put_object(Bucket=bucket, Key="k/deeper", Body=b"deeper")
     _put_all(s3, bucket, hostile)
