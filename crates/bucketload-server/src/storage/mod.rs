@@ -1045,6 +1045,30 @@ mod tests {
     }
 
     #[test]
+    fn stale_sidecar_paths_do_not_block_a_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), false).unwrap();
+        storage.create_bucket("b").unwrap();
+        let meta = dir.path().join(".bucketload/meta/b");
+        // A sidecar directory where a file's sidecar goes, and a sidecar file where a
+        // directory's own object keeps its sidecar.
+        fs::create_dir_all(meta.join("f/old")).unwrap();
+        fs::write(meta.join("f/old/x"), b"{}").unwrap();
+        fs::create_dir_all(dir.path().join("b/d/e")).unwrap();
+        fs::write(meta.join("d"), b"{}").unwrap();
+        put(&storage, "f", b"file");
+        put(&storage, "d", b"dir's own");
+        assert_eq!(
+            storage.head("b", "f").unwrap().content_type.as_deref(),
+            Some("type/4")
+        );
+        assert_eq!(
+            storage.head("b", "d").unwrap().content_type.as_deref(),
+            Some("type/9")
+        );
+    }
+
+    #[test]
     fn a_folder_marker_over_an_object_moves_it() {
         let dir = tempfile::tempdir().unwrap();
         let storage = Storage::open(dir.path(), false).unwrap();

@@ -26,8 +26,16 @@ impl Storage {
         } else {
             data.push(&*name);
             meta.push(&*name);
+            let meta_is_dir = fs::symlink_metadata(&meta).map(|m| m.is_dir());
             if !fs::metadata(&data).is_ok_and(|m| m.is_dir()) {
+                // No key lies below a file, so a sidecar directory here is stale.
+                if meta_is_dir.is_ok_and(|is_dir| is_dir) {
+                    fs::remove_dir_all(&meta)?;
+                }
                 return Ok((data, meta));
+            }
+            if meta_is_dir.is_ok_and(|is_dir| !is_dir) {
+                self.file_into_dir(&meta)?;
             }
         }
         Ok((data.join(keys::SELF), meta.join(keys::SELF)))
