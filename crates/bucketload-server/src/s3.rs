@@ -1733,11 +1733,14 @@ impl S3 for Backend {
             skip_prefix: None,
             max_keys: 0,
         };
-        // A marker that is a common prefix (the NextMarker of a page ending in one) continues
-        // after every key under it.
+        // A marker that is a common prefix (the NextMarker of a page ending in one: the first
+        // delimiter after the prefix ends it) continues after every key under it; a key that
+        // merely ends in the delimiter (the folder marker `a//` under the prefix `a//`) does not.
         if let (Some(marker), Some(d)) = (&query.after, &delimiter)
-            && marker.starts_with(&query.prefix)
-            && marker.ends_with(d.as_str())
+            && let Some(rest) = marker.strip_prefix(query.prefix.as_str())
+            && rest
+                .find(d.as_str())
+                .is_some_and(|at| at + d.len() == rest.len())
         {
             query.skip_prefix = Some(marker.clone());
         }

@@ -1,12 +1,15 @@
 //! ListObjectsV2 over the directory tree, in S3 order (UTF-8 byte order of whole keys).
 //!
-//! Sorting each directory's entries by name, with '/' appended to directory names, visits
-//! keys in global byte order: every key below directory `d` starts with `d/`, and no other
-//! entry of the parent starts with `d/` since names hold no '/'. The walk starts in the
-//! deepest directory the prefix names, binary-searches each sorted directory for the first
-//! entry past the start marker, and skips subtrees the marker or a common prefix already
-//! covers, so one page costs about `max_keys` stats and sidecar reads however many keys
-//! precede it.
+//! Each directory's entries are decoded into key segments ([`super::keys`]) and sorted by
+//! them, with '/' appended to directory names; that visits keys in global byte order: every
+//! key below directory `d` starts with `d/`, and no other entry of the parent starts with
+//! `d/` since segments hold no '/'. The object a directory holds as its own (`d/.bl%self`,
+//! the key `d`) sorts before `d/` and after the entries that extend `d` with a byte below '/'
+//! (`d!`, `d.txt`): the walk emits it just before the first entry it precedes. The walk
+//! starts in the deepest directory the prefix names, binary-searches each sorted directory
+//! for the first entry past the start marker, and skips subtrees the marker or a common
+//! prefix already covers, so one page costs about `max_keys` stats and sidecar reads however
+//! many keys precede it.
 
 use std::fs;
 use std::ops::ControlFlow;
@@ -14,7 +17,8 @@ use std::path::{Path, PathBuf};
 
 use s3s::S3Error;
 
-use super::{ObjectMeta, Storage, internal};
+use super::keys::{self, Decoded};
+use super::{ObjectMeta, PATH_MAX, Storage, internal};
 
 /// One ListObjectsV2 request, resolved.
 #[derive(Clone, Debug, Default)]
@@ -41,14 +45,25 @@ pub(crate) struct ListPage {
 }
 
 struct Entry {
-    /// Name, with '/' appended for directories.
+    /// The key segment, with '/' appended for directories.
     sort_name: String,
+    /// The name on disk.
+    name: String,
     is_dir: bool,
+}
+
+impl Entry {
+    /// The key segment of a directory whose own object (`.bl%self`) it may hold.
+    fn own_segment(&self) -> Option<&str> {
+        let segment = self.sort_name.strip_suffix('/')?;
+        (self.is_dir && !segment.is_empty()).then_some(segment)
+    }
 }
 
 struct Walk<'a> {
     storage: &'a Storage,
     bucket: &'a str,
+    bucket_dir: PathBuf,
     query: &'a ListQuery,
     page: ListPage,
 }
@@ -60,6 +75,7 @@ impl Storage {
         let mut walk = Walk {
             storage: self,
             bucket,
+            bucket_dir,
             query,
             page: ListPage::default(),
         };
@@ -71,11 +87,11 @@ impl Storage {
             Some(i) => (&query.prefix[..=i], &query.prefix[i + 1..]),
             None => ("", query.prefix.as_str()),
         };
-        if super::check_key(dir_key.trim_end_matches('/')).is_err() && !dir_key.is_empty() {
-            return Ok(walk.page);
+        let rel = keys::dir_path(dir_key);
+        if walk.bucket_dir.join(&rel).as_os_str().len() >= PATH_MAX {
+            return Ok(walk.page); // no key can be stored there
         }
-        let dir = bucket_dir.join(dir_key);
-        match walk.visit(&dir, dir_key, name_start) {
+        match walk.visit(&rel, dir_key, name_start) {
             Ok(_) => Ok(walk.page),
             Err(e) => Err(internal(e)),
         }
@@ -83,15 +99,15 @@ impl Storage {
 }
 
 impl Walk<'_> {
-    /// Visits the entries of `dir` (whose keys start with `dir_key`) whose names start with
-    /// `name_start`; breaks once the page is full.
+    /// Visits the entries of the directory `rel` (whose keys start with `dir_key`) whose
+    /// segments start with `name_start`; breaks once the page is full.
     fn visit(
         &mut self,
-        dir: &Path,
+        rel: &Path,
         dir_key: &str,
         name_start: &str,
     ) -> std::io::Result<ControlFlow<()>> {
-        let entries = match read_sorted(dir) {
+        let entries = match read_sorted(&self.bucket_dir.join(rel)) {
             Ok(entries) => entries,
             Err(e) if super::is_missing(&e) => return Ok(ControlFlow::Continue(())),
             Err(e) => return Err(e),
@@ -104,27 +120,55 @@ impl Walk<'_> {
             }
         }
         let first = self.first_index(&entries, dir_key, name_start);
-        for entry in &entries[first..] {
+        let mut own_done = vec![false; entries.len()];
+        for (i, entry) in entries.iter().enumerate().skip(first) {
             if !entry.sort_name.starts_with(name_start) {
                 break;
+            }
+            for j in owners_before(&entries, i) {
+                if std::mem::replace(&mut own_done[j], true) {
+                    continue;
+                }
+                let flow = self.visit_own(rel, dir_key, name_start, &entries[j])?;
+                if flow.is_break() {
+                    return Ok(flow);
+                }
             }
             let key = format!("{dir_key}{}", entry.sort_name);
             if self.skipped(&key, entry.is_dir) {
                 continue;
             }
+            let child = rel.join(&entry.name);
             let flow = if entry.is_dir {
-                self.visit_dir(
-                    &dir.join(&entry.sort_name[..entry.sort_name.len() - 1]),
-                    &key,
-                )?
+                self.visit_dir(&child, &key)?
             } else {
-                self.visit_file(&dir.join(&entry.sort_name), key)?
+                self.visit_file(child.clone(), &child, key)?
             };
             if flow.is_break() {
                 return Ok(flow);
             }
         }
         Ok(ControlFlow::Continue(()))
+    }
+
+    /// Visits the object a directory entry holds as its own (`.bl%self`), if any.
+    fn visit_own(
+        &mut self,
+        rel: &Path,
+        dir_key: &str,
+        name_start: &str,
+        entry: &Entry,
+    ) -> std::io::Result<ControlFlow<()>> {
+        let Some(segment) = entry.own_segment().filter(|s| s.starts_with(name_start)) else {
+            return Ok(ControlFlow::Continue(()));
+        };
+        let key = format!("{dir_key}{segment}");
+        let key_rel = rel.join(&entry.name);
+        let data = key_rel.join(keys::SELF);
+        if self.skipped(&key, false) || !is_file(&self.bucket_dir.join(&data)) {
+            return Ok(ControlFlow::Continue(()));
+        }
+        self.visit_file(data, &key_rel, key)
     }
 
     /// Index of the first entry that may hold keys past the start marker and the prefix.
@@ -161,35 +205,50 @@ impl Walk<'_> {
         }
     }
 
-    fn visit_dir(&mut self, dir: &Path, key: &str) -> std::io::Result<ControlFlow<()>> {
+    fn visit_dir(&mut self, rel: &Path, key: &str) -> std::io::Result<ControlFlow<()>> {
         // With a delimiter inside the directory's own path, the whole subtree is one common
         // prefix: emit it once if the subtree holds a listed key, without walking it.
         if let Some(prefix) = self.common_prefix(key)
             && prefix.len() <= key.len()
         {
-            if self.last_prefix() == Some(prefix.as_str()) || !self.has_key(dir, key)? {
+            if self.last_prefix() == Some(prefix.as_str()) || !self.has_key(rel, key)? {
                 return Ok(ControlFlow::Continue(()));
             }
             return Ok(self.push(ListItem::CommonPrefix(prefix)));
         }
-        self.visit(dir, key, "")
+        self.visit(rel, key, "")
     }
 
-    fn visit_file(&mut self, path: &Path, key: String) -> std::io::Result<ControlFlow<()>> {
+    /// Visits the object `key` whose bytes are at `data` and whose key path is `key_rel`
+    /// (both relative to the bucket directory).
+    fn visit_file(
+        &mut self,
+        data: PathBuf,
+        key_rel: &Path,
+        key: String,
+    ) -> std::io::Result<ControlFlow<()>> {
         if let Some(prefix) = self.common_prefix(&key) {
             if self.last_prefix() == Some(prefix.as_str()) {
                 return Ok(ControlFlow::Continue(()));
             }
             return Ok(self.push(ListItem::CommonPrefix(prefix)));
         }
-        let Ok(stat) = fs::metadata(path) else {
+        let mut path = self.bucket_dir.join(data);
+        let Ok(mut stat) = fs::metadata(&path) else {
             return Ok(ControlFlow::Continue(()));
         };
+        if stat.is_dir() {
+            // Moved into a directory since the directory was read.
+            path.push(keys::SELF);
+            match fs::metadata(&path) {
+                Ok(inner) => stat = inner,
+                Err(_) => return Ok(ControlFlow::Continue(())),
+            }
+        }
         if !stat.is_file() {
             return Ok(ControlFlow::Continue(()));
         }
-        let meta_path = self.storage.internal("meta", self.bucket).join(&key);
-        let meta = self.storage.sidecar(path, &meta_path, &stat)?;
+        let meta = self.storage.object_meta(self.bucket, key_rel, &stat)?;
         Ok(self.push(ListItem::Object(key, meta)))
     }
 
@@ -225,9 +284,9 @@ impl Walk<'_> {
         }
     }
 
-    /// True if the subtree `dir` (keys starting with `dir_key`) holds a key not skipped.
-    fn has_key(&self, dir: &Path, dir_key: &str) -> std::io::Result<bool> {
-        let entries = match read_sorted(dir) {
+    /// True if the subtree `rel` (keys starting with `dir_key`) holds a key not skipped.
+    fn has_key(&self, rel: &Path, dir_key: &str) -> std::io::Result<bool> {
+        let entries = match read_sorted(&self.bucket_dir.join(rel)) {
             Ok(entries) => entries,
             Err(e) if super::is_missing(&e) => return Ok(false),
             Err(e) => return Err(e),
@@ -236,19 +295,18 @@ impl Walk<'_> {
             return Ok(true);
         }
         for entry in &entries[self.first_index(&entries, dir_key, "")..] {
+            let child = rel.join(&entry.name);
+            if let Some(segment) = entry.own_segment()
+                && !self.skipped(&format!("{dir_key}{segment}"), false)
+                && is_file(&self.bucket_dir.join(&child).join(keys::SELF))
+            {
+                return Ok(true);
+            }
             let key = format!("{dir_key}{}", entry.sort_name);
             if self.skipped(&key, entry.is_dir) {
                 continue;
             }
-            let found = if entry.is_dir {
-                self.has_key(
-                    &dir.join(&entry.sort_name[..entry.sort_name.len() - 1]),
-                    &key,
-                )?
-            } else {
-                true
-            };
-            if found {
+            if !entry.is_dir || self.has_key(&child, &key)? {
                 return Ok(true);
             }
         }
@@ -266,7 +324,36 @@ impl Walk<'_> {
     }
 }
 
-/// Entries of a directory sorted in key order; names that are not UTF-8 are skipped.
+/// Indexes of the directories (at `i` or after) whose own object (`d` of `d/`) sorts before
+/// entry `i` or is its own, in key order: `d` is a prefix of entry `i` followed by a byte
+/// below '/', since every name between `d` and `d/` starts with `d`.
+fn owners_before(entries: &[Entry], i: usize) -> Vec<usize> {
+    let name = &entries[i].sort_name;
+    let mut owners = Vec::new();
+    for (at, byte) in name.bytes().enumerate().skip(1) {
+        if byte >= b'/' {
+            continue;
+        }
+        // `at` is a character boundary: bytes below '/' are ASCII.
+        let dir = format!("{}/", &name[..at]);
+        if let Ok(j) = entries[i + 1..].binary_search_by(|e| e.sort_name.as_str().cmp(&dir))
+            && entries[i + 1 + j].is_dir
+        {
+            owners.push(i + 1 + j);
+        }
+    }
+    if entries[i].is_dir {
+        owners.push(i);
+    }
+    owners
+}
+
+fn is_file(path: &Path) -> bool {
+    fs::metadata(path).is_ok_and(|m| m.is_file())
+}
+
+/// Entries of a directory sorted by key segment; names that are not UTF-8, internal names
+/// and hashed segments whose name cannot be read are skipped.
 fn read_sorted(dir: &Path) -> std::io::Result<Vec<Entry>> {
     let mut entries = Vec::new();
     for entry in fs::read_dir(dir)? {
@@ -276,14 +363,32 @@ fn read_sorted(dir: &Path) -> std::io::Result<Vec<Entry>> {
         };
         let file_type = entry.file_type()?;
         let is_dir = if file_type.is_symlink() {
-            fs::metadata(PathBuf::from(dir).join(&name))
+            fs::metadata(dir.join(&name))
                 .map(|m| m.is_dir())
                 .unwrap_or(false)
         } else {
             file_type.is_dir()
         };
-        let sort_name = if is_dir { format!("{name}/") } else { name };
-        entries.push(Entry { sort_name, is_dir });
+        let segment = match keys::decode_name(&name) {
+            Decoded::Segment(segment) => segment.into_owned(),
+            Decoded::Hashed if is_dir => {
+                match fs::read(dir.join(&name).join(keys::NAME)).map(String::from_utf8) {
+                    Ok(Ok(segment)) if !segment.contains('/') => segment,
+                    _ => continue,
+                }
+            }
+            Decoded::Hashed | Decoded::Internal => continue,
+        };
+        let sort_name = if is_dir {
+            format!("{segment}/")
+        } else {
+            segment
+        };
+        entries.push(Entry {
+            sort_name,
+            name,
+            is_dir,
+        });
     }
     entries.sort_unstable_by(|a, b| a.sort_name.cmp(&b.sort_name));
     Ok(entries)
@@ -419,6 +524,145 @@ mod tests {
             names(&s.list("b", &q).unwrap()),
             ["a0", "[ab/]", "b", "[z/]"]
         );
+    }
+
+    /// Keys S3 stores that are not plain relative paths, folder markers among them.
+    fn awkward_keys() -> Vec<String> {
+        let long = "L".repeat(600);
+        let mut keys: Vec<String> = [
+            "a",
+            "a!",
+            "a/b",
+            "a//c",
+            "a/./d",
+            "a/b/",
+            "a/../e",
+            "a/.",
+            "a/..",
+            "/x",
+            "//y",
+            "./x",
+            "..",
+            ".",
+            "a-c",
+            "a0",
+            "ab/x",
+            "a/b/c",
+            "a/b!",
+            "a/c/",
+            "a//",
+            "//",
+            "/",
+            ".bl%self",
+            "a/.bl%self",
+            "a/.bl%e",
+            "q",
+            "q/",
+            "q!/x",
+            "q/r",
+            "a\u{1}",
+            "a/\u{7f}",
+            "ü/x",
+            "ü",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect();
+        for key in [
+            format!("long/{long}"),
+            format!("long/{long}/m"),
+            format!("long/{long}!"),
+            format!("long/{}M", "L".repeat(599)),
+            format!("long/{long}/"),
+        ] {
+            keys.push(key);
+        }
+        keys
+    }
+
+    /// S3's answer to `q` over `keys`, computed from the sorted list.
+    fn reference(keys: &[String], q: &ListQuery) -> (Vec<String>, bool) {
+        let mut sorted: Vec<&str> = keys.iter().map(String::as_str).collect();
+        sorted.sort_unstable();
+        let mut items: Vec<String> = Vec::new();
+        for key in sorted {
+            let after = q.after.as_deref().is_some_and(|a| key <= a);
+            let skip = q.skip_prefix.as_deref().is_some_and(|s| key.starts_with(s));
+            if !key.starts_with(&q.prefix) || after || skip {
+                continue;
+            }
+            let rest = &key[q.prefix.len()..];
+            let item = match q
+                .delimiter
+                .as_deref()
+                .and_then(|d| Some((rest.find(d)?, d)))
+            {
+                Some((at, d)) => format!("[{}{}]", q.prefix, &rest[..at + d.len()]),
+                None => key.to_owned(),
+            };
+            if items.last() != Some(&item) {
+                items.push(item);
+            }
+        }
+        let truncated = items.len() > q.max_keys;
+        items.truncate(q.max_keys);
+        (items, truncated)
+    }
+
+    /// Every page of `q`, one key at a time, continued as ListObjectsV2's token does.
+    fn paged(s: &Storage, q: &ListQuery) -> Vec<String> {
+        let mut q = ListQuery {
+            max_keys: 1,
+            ..q.clone()
+        };
+        let mut all = Vec::new();
+        loop {
+            let page = s.list("b", &q).unwrap();
+            all.extend(names(&page));
+            match page.items.last() {
+                Some(ListItem::Object(key, _)) if page.truncated => q.after = Some(key.clone()),
+                Some(ListItem::CommonPrefix(p)) if page.truncated => {
+                    q.after = Some(p.clone());
+                    q.skip_prefix = Some(p.clone());
+                }
+                _ => return all,
+            }
+        }
+    }
+
+    #[test]
+    fn awkward_keys_list_in_s3_order() {
+        let keys = awkward_keys();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let (_d, s) = storage_with(&refs);
+        let mut prefixes = vec![String::new()];
+        for key in &keys {
+            for (at, _) in key.char_indices().skip(1).take(4) {
+                prefixes.push(key[..at].to_owned());
+            }
+            prefixes.extend(key.match_indices('/').map(|(at, _)| key[..=at].to_owned()));
+            prefixes.push(key.clone());
+        }
+        prefixes.sort();
+        prefixes.dedup();
+        for prefix in &prefixes {
+            for delimiter in [None, Some("/"), Some("!")] {
+                let q = query(prefix, delimiter, None, 1000);
+                let (expected, _) = reference(&keys, &q);
+                let page = s.list("b", &q).unwrap();
+                assert_eq!(names(&page), expected, "{prefix:?} {delimiter:?}");
+                assert_eq!(paged(&s, &q), expected, "paged {prefix:?} {delimiter:?}");
+            }
+        }
+        for after in keys.iter().chain(&prefixes) {
+            for delimiter in [None, Some("/")] {
+                let q = query("", delimiter, Some(after), 3);
+                let (expected, truncated) = reference(&keys, &q);
+                let page = s.list("b", &q).unwrap();
+                assert_eq!(names(&page), expected, "after {after:?} {delimiter:?}");
+                assert_eq!(page.truncated, truncated, "after {after:?} {delimiter:?}");
+            }
+        }
     }
 
     #[test]

@@ -3,20 +3,30 @@
 //! Layout under the root directory:
 //!
 //! ```text
-//! <bucket>/<key>                      object bytes; key segments are directories
-//! .bucketload/meta/<bucket>/<key>     sidecar JSON: ETag, size, mtime, content type, user metadata
-//! .bucketload/folders/<bucket>/<md5>  folder markers (keys ending in '/'), named by the key's MD5
+//! <bucket>/<key path>                     object bytes; key segments are directories
+//! .bucketload/meta/<bucket>/<key path>    sidecar JSON: ETag, size, mtime, content type, user metadata
+//! .bucketload/folders/<bucket>/<md5>      folder markers (keys ending in '/'), named by the key's MD5
 //! .bucketload/folder-meta/<bucket>/<md5>  their sidecars
-//! .bucketload/uploads/<bucket>/<id>/  multipart uploads in progress (upload.json + one file per part)
+//! .bucketload/uploads/<bucket>/<id>/      multipart uploads in progress (upload.json + one file per part)
 //! .bucketload/versions/<bucket>/<md5>/<seq>-<version id>[.json]
-//!                                     noncurrent versions and delete markers of the key whose MD5
-//!                                     names the directory (see `versions`); buckets that never had
-//!                                     versioning have none
-//! .bucketload/bucket-config/<bucket>.json  bucket settings, among them the versioning state
-//! .bucketload/tmp/                    files being written, renamed into place when complete
+//!                                         noncurrent versions and delete markers of the key whose
+//!                                         MD5 names the directory (see `versions`); buckets that
+//!                                         never had versioning have none
+//! .bucketload/bucket-config/<bucket>.json bucket settings, among them the versioning state
+//! .bucketload/tmp/                        files being written, renamed into place when complete
 //! ```
 //!
-//! On a versioned bucket the current version of a key stays at `<bucket>/<key>`, its sidecar
+//! Every S3 key has a place. The key path ([`keys`]) is the key itself for ordinary keys, so
+//! a bucket looks like the files it holds and a directory of files can be served as it is;
+//! segments that cannot be file names (empty as in `a//b`, `.`, `..`, over 255 bytes) are
+//! escaped behind the reserved prefix `.bl%`. A key that is also a prefix of other keys
+//! (object `a` beside `a/b`) keeps its bytes inside its directory as `a/.bl%self`: when the
+//! deeper key arrives, the file moves into a new directory in one atomic swap, under the
+//! commit lock, and a reader that misses the object during a move looks again once it is
+//! over ([`Storage::settled`]). Sidecars mirror the data files' paths, so they move with them
+//! (`place.rs`: making directories, moving, pruning).
+//!
+//! On a versioned bucket the current version of a key stays at its key path, its sidecar
 //! naming its version ID, so reads and listings of current objects are the same as without
 //! versioning. A write that replaces a version first hard-links it into the versions directory,
 //! so readers of the key's path see the old file or the new one, never none; a delete links it
@@ -29,12 +39,15 @@
 //! listing emits the marker when it enters that directory. A sidecar
 //! records the size and mtime of the data file it describes; when they no longer match (the
 //! file was replaced behind the server's back), the ETag is computed again from the bytes.
+//! Writes and deletes change the tree under one lock (`commits`); reads take no lock.
 //! Every function here is blocking; the S3 layer calls them on Tokio's blocking pool.
 
 mod bucket_config;
 mod cleanup;
+mod keys;
 mod list;
 mod multipart;
+mod place;
 mod versions;
 
 pub use cleanup::Reclaimed;
@@ -59,6 +72,8 @@ use serde::{Deserialize, Serialize};
 const INTERNAL_DIR: &str = ".bucketload";
 /// Sidecars kept in memory (about 200 bytes each); the cache is emptied when full.
 const MAX_CACHED_SIDECARS: usize = 200_000;
+/// Longest path the system calls take, with its terminating NUL (Linux `PATH_MAX`).
+const PATH_MAX: usize = 4096;
 
 /// What the server remembers about an object besides its bytes.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -163,11 +178,16 @@ pub(crate) struct Storage {
     root: PathBuf,
     fsync: bool,
     unique: AtomicU64,
-    /// Sidecars by data path, checked against the data file's size and mtime before use.
+    /// Sidecars by the key's path (a folder marker's: its data path), checked against the
+    /// data file's size and mtime before use.
     cache: Mutex<HashMap<PathBuf, ObjectMeta>>,
-    /// Held while a conditional write checks the object it replaces and takes its place, and
-    /// while versions are archived, promoted or removed.
+    /// Held while the tree changes: a write checks the object it replaces and takes its
+    /// place, a delete removes an object and prunes its directories, versions are archived,
+    /// promoted or removed.
     commits: Mutex<()>,
+    /// Odd while an object's file moves into a directory ([`Storage::file_into_dir`]);
+    /// incremented before and after each move.
+    moves: AtomicU64,
     /// Versioning state by bucket, loaded from the bucket's settings on first use.
     versioning: Mutex<HashMap<String, Versioning>>,
     /// The last sequence number given to an archived version (see the `versions` module).
@@ -184,6 +204,7 @@ impl Storage {
             unique: AtomicU64::new(0),
             cache: Mutex::new(HashMap::new()),
             commits: Mutex::new(()),
+            moves: AtomicU64::new(0),
             versioning: Mutex::new(HashMap::new()),
             seq: AtomicU64::new(0),
         })
@@ -300,16 +321,62 @@ impl Storage {
 
     // ---- objects ---------------------------------------------------------------------------
 
-    /// Data and sidecar paths of a key, after checking the key maps safely onto files.
-    fn object_paths(&self, bucket: &str, key: &str) -> Result<(PathBuf, PathBuf), S3Error> {
+    /// The path of `key` (not a folder marker) below its bucket directory, after checking the
+    /// paths it needs fit the system's limit.
+    fn key_rel(&self, bucket: &str, key: &str) -> Result<PathBuf, S3Error> {
         check_key(key)?;
-        if key.ends_with('/') {
-            self.bucket_dir(bucket)?;
-            return Ok(self.marker_paths(bucket, key));
+        let rel = keys::key_path(key);
+        self.check_fits(bucket, key, &rel)?;
+        Ok(rel)
+    }
+
+    /// Refuses a key whose path `rel` (below the bucket) would pass the system's limit.
+    fn check_fits(&self, bucket: &str, key: &str, rel: &Path) -> Result<(), S3Error> {
+        // The longest path the key needs: its sidecar inside a directory.
+        let longest = self.internal("meta", bucket).join(rel).join(keys::SELF);
+        if longest.as_os_str().len() >= PATH_MAX {
+            return Err(s3_error!(
+                KeyTooLongError,
+                "key {key:?} needs a path longer than the file system allows (too many '/')"
+            ));
         }
-        let data = self.bucket_dir(bucket)?.join(key);
-        let meta = self.internal("meta", bucket).join(key);
-        Ok((data, meta))
+        Ok(())
+    }
+
+    /// Where the object stored at `rel` has its bytes now (`rel`, or `rel/.bl%self` when
+    /// `rel` is a directory), relative to the bucket directory, and their metadata.
+    fn find(&self, bucket: &str, rel: &Path) -> io::Result<Option<(PathBuf, fs::Metadata)>> {
+        let bucket_dir = self.root.join(bucket);
+        let stat = match fs::metadata(bucket_dir.join(rel)) {
+            Ok(stat) => stat,
+            Err(e) if is_missing(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if stat.is_file() {
+            return Ok(Some((rel.to_path_buf(), stat)));
+        }
+        let inner = rel.join(keys::SELF);
+        match fs::metadata(bucket_dir.join(&inner)) {
+            Ok(stat) if stat.is_file() => Ok(Some((inner, stat))),
+            Ok(_) => Ok(None),
+            Err(e) if is_missing(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Runs `lookup`; when it finds nothing while an object may have been moving into a
+    /// directory ([`Storage::file_into_dir`]), runs it again once the move is over, so a
+    /// reader never misses an object that exists.
+    fn settled<T>(&self, lookup: impl Fn() -> io::Result<Option<T>>) -> io::Result<Option<T>> {
+        let moves = self.moves.load(Ordering::SeqCst);
+        let found = lookup()?;
+        if found.is_some()
+            || (moves.is_multiple_of(2) && self.moves.load(Ordering::SeqCst) == moves)
+        {
+            return Ok(found);
+        }
+        let _commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
+        lookup()
     }
 
     /// Data and sidecar paths of the folder marker `key` (ending in '/'; checked).
@@ -326,16 +393,26 @@ impl Storage {
         fs::metadata(self.marker_paths(bucket, key).0).is_ok_and(|m| m.is_file())
     }
 
-    /// Metadata of an existing object; a key naming a directory does not exist.
+    /// Metadata of an existing object; a key naming only a directory does not exist.
     pub(crate) fn head(&self, bucket: &str, key: &str) -> Result<ObjectMeta, S3Error> {
-        let (data, meta) = self.object_paths(bucket, key)?;
-        let stat = match fs::metadata(&data) {
-            Ok(m) if m.is_file() => m,
-            Ok(_) => return Err(no_such_key(bucket, key)),
-            Err(e) if is_missing(&e) => return Err(no_such_key(bucket, key)),
-            Err(e) => return Err(internal(e)),
+        if key.ends_with('/') {
+            check_key(key)?;
+            self.bucket_dir(bucket)?;
+            let (data, meta) = self.marker_paths(bucket, key);
+            let stat = match fs::metadata(&data) {
+                Ok(m) if m.is_file() => m,
+                Ok(_) => return Err(no_such_key(bucket, key)),
+                Err(e) if is_missing(&e) => return Err(no_such_key(bucket, key)),
+                Err(e) => return Err(internal(e)),
+            };
+            return self.sidecar(&data, &meta, &stat).map_err(internal);
+        }
+        let rel = self.key_rel(bucket, key)?;
+        let Some((_, stat)) = self.settled(|| self.find(bucket, &rel)).map_err(internal)? else {
+            self.bucket_dir(bucket)?;
+            return Err(no_such_key(bucket, key));
         };
-        self.sidecar(&data, &meta, &stat).map_err(internal)
+        self.object_meta(bucket, &rel, &stat).map_err(internal)
     }
 
     /// Metadata and an open file for reading an object (one open and one fstat).
@@ -349,29 +426,49 @@ impl Storage {
         Ok((meta, file))
     }
 
-    /// Opens an object's data file; a key naming a directory does not exist.
+    /// Opens an object's data file; a key naming only a directory does not exist.
     pub(crate) fn open_file(
         &self,
         bucket: &str,
         key: &str,
     ) -> Result<(File, fs::Metadata), S3Error> {
         check_bucket(bucket)?;
-        check_key(key)?;
-        let file = match File::open(self.data_path(bucket, key)) {
-            Ok(file) => file,
-            Err(e) if is_missing(&e) => {
-                return Err(self
-                    .bucket_dir(bucket)
-                    .err()
-                    .unwrap_or_else(|| no_such_key(bucket, key)));
+        let rel = match key.ends_with('/') {
+            true => {
+                check_key(key)?;
+                None
             }
-            Err(e) => return Err(internal(e)),
+            false => Some(self.key_rel(bucket, key)?),
         };
-        let stat = file.metadata().map_err(internal)?;
-        if !stat.is_file() {
-            return Err(no_such_key(bucket, key));
+        let open = |path: &Path| -> io::Result<Option<(File, fs::Metadata)>> {
+            match File::open(path) {
+                Ok(file) => {
+                    let stat = file.metadata()?;
+                    Ok(Some((file, stat)))
+                }
+                Err(e) if is_missing(&e) => Ok(None),
+                Err(e) => Err(e),
+            }
+        };
+        let found = self
+            .settled(|| match &rel {
+                None => open(&self.marker_paths(bucket, key).0),
+                Some(rel) => match open(&self.root.join(bucket).join(rel))? {
+                    Some((_, stat)) if stat.is_dir() => {
+                        open(&self.root.join(bucket).join(rel).join(keys::SELF))
+                    }
+                    found => Ok(found),
+                },
+            })
+            .map_err(internal)?;
+        match found {
+            Some((file, stat)) if stat.is_file() => Ok((file, stat)),
+            Some(_) => Err(no_such_key(bucket, key)),
+            None => Err(self
+                .bucket_dir(bucket)
+                .err()
+                .unwrap_or_else(|| no_such_key(bucket, key))),
         }
-        Ok((file, stat))
     }
 
     /// The metadata of an object whose data file has `stat`.
@@ -381,56 +478,88 @@ impl Storage {
         key: &str,
         stat: &fs::Metadata,
     ) -> Result<ObjectMeta, S3Error> {
-        let meta_path = match key.ends_with('/') {
-            true => self.marker_paths(bucket, key).1,
-            false => self.internal("meta", bucket).join(key),
-        };
-        self.sidecar(&self.data_path(bucket, key), &meta_path, stat)
-            .map_err(internal)
+        if key.ends_with('/') {
+            let (data, meta) = self.marker_paths(bucket, key);
+            return self.sidecar(&data, &meta, stat).map_err(internal);
+        }
+        let rel = self.key_rel(bucket, key)?;
+        self.object_meta(bucket, &rel, stat).map_err(internal)
     }
 
-    /// The data file of a checked key.
-    fn data_path(&self, bucket: &str, key: &str) -> PathBuf {
-        match key.ends_with('/') {
-            true => self.marker_paths(bucket, key).0,
-            false => self.root.join(bucket).join(key),
+    /// The metadata of the object stored at `rel` (not a folder marker), whose data file has
+    /// `stat`: from memory, from its sidecar, or (when both are missing or stale) from its bytes.
+    fn object_meta(&self, bucket: &str, rel: &Path, stat: &fs::Metadata) -> io::Result<ObjectMeta> {
+        let cache_key = self.root.join(bucket).join(rel);
+        if let Some(meta) = self.cached(&cache_key, stat) {
+            return Ok(meta);
         }
+        let meta_root = self.internal("meta", bucket);
+        let stored = self.settled(|| {
+            Ok(self
+                .find(bucket, rel)?
+                .and_then(|(data, _)| read_sidecar(&meta_root.join(data), stat)))
+        })?;
+        let meta = match stored {
+            Some(meta) => meta,
+            None => {
+                let data = self
+                    .find(bucket, rel)?
+                    .map_or(rel.to_path_buf(), |(d, _)| d);
+                self.hash_into_sidecar(
+                    &self.root.join(bucket).join(&data),
+                    &meta_root.join(&data),
+                    stat,
+                )?
+            }
+        };
+        self.remember(&cache_key, &meta);
+        Ok(meta)
     }
 
     /// Reads the sidecar of `data` (from memory when cached), recomputing it when it is
-    /// missing or stale.
+    /// missing or stale; for files whose place never changes (folder markers).
     fn sidecar(
         &self,
         data: &Path,
         meta_path: &Path,
         stat: &fs::Metadata,
     ) -> io::Result<ObjectMeta> {
-        let mtime_ns = mtime_ns(stat);
-        let fresh = |m: &ObjectMeta| m.size == stat.len() && m.mtime_ns == mtime_ns;
-        if let Some(meta) = self.cache_lock().get(data).filter(|m| fresh(m)) {
-            return Ok(meta.clone());
+        if let Some(meta) = self.cached(data, stat) {
+            return Ok(meta);
         }
-        let stored = fs::read(meta_path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<ObjectMeta>(&b).ok());
-        let meta = match stored.filter(|m| fresh(m)) {
+        let meta = match read_sidecar(meta_path, stat) {
             Some(meta) => meta,
-            None => {
-                tracing::debug!(path = %data.display(), "object has no valid sidecar; hashing it");
-                let etag = md5_file(data)?;
-                let meta = ObjectMeta {
-                    etag,
-                    size: stat.len(),
-                    mtime_ns,
-                    ..ObjectMeta::default()
-                };
-                if let Err(e) = self.write_sidecar(meta_path, &meta) {
-                    tracing::warn!(path = %meta_path.display(), error = %e, "cannot store object sidecar");
-                }
-                meta
-            }
+            None => self.hash_into_sidecar(data, meta_path, stat)?,
         };
         self.remember(data, &meta);
+        Ok(meta)
+    }
+
+    /// The cached metadata under `key`, if it still describes a file with `stat`.
+    fn cached(&self, key: &Path, stat: &fs::Metadata) -> Option<ObjectMeta> {
+        self.cache_lock()
+            .get(key)
+            .filter(|m| is_fresh(m, stat))
+            .cloned()
+    }
+
+    /// Computes the metadata of a file without a valid sidecar from its bytes, and stores it.
+    fn hash_into_sidecar(
+        &self,
+        data: &Path,
+        meta_path: &Path,
+        stat: &fs::Metadata,
+    ) -> io::Result<ObjectMeta> {
+        tracing::debug!(path = %data.display(), "object has no valid sidecar; hashing it");
+        let meta = ObjectMeta {
+            etag: md5_file(data)?,
+            size: stat.len(),
+            mtime_ns: mtime_ns(stat),
+            ..ObjectMeta::default()
+        };
+        if let Err(e) = self.write_sidecar(meta_path, &meta) {
+            tracing::warn!(path = %meta_path.display(), error = %e, "cannot store object sidecar");
+        }
         Ok(meta)
     }
 
@@ -438,12 +567,12 @@ impl Storage {
         self.cache.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn remember(&self, data: &Path, meta: &ObjectMeta) {
+    fn remember(&self, key: &Path, meta: &ObjectMeta) {
         let mut cache = self.cache_lock();
         if cache.len() >= MAX_CACHED_SIDECARS {
             cache.clear();
         }
-        cache.insert(data.to_path_buf(), meta.clone());
+        cache.insert(key.to_path_buf(), meta.clone());
     }
 
     fn write_sidecar(&self, meta_path: &Path, meta: &ObjectMeta) -> io::Result<()> {
@@ -466,12 +595,14 @@ impl Storage {
     ) -> Result<ObjectMeta, S3Error> {
         let mut meta = self.head(bucket, key)?;
         meta.tags = tags;
-        let (data, meta_path) = self.object_paths(bucket, key)?;
+        let Some((_, meta_path, cache_key)) = self.current_paths(bucket, key)? else {
+            return Err(no_such_key(bucket, key));
+        };
         if let Some(dir) = meta_path.parent() {
             fs::create_dir_all(dir).map_err(internal)?;
         }
         self.write_sidecar(&meta_path, &meta).map_err(internal)?;
-        self.remember(&data, &meta);
+        self.remember(&cache_key, &meta);
         Ok(meta)
     }
 
@@ -564,7 +695,13 @@ impl Storage {
         attrs: ObjectAttrs,
         precondition: &Precondition,
     ) -> Result<ObjectMeta, S3Error> {
-        let (data, meta_path) = self.object_paths(bucket, key)?;
+        let rel = match key.ends_with('/') {
+            true => check_key(key)
+                .and_then(|()| self.check_fits(bucket, key, &keys::dir_path(key)))
+                .map(|()| None),
+            false => self.key_rel(bucket, key).map(Some),
+        }?;
+        self.bucket_dir(bucket)?;
         let mut temp = temp;
         if self.fsync {
             temp.file.sync_all().map_err(internal)?;
@@ -583,8 +720,8 @@ impl Storage {
             version_id: None,
         };
         let mut meta = meta;
-        // Every write takes the lock, so a conditional write sees no write land between its
-        // check and its rename.
+        // Every change of the tree takes the lock, so a conditional write sees no write land
+        // between its check and its rename, and directories are made and pruned one at a time.
         let _commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
         precondition.check(self.head(bucket, key))?;
         let versioning = self.versioning(bucket)?;
@@ -597,92 +734,121 @@ impl Storage {
         let Some(path) = temp.path.take() else {
             return Err(s3_error!(InternalError, "object written twice"));
         };
-        if let Some(folder) = key.strip_suffix('/') {
-            // The listing finds a marker by entering its folder's directory.
-            let dir = self.root.join(bucket).join(folder);
-            if let Err(e) = fs::create_dir_all(&dir) {
+        let placed = match &rel {
+            None => self.place_marker(bucket, key),
+            Some(_) => self.place_object(bucket, key),
+        };
+        let placed = placed.and_then(|(data, meta_path)| {
+            rename_into(&path, &data)?;
+            Ok((data, meta_path))
+        });
+        let (data, meta_path) = match placed {
+            Ok(placed) => placed,
+            Err(e) => {
                 let _ = fs::remove_file(&path);
+                // The version this write archived stays current.
+                self.undo_make_way(bucket, key, archived);
                 return Err(write_error(e, bucket, key));
             }
-        }
-        if let Err(e) = rename_into(&path, &data) {
-            let _ = fs::remove_file(&path);
-            // The version this write archived stays current.
-            self.undo_make_way(bucket, key, archived);
-            return Err(write_error(e, bucket, key));
-        }
+        };
         self.write_sidecar(&meta_path, &meta).map_err(internal)?;
-        self.remember(&data, &meta);
+        let cache_key = rel.map_or(data, |rel| self.root.join(bucket).join(rel));
+        self.remember(&cache_key, &meta);
         Ok(meta)
     }
 
     /// Deletes an object; deleting a missing object succeeds, as in S3.
     pub(crate) fn delete(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
+        if key.ends_with('/') {
+            check_key(key)?;
+        } else {
+            self.key_rel(bucket, key)?;
+        }
+        self.bucket_dir(bucket)?;
+        let _commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
         self.remove_current(bucket, key)
     }
 
-    /// Removes the current object's files (data, sidecar, emptied directories).
+    /// Removes the current object's files (data, sidecar, emptied directories). Under the
+    /// commit lock.
     fn remove_current(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
         if let Some(folder) = key.strip_suffix('/') {
-            let (data, meta) = self.object_paths(bucket, key)?;
+            let (data, meta) = self.marker_paths(bucket, key);
             let _ = fs::remove_file(&data);
             let _ = fs::remove_file(&meta);
             self.cache_lock().remove(&data);
-            self.prune_data_dirs(bucket, &self.root.join(bucket).join(folder).join("_"));
+            let segments: Vec<&str> = folder.split('/').collect();
+            self.prune_data_dirs(bucket, &segments, segments.len());
             return Ok(());
         }
-        let (data, meta) = self.object_paths(bucket, key)?;
-        match fs::symlink_metadata(&data) {
-            Ok(m) if m.is_dir() => return Ok(()),
-            Ok(_) => {}
-            Err(e) if is_missing(&e) => return Ok(()),
-            Err(e) => return Err(internal(e)),
-        }
-        match fs::remove_file(&data) {
+        let rel = self.key_rel(bucket, key)?;
+        let Some((data, _)) = self.find(bucket, &rel).map_err(internal)? else {
+            return Ok(());
+        };
+        match fs::remove_file(self.root.join(bucket).join(&data)) {
             Ok(()) => {}
             Err(e) if is_missing(&e) => {}
             Err(e) => return Err(internal(e)),
         }
-        let _ = fs::remove_file(&meta);
-        self.cache_lock().remove(&data);
-        self.prune_data_dirs(bucket, &data);
-        prune_empty_dirs(&meta, &self.internal("meta", bucket));
+        let meta_root = self.internal("meta", bucket);
+        let _ = fs::remove_file(meta_root.join(&data));
+        self.cache_lock().remove(&self.root.join(bucket).join(&rel));
+        let segments: Vec<&str> = key.split('/').collect();
+        // The directories holding the data file: the key's parents, and the key's own
+        // directory when the bytes were its `.bl%self`.
+        let levels = data.components().count() - 1;
+        self.prune_data_dirs(bucket, &segments, levels);
+        prune_empty_dirs(&meta_root.join(&data), &meta_root);
         Ok(())
     }
 
-    /// Forgets the current object whose data file is gone (removed, or moved into the versions
-    /// directory): removes its sidecar and the directories it leaves empty.
+    /// Forgets the current object whose data file is gone (moved into the versions
+    /// directory): removes its sidecar and the directories it leaves empty. Under the commit
+    /// lock.
     fn forget_current(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
-        let (data, meta) = self.object_paths(bucket, key)?;
-        let _ = fs::remove_file(&meta);
-        self.cache_lock().remove(&data);
-        match key.strip_suffix('/') {
-            Some(folder) => {
-                self.prune_data_dirs(bucket, &self.root.join(bucket).join(folder).join("_"))
-            }
-            None => {
-                self.prune_data_dirs(bucket, &data);
-                prune_empty_dirs(&meta, &self.internal("meta", bucket));
-            }
+        let segments: Vec<&str> = key.trim_end_matches('/').split('/').collect();
+        if key.ends_with('/') {
+            let (data, meta) = self.marker_paths(bucket, key);
+            let _ = fs::remove_file(&meta);
+            self.cache_lock().remove(&data);
+            self.prune_data_dirs(bucket, &segments, segments.len());
+            return Ok(());
         }
+        let rel = self.key_rel(bucket, key)?;
+        let meta_root = self.internal("meta", bucket);
+        let _ = fs::remove_file(meta_root.join(&rel));
+        let _ = fs::remove_file(meta_root.join(&rel).join(keys::SELF));
+        self.cache_lock().remove(&self.root.join(bucket).join(&rel));
+        // The directories that held the data file: the key's parents, and the key's own
+        // directory when the bytes were its `.bl%self`.
+        let own_dir = self.root.join(bucket).join(&rel).is_dir();
+        let levels = segments.len() - usize::from(!own_dir);
+        self.prune_data_dirs(bucket, &segments, levels);
+        prune_empty_dirs(&meta_root.join(&rel).join(keys::SELF), &meta_root);
         Ok(())
     }
 
-    /// Removes the now-empty directories above `path` in the bucket, up to the first one that
-    /// holds a folder marker.
-    fn prune_data_dirs(&self, bucket: &str, path: &Path) {
-        let stop = self.root.join(bucket);
-        let mut dir = path.parent();
-        while let Some(d) = dir {
-            let Ok(rel) = d.strip_prefix(&stop) else {
-                break;
-            };
-            let marker = format!("{}/", rel.to_string_lossy());
-            if d == stop || self.has_marker(bucket, &marker) || fs::remove_dir(d).is_err() {
-                break;
-            }
-            dir = d.parent();
+    /// Where the current object `key` is: its data file, its sidecar, and the key of its
+    /// cached sidecar; `None` when it has none.
+    fn current_paths(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<(PathBuf, PathBuf, PathBuf)>, S3Error> {
+        if key.ends_with('/') {
+            check_key(key)?;
+            let (data, meta) = self.marker_paths(bucket, key);
+            return Ok(data.is_file().then(|| (data.clone(), meta, data)));
         }
+        let rel = self.key_rel(bucket, key)?;
+        let found = self.find(bucket, &rel).map_err(internal)?;
+        Ok(found.map(|(data_rel, _)| {
+            (
+                self.root.join(bucket).join(&data_rel),
+                self.internal("meta", bucket).join(&data_rel),
+                self.root.join(bucket).join(&rel),
+            )
+        }))
     }
 
     /// Copies an object's bytes (of version `version`, the current one for `None`) into a
@@ -699,6 +865,19 @@ impl Storage {
         temp.size = meta.size;
         Ok((meta, temp))
     }
+}
+
+/// The stored sidecar at `meta_path`, if it still describes a file with `stat`.
+fn read_sidecar(meta_path: &Path, stat: &fs::Metadata) -> Option<ObjectMeta> {
+    let bytes = fs::read(meta_path).ok()?;
+    serde_json::from_slice::<ObjectMeta>(&bytes)
+        .ok()
+        .filter(|m| is_fresh(m, stat))
+}
+
+/// True if `meta` was recorded for a data file of this size and modification time.
+fn is_fresh(meta: &ObjectMeta, stat: &fs::Metadata) -> bool {
+    meta.size == stat.len() && meta.mtime_ns == mtime_ns(stat)
 }
 
 /// An object being written: bytes go to a temporary file while their MD5 is computed.
@@ -837,30 +1016,11 @@ fn check_bucket(bucket: &str) -> Result<(), S3Error> {
     Ok(())
 }
 
-/// Keys become relative paths: no empty, '.' or '..' segments, no NUL, segments of at most
-/// 255 bytes (the file-name limit), and no trailing '/' (folder markers are not supported).
+/// Any key S3 takes is stored: 1 to 1024 bytes of UTF-8 (see [`keys`] for how each maps
+/// onto a path).
 pub(crate) fn check_key(key: &str) -> Result<(), S3Error> {
     if key.is_empty() || key.len() > 1024 {
         return Err(s3_error!(KeyTooLongError, "keys must hold 1 to 1024 bytes"));
-    }
-    // A folder marker `a/b/` is stored apart from objects (see `Storage::marker_paths`).
-    let key = key.strip_suffix('/').unwrap_or(key);
-    if key.contains('\0') {
-        return Err(s3_error!(InvalidArgument, "keys must not contain NUL"));
-    }
-    for segment in key.split('/') {
-        if segment.is_empty() || segment == "." || segment == ".." {
-            return Err(s3_error!(
-                InvalidArgument,
-                "key {key:?} has an empty, '.' or '..' segment, which this server cannot store"
-            ));
-        }
-        if segment.len() > 255 {
-            return Err(s3_error!(
-                KeyTooLongError,
-                "key segments must be at most 255 bytes (file-name limit)"
-            ));
-        }
     }
     Ok(())
 }
@@ -878,8 +1038,9 @@ pub(crate) fn no_such_key(bucket: &str, key: &str) -> S3Error {
     s3_error!(NoSuchKey, "no object {key} in bucket {bucket}")
 }
 
-/// Errors placing an object: a key whose path crosses an existing object (or whose name is
-/// a directory of other keys) cannot be stored as a file.
+/// Errors placing an object: every key has a place, so a conflict means something in the
+/// bucket directory was changed by hand (a file where the key needs a directory it cannot
+/// make).
 fn write_error(e: io::Error, bucket: &str, key: &str) -> S3Error {
     match e.kind() {
         io::ErrorKind::NotADirectory
@@ -888,7 +1049,7 @@ fn write_error(e: io::Error, bucket: &str, key: &str) -> S3Error {
         | io::ErrorKind::DirectoryNotEmpty => {
             s3_error!(
                 InvalidRequest,
-                "key {key} in bucket {bucket} conflicts with another key: this server stores keys as files, so 'a' and 'a/b' cannot both exist"
+                "key {key} in bucket {bucket} cannot be placed: the bucket directory holds something in its way ({e})"
             )
         }
         _ => internal(e),
@@ -900,25 +1061,264 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_that_cannot_be_paths_are_rejected() {
-        for bad in [
-            "", "/", "/abs", "a//b", "a/../b", "..", ".", "a/./b", "dir//", "nul\0",
-        ] {
-            assert!(check_key(bad).is_err(), "{bad:?}");
-        }
+    fn every_key_of_1_to_1024_bytes_is_valid() {
         for good in [
-            "a",
-            "a/b/c.tar",
-            "with space",
-            "ünïcode/ключ",
-            "..a",
-            "a..",
-            ".hidden",
-            "dir/",
-            "a/b/",
+            "a", "/", "/abs", "a//b", "a/../b", "..", ".", "dir//", "nul\0", "a/",
         ] {
             assert!(check_key(good).is_ok(), "{good:?}");
         }
+        assert!(check_key("").is_err());
+        assert!(check_key(&"k".repeat(1025)).is_err());
+    }
+
+    fn put(storage: &Storage, key: &str, body: &[u8]) -> ObjectMeta {
+        let mut temp = storage.begin_write().unwrap();
+        temp.write(body).unwrap();
+        let etag = hex::encode(temp.md5());
+        let attrs = ObjectAttrs {
+            content_type: Some(format!("type/{}", body.len())),
+            ..ObjectAttrs::default()
+        };
+        storage.commit("b", key, temp, etag, attrs).unwrap()
+    }
+
+    fn get(storage: &Storage, key: &str) -> Vec<u8> {
+        let (meta, mut file) = storage.open_object("b", key).unwrap();
+        let mut body = Vec::new();
+        file.read_to_end(&mut body).unwrap();
+        assert_eq!(meta.size, body.len() as u64, "{key}");
+        body
+    }
+
+    /// Every file under `dir`, relative to it.
+    fn files_under(dir: &Path) -> Vec<String> {
+        let mut files = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for entry in fs::read_dir(&d).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else {
+                    files.push(path.strip_prefix(dir).unwrap().display().to_string());
+                }
+            }
+        }
+        files.sort();
+        files
+    }
+
+    /// Keys S3 stores that are not plain relative paths.
+    fn awkward_keys() -> Vec<String> {
+        let mut keys: Vec<String> = [
+            "a",
+            "a!",
+            "a/b",
+            "a//c",
+            "a/./d",
+            "a/../e",
+            "a/.",
+            "a/..",
+            "/x",
+            "//y",
+            "./x",
+            "../x",
+            "..",
+            ".",
+            "../../outside",
+            ".bl%self",
+            "a/.bl%self",
+            "a/.bl%name",
+            ".bl%e",
+            ".bl%h0123",
+            ".bucketload/meta/b/a",
+            "p%20q+r s",
+            "ünï/ключ",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect();
+        keys.push(format!("long/{}/{}", "L".repeat(600), "m".repeat(400)));
+        keys.push(format!("long/{}", "L".repeat(600)));
+        keys.push(format!("{}/x", "z".repeat(256)));
+        keys
+    }
+
+    #[test]
+    fn awkward_keys_round_trip_and_stay_in_their_bucket() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), false).unwrap();
+        storage.create_bucket("b").unwrap();
+        storage.create_bucket("other").unwrap();
+        fs::write(dir.path().join("other/x"), b"other").unwrap();
+        let keys = awkward_keys();
+        for (i, key) in keys.iter().enumerate() {
+            put(&storage, key, format!("{i}:{key}").as_bytes());
+        }
+        for (i, key) in keys.iter().enumerate() {
+            assert_eq!(get(&storage, key), format!("{i}:{key}").as_bytes(), "{key}");
+            let meta = storage.head("b", key).unwrap();
+            let len = format!("{i}:{key}").len();
+            assert_eq!(meta.content_type, Some(format!("type/{len}")), "{key}");
+        }
+        // Nothing was written outside the bucket and the internal directory.
+        assert_eq!(files_under(&dir.path().join("other")), ["x"]);
+        for file in files_under(dir.path()) {
+            let inside = ["b/", ".bucketload/"].iter().any(|d| file.starts_with(d));
+            assert!(inside || file == "other/x", "{file}");
+        }
+        assert_eq!(fs::read(dir.path().join("b/a/.bl%self")).unwrap(), b"0:a");
+        assert!(dir.path().join("b/a/.bl%e/c").is_file());
+        assert!(dir.path().join("b/.bl%dd/.bl%dd/outside").is_file());
+        assert!(dir.path().join("b/.bucketload/meta/b/a").is_file());
+        // A client's `.bl%` names are keys of their own, never the internal files.
+        assert_eq!(get(&storage, "a/.bl%self"), b"16:a/.bl%self");
+        assert_eq!(get(&storage, "a"), b"0:a");
+        // A directory that only holds other keys is not an object.
+        for missing in ["long", "a/.bl%e", "z", "a/b/c", ".bl%q"] {
+            let err = storage.head("b", missing).unwrap_err();
+            assert_eq!(err.code(), &S3ErrorCode::NoSuchKey, "{missing}");
+        }
+        for key in &keys {
+            storage.delete("b", key).unwrap();
+            assert!(storage.head("b", key).is_err(), "{key}");
+        }
+        assert_eq!(files_under(&dir.path().join("b")), Vec::<String>::new());
+        assert_eq!(fs::read_dir(dir.path().join("b")).unwrap().count(), 0);
+        assert_eq!(
+            files_under(&dir.path().join(".bucketload/meta")),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_key_that_is_also_a_prefix_keeps_its_bytes_and_metadata() {
+        for deeper_first in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let storage = Storage::open(dir.path(), false).unwrap();
+            storage.create_bucket("b").unwrap();
+            let order: [(&str, &[u8]); 3] = match deeper_first {
+                false => [("a", b"short"), ("a/b", b"deeper"), ("a/b/c", b"deepest")],
+                true => [("a/b/c", b"deepest"), ("a/b", b"deeper"), ("a", b"short")],
+            };
+            let etags: Vec<String> = order
+                .iter()
+                .map(|(k, v)| put(&storage, k, v).etag)
+                .collect();
+            for ((key, body), etag) in order.iter().zip(&etags) {
+                assert_eq!(get(&storage, key), *body, "{key}");
+                let meta = storage.head("b", key).unwrap();
+                assert_eq!(&meta.etag, etag);
+                assert_eq!(meta.content_type, Some(format!("type/{}", body.len())));
+            }
+            assert!(dir.path().join("b/a/.bl%self").is_file());
+            assert!(dir.path().join("b/a/b/.bl%self").is_file());
+            // Overwriting keeps the place; deleting the deeper keys keeps the shorter one.
+            put(&storage, "a", b"again");
+            storage.delete("b", "a/b/c").unwrap();
+            storage.delete("b", "a/b").unwrap();
+            assert_eq!(get(&storage, "a"), b"again");
+            storage.delete("b", "a").unwrap();
+            assert_eq!(fs::read_dir(dir.path().join("b")).unwrap().count(), 0);
+            assert!(storage.head("b", "a").is_err());
+        }
+    }
+
+    #[test]
+    fn readers_never_miss_an_object_moving_into_a_directory() {
+        use std::sync::atomic::AtomicBool;
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), false).unwrap();
+        storage.create_bucket("b").unwrap();
+        let moved = AtomicBool::new(false);
+        for round in 0..50 {
+            let key = format!("k{round}");
+            put(&storage, &key, b"bytes");
+            std::thread::scope(|scope| {
+                let reader = scope.spawn(|| {
+                    // Reads until one read starts after the move.
+                    loop {
+                        let last = moved.load(Ordering::SeqCst);
+                        assert_eq!(get(&storage, &key), b"bytes");
+                        assert_eq!(storage.head("b", &key).unwrap().size, 5);
+                        let query = ListQuery {
+                            prefix: key.clone(),
+                            max_keys: 1,
+                            ..ListQuery::default()
+                        };
+                        let page = storage.list("b", &query).unwrap();
+                        assert!(
+                            matches!(&page.items[..], [ListItem::Object(k, _)] if *k == key),
+                            "{:?}",
+                            page.items
+                        );
+                        if last {
+                            return;
+                        }
+                    }
+                });
+                put(&storage, &format!("{key}/deeper"), b"x");
+                moved.store(true, Ordering::SeqCst);
+                reader.join().unwrap();
+                moved.store(false, Ordering::SeqCst);
+            });
+            assert!(dir.path().join("b").join(&key).join(keys::SELF).is_file());
+        }
+    }
+
+    #[test]
+    fn stale_sidecar_paths_do_not_block_a_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), false).unwrap();
+        storage.create_bucket("b").unwrap();
+        let meta = dir.path().join(".bucketload/meta/b");
+        // A sidecar directory where a file's sidecar goes, and a sidecar file where a
+        // directory's own object keeps its sidecar.
+        fs::create_dir_all(meta.join("f/old")).unwrap();
+        fs::write(meta.join("f/old/x"), b"{}").unwrap();
+        fs::create_dir_all(dir.path().join("b/d/e")).unwrap();
+        fs::write(meta.join("d"), b"{}").unwrap();
+        put(&storage, "f", b"file");
+        put(&storage, "d", b"dir's own");
+        assert_eq!(
+            storage.head("b", "f").unwrap().content_type.as_deref(),
+            Some("type/4")
+        );
+        assert_eq!(
+            storage.head("b", "d").unwrap().content_type.as_deref(),
+            Some("type/9")
+        );
+    }
+
+    #[test]
+    fn a_folder_marker_over_an_object_moves_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), false).unwrap();
+        storage.create_bucket("b").unwrap();
+        put(&storage, "a", b"object");
+        put(&storage, "a/", b"");
+        put(&storage, "a//", b"");
+        assert_eq!(get(&storage, "a"), b"object");
+        assert_eq!(storage.head("b", "a/").unwrap().size, 0);
+        assert_eq!(storage.head("b", "a//").unwrap().size, 0);
+        storage.delete("b", "a//").unwrap();
+        storage.delete("b", "a/").unwrap();
+        assert_eq!(get(&storage, "a"), b"object");
+    }
+
+    #[test]
+    fn keys_needing_too_long_a_path_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), false).unwrap();
+        storage.create_bucket("b").unwrap();
+        let key = format!("{}x", "/".repeat(1000));
+        let temp = storage.begin_write().unwrap();
+        let err = storage
+            .commit("b", &key, temp, "e".into(), ObjectAttrs::default())
+            .unwrap_err();
+        assert_eq!(err.code(), &S3ErrorCode::KeyTooLongError);
+        assert!(storage.head("b", &key).is_err());
+        storage.delete("b", &key).unwrap_err();
     }
 
     #[test]

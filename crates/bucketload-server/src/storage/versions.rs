@@ -396,7 +396,9 @@ impl Storage {
         key: &str,
         meta: &ObjectMeta,
     ) -> Result<PathBuf, S3Error> {
-        let (data, _) = self.object_paths(bucket, key)?;
+        let Some((data, _, cache_key)) = self.current_paths(bucket, key)? else {
+            return Err(super::no_such_key(bucket, key));
+        };
         let version_id = meta.version().to_owned();
         let stem = self
             .versions_dir(bucket, key)
@@ -409,7 +411,7 @@ impl Storage {
             tracing::debug!(error = %e, "cannot link an object version; moving it");
             rename_into(&data, &stem).map_err(internal)?;
         }
-        self.cache_lock().remove(&data);
+        self.cache_lock().remove(&cache_key);
         let record = VersionRecord {
             key: key.to_owned(),
             version_id,
@@ -591,15 +593,20 @@ impl Storage {
         let (false, Some(stem)) = (newest.delete_marker, &newest.stem) else {
             return Ok(());
         };
-        let (data, meta_path) = self.object_paths(bucket, key)?;
-        if let Some(folder) = key.strip_suffix('/') {
-            fs::create_dir_all(self.root.join(bucket).join(folder)).map_err(internal)?;
-        }
+        let placed = match key.ends_with('/') {
+            true => self.place_marker(bucket, key),
+            false => self.place_object(bucket, key),
+        };
+        let (data, meta_path) = placed.map_err(|e| super::write_error(e, bucket, key))?;
         rename_into(stem, &data).map_err(|e| super::write_error(e, bucket, key))?;
         let mut meta = newest.meta;
         meta.version_id = Some(newest.version_id);
         self.write_sidecar(&meta_path, &meta).map_err(internal)?;
-        self.remember(&data, &meta);
+        let cache_key = match key.ends_with('/') {
+            true => data,
+            false => self.root.join(bucket).join(super::keys::key_path(key)),
+        };
+        self.remember(&cache_key, &meta);
         let _ = fs::remove_file(json_path(stem));
         Ok(())
     }
