@@ -1,7 +1,7 @@
 //! Soak: for a while, connections are opened and abandoned in every state a client can leave
 //! one in, while a normal client's every request succeeds; afterwards the process holds no
-//! more open files than before, but for the test's own sockets. 10 s by default;
-//! `BUCKETLOAD_SOAK_SECS=60` soaks for a minute. Alone in its test binary, so that no other
+//! more open files than before, but for the test's own sockets. A minute by default
+//! (`BUCKETLOAD_SOAK_SECS` sets another time). Alone in its test binary, so that no other
 //! test opens files in the process meanwhile.
 #![allow(clippy::unwrap_used)]
 
@@ -34,7 +34,7 @@ fn soak_time() -> Duration {
     let secs = std::env::var("BUCKETLOAD_SOAK_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(10);
+        .unwrap_or(60);
     Duration::from_secs(secs)
 }
 
