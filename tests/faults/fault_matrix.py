@@ -61,7 +61,9 @@ class Server:
     def __init__(self, binary: str, root: Path, faults: list[str], log: Path) -> None:
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        args = [binary, "serve", "--root", str(root), "--addr", f"127.0.0.1:{self.port}", *faults]
+        # The clean and the faulty server serve one root side by side.
+        args = [binary, "serve", "--root", str(root), "--shared-root", "--addr",
+                f"127.0.0.1:{self.port}", *faults]
         self.log = open(log, "wb")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         for _ in range(500):  # at most 10 s

@@ -86,6 +86,11 @@ pub struct ServeArgs {
     /// AbortIncompleteMultipartUpload); 0 keeps them all
     #[arg(long, value_parser = humantime::parse_duration, default_value = "7days", value_name = "DURATION")]
     upload_expiry: Duration,
+    /// Serve ROOT beside other servers started with this flag (e.g. one injecting faults next
+    /// to a clean one over the same objects); nothing is cleaned at start. Without it a second
+    /// server on the same ROOT is refused
+    #[arg(long)]
+    shared_root: bool,
 }
 
 fn parse_latency(s: &str) -> Result<LatencySpec, String> {
@@ -149,7 +154,8 @@ impl ServeArgs {
             .with_header_timeout(self.header_timeout)
             .with_idle_timeout(self.idle_timeout)
             .with_body_timeout(self.body_timeout)
-            .with_upload_expiry(self.upload_expiry);
+            .with_upload_expiry(self.upload_expiry)
+            .with_shared_root(self.shared_root);
         if let Some(n) = self.max_connections {
             builder = builder.with_max_connections(n);
         }

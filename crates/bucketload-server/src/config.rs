@@ -46,6 +46,7 @@ pub struct ServerConfig {
     /// `None`: derived from the open-file limit at start.
     pub(crate) max_connections: Option<usize>,
     pub(crate) upload_expiry: Duration,
+    pub(crate) shared_root: bool,
 }
 
 /// Per-connection timeouts; `None` turns one off.
@@ -88,6 +89,7 @@ impl fmt::Debug for ServerConfig {
             .field("timeouts", &self.timeouts)
             .field("max_connections", &self.max_connections)
             .field("upload_expiry", &self.upload_expiry)
+            .field("shared_root", &self.shared_root)
             .finish()
     }
 }
@@ -110,6 +112,7 @@ impl ServerConfig {
             timeouts: Timeouts::default(),
             max_connections: None,
             upload_expiry: DEFAULT_UPLOAD_EXPIRY,
+            shared_root: false,
         }
     }
 
@@ -193,6 +196,7 @@ pub struct ServerBuilder {
     timeouts: Timeouts,
     max_connections: Option<usize>,
     upload_expiry: Duration,
+    shared_root: bool,
 }
 
 impl fmt::Debug for ServerBuilder {
@@ -314,6 +318,16 @@ impl ServerBuilder {
         self
     }
 
+    /// Lets other servers with this setting serve the same root at the same time (e.g. one
+    /// injecting faults beside a clean one over the same objects): the root is locked shared
+    /// rather than exclusively, and nothing is cleaned at start, since another server may be
+    /// writing. A server without it still refuses a root shared servers use, and they refuse
+    /// its. Default off.
+    pub fn with_shared_root(mut self, yes: bool) -> Self {
+        self.shared_root = yes;
+        self
+    }
+
     /// Validates the settings, reporting every problem at once.
     pub fn build(self) -> Result<ServerConfig, Error> {
         let mut problems = Vec::new();
@@ -364,6 +378,7 @@ impl ServerBuilder {
             timeouts: self.timeouts,
             max_connections: self.max_connections,
             upload_expiry: self.upload_expiry,
+            shared_root: self.shared_root,
         })
     }
 }

@@ -87,14 +87,19 @@ async fn prepare(config: &ServerConfig) -> Result<Prepared, Error> {
         source,
     };
     let storage = Storage::open(&config.root, config.fsync).map_err(data_dir)?;
-    let lock = crate::storage::lock_root(&config.root).map_err(|e| match e {
-        LockError::InUse(lock) => Error::RootInUse {
-            path: config.root.clone(),
-            lock,
-        },
-        LockError::Io(source) => data_dir(source),
-    })?;
-    let reclaimed = reclaim(config).await.map_err(data_dir)?;
+    let lock =
+        crate::storage::lock_root(&config.root, config.shared_root).map_err(|e| match e {
+            LockError::InUse(lock) => Error::RootInUse {
+                path: config.root.clone(),
+                lock,
+            },
+            LockError::Io(source) => data_dir(source),
+        })?;
+    // A server sharing the root leaves it as it is: another may be writing into it.
+    let reclaimed = match config.shared_root {
+        true => Reclaimed::default(),
+        false => reclaim(config).await.map_err(data_dir)?,
+    };
     let max_connections = config
         .max_connections
         .unwrap_or_else(|| fd_limit.connections());

@@ -110,3 +110,25 @@ async fn a_second_server_on_the_same_root_is_refused() {
     let again = bucketload_server::start(config).await.unwrap();
     assert!(again.reclaimed().is_empty());
 }
+
+#[tokio::test]
+async fn servers_sharing_a_root_serve_it_side_by_side_and_clean_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = ServerConfig::builder(dir.path())
+        .with_shared_root(true)
+        .build()
+        .unwrap();
+    let first = bucketload_server::start(shared.clone()).await.unwrap();
+    // A write in flight of the first server: the second must not clean it away.
+    let temp = dir.path().join(".bucketload/tmp/in-flight");
+    std::fs::write(&temp, b"being written").unwrap();
+    let second = bucketload_server::start(shared.clone()).await.unwrap();
+    assert!(second.reclaimed().is_empty());
+    assert!(temp.exists(), "a sharing server cleaned the root at start");
+    // A server that would clean the root is refused while they share it.
+    let exclusive = ServerConfig::builder(dir.path()).build().unwrap();
+    let err = bucketload_server::start(exclusive).await.unwrap_err();
+    assert!(matches!(err, Error::RootInUse { .. }), "{err:?}");
+    first.shutdown().await;
+    second.shutdown().await;
+}

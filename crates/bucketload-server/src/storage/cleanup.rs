@@ -36,7 +36,7 @@ pub(crate) enum LockError {
 }
 
 /// Takes the lock of the data directory `root`, whose internal directory must exist.
-pub(crate) fn lock_root(root: &Path) -> Result<RootLock, LockError> {
+pub(crate) fn lock_root(root: &Path, shared: bool) -> Result<RootLock, LockError> {
     let path = root.join(INTERNAL_DIR).join("lock");
     let file = fs::OpenOptions::new()
         .create(true)
@@ -44,7 +44,13 @@ pub(crate) fn lock_root(root: &Path) -> Result<RootLock, LockError> {
         .write(true)
         .open(&path)
         .map_err(LockError::Io)?;
-    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+    // Servers that share the root take the lock shared: they exclude one that cleans it at
+    // start, not each other.
+    let operation = match shared {
+        true => rustix::fs::FlockOperation::NonBlockingLockShared,
+        false => rustix::fs::FlockOperation::NonBlockingLockExclusive,
+    };
+    match rustix::fs::flock(&file, operation) {
         Ok(()) => Ok(RootLock { _file: file }),
         Err(e) if e == rustix::io::Errno::WOULDBLOCK => Err(LockError::InUse(path)),
         Err(e) => Err(LockError::Io(e.into())),
@@ -238,9 +244,12 @@ mod tests {
     fn a_second_lock_on_a_root_is_refused() {
         let root = tempfile::tempdir().unwrap();
         fs::create_dir_all(root.path().join(INTERNAL_DIR)).unwrap();
-        let first = lock_root(root.path()).unwrap();
-        assert!(matches!(lock_root(root.path()), Err(LockError::InUse(_))));
+        let first = lock_root(root.path(), false).unwrap();
+        assert!(matches!(
+            lock_root(root.path(), false),
+            Err(LockError::InUse(_))
+        ));
         drop(first);
-        assert!(lock_root(root.path()).is_ok());
+        assert!(lock_root(root.path(), false).is_ok());
     }
 }
