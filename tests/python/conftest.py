@@ -149,3 +149,17 @@ def aws_cli() -> str:
 @pytest.fixture(scope="session")
 def bucketload_bin() -> str:
     return _binary()
+
+
+@pytest.fixture(params=["bucketload", "moto"])
+def store(request, server):
+    """``(name, boto3 client, fresh bucket)`` on the embedded server or on moto's server (a
+    module using it imports the ``moto`` fixture from test_cli_dataset)."""
+    if request.param == "bucketload":
+        client = make_client(server.endpoint)
+    else:
+        endpoint, _ = request.getfixturevalue("moto")
+        client = make_client(endpoint, key="moto", secret="moto")
+    bucket = f"{request.module.__name__.removeprefix('test_').replace('_', '-')[:20]}-{os.urandom(5).hex()}"
+    client.create_bucket(Bucket=bucket)
+    return request.param, client, bucket

@@ -7,7 +7,7 @@ anything is refused with 501 and changes nothing."""
 from __future__ import annotations
 
 from test_cli_dataset import moto  # noqa: F401  (a fixture)
-from test_server_fidelity import _error, store  # noqa: F401  (store: a fixture)
+from test_server_fidelity import _error
 
 
 def test_acls_name_the_owner_as_listings_do(store):

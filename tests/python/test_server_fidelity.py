@@ -22,19 +22,6 @@ from test_cli_dataset import moto  # noqa: F401  (a fixture)
 MIB = 1024 * 1024
 
 
-@pytest.fixture(params=["bucketload", "moto"])
-def store(request, server):
-    """``(name, boto3 client, fresh bucket)`` on the embedded server or on moto."""
-    if request.param == "bucketload":
-        client = make_client(server.endpoint)
-    else:
-        endpoint, _ = request.getfixturevalue("moto")
-        client = make_client(endpoint, key="moto", secret="moto")
-    bucket = f"fid-{os.urandom(5).hex()}"
-    client.create_bucket(Bucket=bucket)
-    return request.param, client, bucket
-
-
 def _error(call, *args, **kwargs) -> tuple[int, str]:
     with pytest.raises(ClientError) as err:
         call(*args, **kwargs)

@@ -25,19 +25,6 @@ AWKWARD = [
 ]
 
 
-@pytest.fixture(params=["bucketload", "moto"])
-def store(request, server):
-    """``(name, boto3 client, fresh bucket)`` on the embedded server or on moto."""
-    if request.param == "bucketload":
-        client = make_client(server.endpoint)
-    else:
-        endpoint, _ = request.getfixturevalue("moto")
-        client = make_client(endpoint, key="moto", secret="moto")
-    bucket = f"keys-{os.urandom(5).hex()}"
-    client.create_bucket(Bucket=bucket)
-    return request.param, client, bucket
-
-
 @pytest.fixture
 def both(server, moto):  # noqa: F811
     """boto3 clients of the embedded server and moto, each with a fresh bucket."""

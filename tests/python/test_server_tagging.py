@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from test_cli_dataset import moto  # noqa: F401  (a fixture)
-from test_server_fidelity import _error, store  # noqa: F401  (store: a fixture)
+from test_server_fidelity import _error
 
 
 def _tags(s3, bucket, key) -> dict:

@@ -21,18 +21,6 @@ from conftest import make_client
 from test_cli_dataset import moto  # noqa: F401  (a fixture)
 
 
-@pytest.fixture(params=["bucketload", "moto"])
-def store(request, server):
-    if request.param == "bucketload":
-        client = make_client(server.endpoint)
-    else:
-        endpoint, _ = request.getfixturevalue("moto")
-        client = make_client(endpoint, key="moto", secret="moto")
-    bucket = f"ver-{os.urandom(5).hex()}"
-    client.create_bucket(Bucket=bucket)
-    return request.param, client, bucket
-
-
 def _enable(s3, bucket, status="Enabled"):
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": status})
 
