@@ -18,7 +18,7 @@ pub fn nothing_at(uri: &str) -> anyhow::Error {
     bucketload_store::Error::NotFound {
         uri: uri.to_string(),
         what: "object or prefix",
-        hint: "check the path with `bucketload ls` on its parent".to_string(),
+        hint: "check the path with `bucketload ls` on its parent".into(),
     }
     .into()
 }
