@@ -31,4 +31,4 @@ pub mod panics;
 pub mod shards;
 pub mod source;
 
-pub use error::{BoxError, Error, ErrorKind, Result, format_kind};
+pub use error::{BoxError, Error, ErrorKind, Hint, Result, format_kind, hints, reword};
