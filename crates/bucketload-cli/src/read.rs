@@ -17,9 +17,10 @@ use futures::TryStreamExt;
 use serde::Serialize;
 
 use crate::data::local_to_absolute;
-use crate::decode::{DecodeArgs, DecodeEpoch, Decoder};
+use crate::decode::DecodeArgs;
 use crate::progress::Bar;
 use crate::store_args::{StoreArgs, parse_size};
+use bucketload::decode::{DecodeEpoch, Decoder};
 
 /// Default cache size when `--cache` is given without `--cache-size`.
 const DEFAULT_CACHE_SIZE: u64 = 20 << 30;
@@ -157,7 +158,7 @@ pub async fn read(store: &StoreArgs, a: ReadArgs) -> anyhow::Result<()> {
     let loader = Loader::open(config).await?;
     crate::metrics::register(loader.store());
     let samples_per_epoch = loader.samples_per_epoch()?;
-    let decoder = Decoder::new(&a.decode, a.loader.seed)?;
+    let decoder = crate::decode::decoder(&a.decode, a.loader.seed)?;
     let mut epochs = Vec::new();
     for epoch in 0..a.epochs {
         epochs.push(run_epoch(&loader, epoch, samples_per_epoch, decoder.as_ref()).await?);
