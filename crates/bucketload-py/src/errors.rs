@@ -126,18 +126,7 @@ pub(crate) fn io(e: std::io::Error) -> PyErr {
     raise_from(kind, &e)
 }
 
-/// The kind of an image pipeline error: bytes that are not a usable image are corrupt data,
-/// a bad setting is invalid input.
-pub(crate) fn image_kind(e: &bucketload_image::Error) -> ErrorKind {
-    use bucketload_image::Error as E;
-    match e {
-        E::InvalidConfig { .. } => ErrorKind::InvalidInput,
-        E::ThreadPool(_) => ErrorKind::Other,
-        _ => ErrorKind::Corrupt,
-    }
-}
-
 /// An image pipeline error as a Python exception.
 pub(crate) fn image(e: bucketload_image::Error) -> PyErr {
-    raise(image_kind(&e), e.to_string())
+    raise(bucketload::decode::image_kind(&e), e.to_string())
 }

@@ -87,6 +87,10 @@ pub enum Error {
         /// Samples the epoch should have delivered.
         planned: u64,
     },
+    /// Decoding or augmenting an image failed, or the image pipeline's settings are invalid.
+    #[cfg(feature = "image")]
+    #[error(transparent)]
+    Image(#[from] bucketload_image::Error),
     /// A background task panicked or was cancelled.
     #[error("a background task failed: {reason}")]
     Task {
@@ -123,6 +127,8 @@ impl Error {
             Error::InvalidInput { .. } => ErrorKind::InvalidInput,
             Error::Corrupt { .. } => ErrorKind::Corrupt,
             Error::Io { source, .. } => io_kind(source),
+            #[cfg(feature = "image")]
+            Error::Image(e) => crate::decode::image_kind(e),
             Error::BackgroundSave {
                 unconfirmed: true, ..
             } => ErrorKind::Store,

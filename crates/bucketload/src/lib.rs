@@ -23,6 +23,8 @@
 
 pub mod checkpoint;
 pub mod dataset;
+#[cfg(feature = "image")]
+pub mod decode;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;

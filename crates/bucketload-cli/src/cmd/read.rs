@@ -14,8 +14,9 @@ use serde::Serialize;
 use crate::args::loader::{LoaderArgs, loader_config};
 use crate::args::store::StoreArgs;
 use crate::common::local_to_absolute;
-use crate::decode::{DecodeArgs, DecodeEpoch, Decoder};
+use crate::decode::DecodeArgs;
 use crate::progress::Bar;
+use bucketload::decode::{DecodeEpoch, Decoder};
 
 /// `bucketload read` arguments; the global `--concurrency` sets the requests in flight
 /// (default 256 here).
@@ -80,7 +81,7 @@ pub async fn read(store: &StoreArgs, a: ReadArgs) -> anyhow::Result<()> {
     let loader = Loader::open(config).await?;
     crate::metrics::register(loader.store());
     let samples_per_epoch = loader.samples_per_epoch()?;
-    let decoder = Decoder::new(&a.decode, a.loader.seed)?;
+    let decoder = crate::decode::decoder(&a.decode, a.loader.seed)?;
     let mut epochs = Vec::new();
     for epoch in 0..a.epochs {
         epochs.push(run_epoch(&loader, epoch, samples_per_epoch, decoder.as_ref()).await?);

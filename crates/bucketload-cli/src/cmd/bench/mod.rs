@@ -28,7 +28,8 @@ use clap::Args;
 use crate::args::loader::{LoaderArgs, loader_config};
 use crate::args::store::StoreArgs;
 use crate::common::local_to_absolute;
-use crate::decode::{DecodeArgs, Decoder, Dtype};
+use crate::decode::{DecodeArgs, Dtype};
+use bucketload::decode::Decoder;
 use log::{BenchLog, FindMax, Machine, Probe, RunConfig, StageSeconds, WaitPercentiles};
 use train::{EpochRun, Trainer};
 
@@ -122,7 +123,7 @@ pub async fn bench(store: &StoreArgs, a: BenchArgs) -> anyhow::Result<()> {
     let uri = local_to_absolute(&a.dataset)?;
     let loader = Loader::open(loader_config(store, &a.loader, &uri, a.epochs)?).await?;
     crate::metrics::register(loader.store());
-    let decoder = Decoder::new(&decode_args(&a), a.loader.seed)?;
+    let decoder = crate::decode::decoder(&decode_args(&a), a.loader.seed)?;
     let live = Arc::new(prom::Live::new(loader.store().clone()));
     let server = match a.metrics_addr {
         Some(addr) => {
