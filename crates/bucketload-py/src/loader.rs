@@ -59,7 +59,7 @@ impl NativeLoader {
     #[new]
     #[pyo3(signature = (
         uri, *, format="auto", batch_size=64, image_size=224, decode=true, dtype="float32",
-        shuffle=true, seed=0, shuffle_buffer=None, cache_dir=None, cache_size=20 << 30,
+        shuffle=true, seed=0, shuffle_buffer=None, cache_dir=None, cache_size=bucketload_cache::DEFAULT_CAPACITY,
         concurrency=None, decode_threads=None, rank=0, world_size=1, worker=0, num_workers=1,
         drop_last=false, skip_corrupt=false, endpoint=None, region=None, jpeg_decode="region",
         client=None,

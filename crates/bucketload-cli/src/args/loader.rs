@@ -12,9 +12,6 @@ use clap::{Args, ValueEnum};
 
 use crate::args::store::{StoreArgs, parse_size};
 
-/// Default cache size when `--cache` is given without `--cache-size`.
-const DEFAULT_CACHE_SIZE: u64 = 20 << 30;
-
 /// How the loader reads a dataset: flags shared by `read` and `bench`.
 #[derive(Debug, Clone, Args)]
 pub struct LoaderArgs {
@@ -135,7 +132,7 @@ pub fn loader_config(
         builder = builder.with_prefetch(prefetch);
     }
     if let Some(dir) = &a.cache {
-        let size = a.cache_size.unwrap_or(DEFAULT_CACHE_SIZE);
+        let size = a.cache_size.unwrap_or(bucketload_cache::DEFAULT_CAPACITY);
         let cache = CacheBuilder::new(dir, size)
             .build()
             .with_context(|| format!("cannot open the cache at {}", dir.display()))?;

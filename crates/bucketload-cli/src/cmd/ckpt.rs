@@ -4,10 +4,10 @@
 //! key is always the URI's, byte for byte).
 
 use std::io::Write;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use anyhow::Context;
-use bucketload::checkpoint::{CheckpointConfig, CheckpointInfo, Checkpoints, Orphan};
+use bucketload::checkpoint::{CheckpointConfig, CheckpointInfo, Checkpoints, ORPHAN_AGE, Orphan};
 use bytes::BytesMut;
 use clap::{Args, Subcommand};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -15,10 +15,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::args::ckpt::{TransferArgs, create_local_bucket, open_prefix};
 use crate::args::store::StoreArgs;
 use crate::common::human;
-
-/// `ckpt gc` leaves uploads younger than this alone by default: they may be saves in progress.
-const GC_DEFAULT_AGE_TEXT: &str = "1h";
-const GC_DEFAULT_AGE: Duration = Duration::from_secs(3600);
 
 /// Bytes read from the source file per write.
 const CHUNK: usize = 8 << 20;
@@ -94,8 +90,8 @@ pub struct GcArgs {
     /// The checkpoints' prefix
     pub prefix: String,
     /// Only saves started longer ago than this (younger ones may still be running)
-    #[arg(long, default_value = GC_DEFAULT_AGE_TEXT, value_parser = humantime::parse_duration, value_name = "AGE")]
-    pub older_than: Duration,
+    #[arg(long, default_value_t = ORPHAN_AGE.into(), value_name = "AGE")]
+    pub older_than: humantime::Duration,
     /// Only print what would be aborted
     #[arg(long)]
     pub dry_run: bool,
@@ -250,14 +246,14 @@ fn unfinished_note(orphans: &[Orphan], prefix: &str) -> String {
     if orphans.is_empty() {
         return String::new();
     }
-    let cutoff = SystemTime::now().checked_sub(GC_DEFAULT_AGE);
+    let cutoff = SystemTime::now().checked_sub(ORPHAN_AGE);
     let recent = orphans
         .iter()
         .filter(|o| matches!((o.initiated, cutoff), (Some(t), Some(c)) if t > c))
         .count();
     let n = orphans.len();
     let gc = format!("bucketload ckpt gc {prefix}");
-    let age = humantime::format_duration(GC_DEFAULT_AGE);
+    let age = humantime::format_duration(ORPHAN_AGE);
     match recent {
         0 => format!("; {n} unfinished saves (`{gc}` aborts them)"),
         r if r == n => format!(
@@ -311,7 +307,7 @@ async fn prune(store: &StoreArgs, a: PruneArgs) -> anyhow::Result<()> {
 async fn gc(store: &StoreArgs, a: GcArgs) -> anyhow::Result<()> {
     let ckpt = open_prefix(store, &a.prefix, CheckpointConfig::default())?;
     let orphans: Vec<Orphan> = if a.dry_run {
-        let cutoff = SystemTime::now().checked_sub(a.older_than);
+        let cutoff = SystemTime::now().checked_sub(*a.older_than);
         ckpt.orphaned_uploads()
             .await?
             .into_iter()
@@ -321,7 +317,7 @@ async fn gc(store: &StoreArgs, a: GcArgs) -> anyhow::Result<()> {
             })
             .collect()
     } else {
-        ckpt.abort_orphans(a.older_than).await?
+        ckpt.abort_orphans(*a.older_than).await?
     };
     let verb = if a.dry_run { "would abort" } else { "aborted" };
     for o in &orphans {
@@ -334,7 +330,7 @@ async fn gc(store: &StoreArgs, a: GcArgs) -> anyhow::Result<()> {
     println!(
         "{verb} {} unfinished saves older than {}",
         orphans.len(),
-        humantime::format_duration(a.older_than)
+        humantime::format_duration(*a.older_than)
     );
     Ok(())
 }
