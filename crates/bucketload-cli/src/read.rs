@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use bucketload::dataset::Progress;
+use bucketload::base::Progress;
+use bucketload::io::PrefetchConfig;
 use bucketload::loader::{
-    CacheBuilder, DEFAULT_CONCURRENCY, Delivery, Format, Loader, LoaderConfig, LoaderStats,
-    PrefetchConfig,
+    CacheBuilder, DEFAULT_LOADER_CONCURRENCY, Delivery, Format, Loader, LoaderConfig, LoaderStats,
 };
 use bucketload::source::{Order, Partition, Remainder};
 use clap::{Args, ValueEnum};
@@ -190,7 +190,7 @@ pub fn loader_config(
     uri: &str,
     epochs: u64,
 ) -> anyhow::Result<LoaderConfig> {
-    let concurrency = store.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
+    let concurrency = store.concurrency.unwrap_or(DEFAULT_LOADER_CONCURRENCY);
     let store_config = store.config().with_concurrency(concurrency);
     let mut order = match a.no_shuffle {
         true => Order::sequential(),

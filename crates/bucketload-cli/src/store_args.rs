@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use bucketload::dataset::Location;
+use bucketload::base::Location;
 use bucketload_store::object_store::path::Path;
 use bucketload_store::{Addressing, RetryMode, Store, StoreConfig, key_path};
 use clap::Args;
