@@ -2,8 +2,7 @@
 //!
 //! Store failures keep the store crate's classification ([`bucketload_store::Error`]: not found,
 //! permission denied, unreachable, throttled, ...), mapped with the full URI of the object by
-//! [`crate::base::Location`]; the engine adds its own failures (bad arguments, corrupt data,
-//! encoding).
+//! `base::Location`; the engine adds its own failures (bad arguments, corrupt data, encoding).
 
 pub use bucketload_store::ErrorKind;
 
