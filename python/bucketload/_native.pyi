@@ -76,6 +76,8 @@ class NativeEpoch:
         """``(images, labels, indices, skipped)``; raises ``StopIteration`` at the end."""
     def next_samples(self, n: int) -> list[tuple[str, int | None, list[tuple[str, bytes]], int, bool]]:
         """Up to ``n`` raw samples ``(key, label, members, index, is_object)``; ``[]`` at the end."""
+    def next_images(self, n: int) -> list[tuple[str, int | None, bytes, int]]:
+        """Up to ``n`` raw samples ``(key, label, image, index)``, each with its image member."""
     def state(self) -> str:
         """JSON state after what was handed out; resumes with neither replay nor skip."""
 

@@ -113,7 +113,7 @@ impl Store {
                 {
                     return Err(Error::PermissionDenied {
                         uri: uri.to_owned(),
-                        hint: crate::cloud_env::GCS_NO_CREDENTIALS.to_owned(),
+                        hint: crate::cloud_env::GCS_NO_CREDENTIALS.into(),
                         source: "no credential source".into(),
                     });
                 }

@@ -19,6 +19,8 @@
 //!    checkpoints.
 //! 5. [`loader`]: a dataset as a stream of samples for this rank and worker: files, streamed
 //!    shards or indexed shards, many requests in flight, an optional disk cache.
+//! 6. `decode` (with the `image` feature): the loader's samples become image batches through
+//!    `bucketload-image`'s pipeline, the same way for the CLI and Python.
 //!
 //! ```no_run
 //! use bucketload::base::{Location, NoProgress};
@@ -37,6 +39,8 @@
 pub mod base;
 pub mod checkpoint;
 pub mod dataset;
+#[cfg(feature = "image")]
+pub mod decode;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -46,4 +50,4 @@ pub mod panics;
 pub mod shards;
 pub mod source;
 
-pub use error::{BoxError, Error, ErrorKind, Result, format_kind};
+pub use error::{BoxError, Error, ErrorKind, Hint, Result, format_kind, hints, reword};

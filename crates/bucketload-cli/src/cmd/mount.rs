@@ -24,7 +24,7 @@ use futures::StreamExt;
 /// `ECONNABORTED` on Linux: how a FUSE session can end when its connection is aborted.
 const ECONNABORTED: i32 = 103;
 
-use crate::store_args::{StoreArgs, parse_size};
+use crate::args::store::{StoreArgs, parse_size};
 
 /// Default cache size when `--cache` is given without `--cache-size` (as for `read`).
 const DEFAULT_CACHE_SIZE: u64 = 20 << 30;

@@ -7,16 +7,14 @@ use std::io::Write;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
-use bucketload::checkpoint::{
-    CheckpointConfig, CheckpointInfo, Checkpoints, DEFAULT_PART_SIZE, DEFAULT_PARTS_IN_FLIGHT,
-    Orphan,
-};
+use bucketload::checkpoint::{CheckpointConfig, CheckpointInfo, Checkpoints, Orphan};
 use bytes::BytesMut;
 use clap::{Args, Subcommand};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::data::human;
-use crate::store_args::StoreArgs;
+use crate::args::ckpt::{TransferArgs, create_local_bucket, open_prefix};
+use crate::args::store::StoreArgs;
+use crate::common::human;
 
 /// `ckpt gc` leaves uploads younger than this alone by default: they may be saves in progress.
 const GC_DEFAULT_AGE_TEXT: &str = "1h";
@@ -46,24 +44,6 @@ pub enum CkptCommand {
 pub struct CkptArgs {
     #[command(subcommand)]
     pub command: CkptCommand,
-}
-
-/// Parallelism of checkpoint saves and loads; the part size is the global `--part-size`
-/// (16 MiB for checkpoints when not given).
-#[derive(Debug, Clone, Args)]
-pub struct TransferArgs {
-    /// Parts uploaded, or ranged GETs read, at once per checkpoint
-    #[arg(long, default_value_t = DEFAULT_PARTS_IN_FLIGHT, value_name = "N")]
-    pub parts_in_flight: usize,
-}
-
-impl TransferArgs {
-    /// The checkpoint configuration of these flags and the global `--part-size`.
-    pub fn config(&self, store: &StoreArgs) -> CheckpointConfig {
-        CheckpointConfig::default()
-            .with_part_size(store.part_size.unwrap_or(DEFAULT_PART_SIZE))
-            .with_parts_in_flight(self.parts_in_flight)
-    }
 }
 
 /// `ckpt save`.
@@ -147,29 +127,6 @@ pub fn open_named(
         .into());
     }
     Ok((open_prefix(store, prefix, config)?, name.to_owned()))
-}
-
-/// Opens the checkpoint prefix `uri`, registered for `--metrics`.
-pub fn open_prefix(
-    store: &StoreArgs,
-    uri: &str,
-    config: CheckpointConfig,
-) -> anyhow::Result<Checkpoints> {
-    let ckpt = Checkpoints::open(uri, &store.config(), config)?;
-    if let Some(s) = ckpt.store() {
-        crate::metrics::register(s);
-    }
-    Ok(ckpt)
-}
-
-/// Creates the bucket of `ckpt` when the endpoint is on this machine (as `gen` and `cp` do).
-pub async fn create_local_bucket(store: &StoreArgs, ckpt: &Checkpoints) -> anyhow::Result<()> {
-    if let Some(s) = ckpt.store()
-        && crate::store_args::should_create_bucket(false, &store.config())
-    {
-        s.create_bucket().await?;
-    }
-    Ok(())
 }
 
 async fn save(store: &StoreArgs, a: SaveArgs) -> anyhow::Result<()> {

@@ -7,9 +7,9 @@ use bucketload::shards::format::PartSpec;
 use bucketload::shards::{self, Cut, LabelFrom, ShardOptions, ShardReport};
 use clap::{Args, ValueEnum};
 
-use crate::data::{local_to_absolute, prepare_destination};
+use crate::args::store::{StoreArgs, open_dir, parse_size, prepare_destination};
+use crate::common::local_to_absolute;
 use crate::progress::Bar;
-use crate::store_args::{StoreArgs, open_dir, parse_size};
 
 /// GETs in flight when `--concurrency` is not given: sharding small objects is latency-bound.
 const DEFAULT_GETS: usize = 256;
