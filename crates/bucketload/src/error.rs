@@ -127,7 +127,7 @@ impl Error {
             Error::Corrupt { .. } => ErrorKind::Corrupt,
             Error::Io { source, .. } => io_kind(source),
             #[cfg(feature = "image")]
-            Error::Image(e) => crate::decode::image_kind(e),
+            Error::Image(e) => image_kind(e),
             Error::BackgroundSave {
                 unconfirmed: true, ..
             } => ErrorKind::Store,
@@ -223,6 +223,18 @@ pub fn reword(text: &str, hints: &[Hint], words: impl Fn(&Hint) -> Option<String
             Some(own) => text.replace(&hint.to_string(), &own),
             None => text,
         })
+}
+
+/// The kind of an image pipeline error: bytes that are not a usable image are corrupt data,
+/// a bad setting is invalid input.
+#[cfg(feature = "image")]
+pub fn image_kind(err: &bucketload_image::Error) -> ErrorKind {
+    use bucketload_image::Error as E;
+    match err {
+        E::InvalidConfig { .. } => ErrorKind::InvalidInput,
+        E::ThreadPool(_) => ErrorKind::Other,
+        _ => ErrorKind::Corrupt,
+    }
 }
 
 /// The kind of a shard, index or manifest error: corrupt data, except a writer given a bad

@@ -50,4 +50,6 @@ pub mod panics;
 pub mod shards;
 pub mod source;
 
+#[cfg(feature = "image")]
+pub use error::image_kind;
 pub use error::{BoxError, Error, ErrorKind, Hint, Result, format_kind, hints, reword};
