@@ -210,7 +210,7 @@ fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
         return Some(e.kind());
     }
     if let Some(e) = cause.downcast_ref::<bucketload_image::Error>() {
-        return Some(bucketload::decode::image_kind(e));
+        return Some(bucketload::image_kind(e));
     }
     if let Some(e) = cause.downcast_ref::<bucketload_fuse::Error>() {
         return Some(e.kind());

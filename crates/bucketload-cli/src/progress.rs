@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bucketload::dataset::Progress;
+use bucketload::base::Progress;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// A [`Progress`] drawn with indicatif; silent when stderr is not a terminal.

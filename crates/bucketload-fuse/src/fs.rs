@@ -2,7 +2,7 @@
 //!
 //! Parts: the inode [`Tree`](crate::tree) (names, sizes, ETags, listings with their age), the
 //! open handles (a [`FileReader`], a [`FileWriter`] or a directory snapshot each), the memory
-//! budget and the loader's prefetch settings and disk cache. Every operation is an `async fn`
+//! budget and the engine's prefetch settings and disk cache ([`bucketload::io`]). Every operation is an `async fn`
 //! taking inode and handle numbers, as FUSE does, and returning an [`Error`] that knows its
 //! errno; the adapter in [`crate::fuse`] only translates. Locks on the tree are never held
 //! across a request to the store.
@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Instant, SystemTime};
 
-use bucketload::dataset::Location;
-use bucketload::loader::{PrefetchConfig, PrefetchCounters};
+use bucketload::base::Location;
+use bucketload::io::{DiskCache, PrefetchConfig, PrefetchCounters};
 use bucketload_format::{DatasetKind, MANIFEST_PATH, Manifest};
 use bucketload_store::Store;
 use bucketload_store::object_store::{ObjectMeta, ObjectStoreExt};
@@ -101,7 +101,7 @@ impl Fs {
             store: store.clone(),
             location: location.clone(),
             memory: Memory::new(config.memory_limit, config.memory_wait),
-            cache: config.cache.clone(),
+            cache: config.cache.clone().map(DiskCache::new),
             prefetch,
             counters: Arc::new(PrefetchCounters::default()),
             whole_limit: config.part_size,

@@ -3,7 +3,7 @@
 //! - **Small objects** (at most one part, 8 MiB by default) are read whole on the first read:
 //!   one GET, from the disk cache when it holds the same ETag and size, inserted into it after.
 //!   Later reads are slices of the same bytes.
-//! - **Sequential reads** of larger objects go through the loader's prefetcher
+//! - **Sequential reads** of larger objects go through the engine's prefetcher
 //!   ([`read_range`]): its window starts at 1 MiB and doubles as the reader drains it, up to
 //!   64 MiB or what the memory budget allows. With a disk cache they are read instead in
 //!   part-sized blocks aligned on part boundaries, as many in flight as the window holds, each
@@ -17,8 +17,8 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 
-use bucketload::dataset::Location;
-use bucketload::loader::{Cache, PrefetchConfig, PrefetchCounters, read_range};
+use bucketload::base::Location;
+use bucketload::io::{DiskCache, PrefetchConfig, PrefetchCounters, read_range};
 use bucketload_cache::{CacheKey, ObjectVersion};
 use bucketload_store::object_store::path::Path;
 use bucketload_store::object_store::{GetOptions, GetRange};
@@ -44,7 +44,7 @@ pub(crate) struct ReadContext {
     pub(crate) store: Store,
     pub(crate) location: Location,
     pub(crate) memory: Memory,
-    pub(crate) cache: Option<Arc<Cache>>,
+    pub(crate) cache: Option<DiskCache>,
     pub(crate) prefetch: PrefetchConfig,
     pub(crate) counters: Arc<PrefetchCounters>,
     /// Objects up to this size are read whole.
@@ -149,22 +149,10 @@ impl FileReader {
 
     /// The whole object: from the disk cache when it holds this version, else one GET.
     async fn fetch_whole(&self) -> Result<Bytes> {
-        if let Some(cache) = &self.ctx.cache {
-            let (cache, key, version) = (Arc::clone(cache), self.cache_key(), self.version());
-            let found = tokio::task::spawn_blocking(move || cache.get(&key, &version)).await;
-            match found {
-                Ok(Ok(lookup)) => {
-                    if let Some(bytes) = lookup.hit() {
-                        return Ok(bytes);
-                    }
-                }
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "mount: cache lookup failed; reading the store")
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "mount: cache lookup failed; reading the store")
-                }
-            }
+        if let Some(cache) = &self.ctx.cache
+            && let Some(bytes) = cache.get(&self.cache_key(), &self.version()).await
+        {
+            return Ok(bytes);
         }
         let opts = GetOptions {
             if_match: self.if_match(),
@@ -182,13 +170,9 @@ impl FileReader {
         }
         if let Some(cache) = &self.ctx.cache {
             // Filed under the version the store returned, never the one expected.
-            let (cache, key) = (Arc::clone(cache), self.cache_key());
-            let body = bytes.clone();
-            let stored =
-                tokio::task::spawn_blocking(move || cache.insert(&key, &version, body)).await;
-            if let Ok(Err(e)) = stored {
-                tracing::warn!(error = %e, "mount: cache insert failed");
-            }
+            cache
+                .insert(&self.cache_key(), &version, bytes.clone())
+                .await;
         }
         Ok(bytes)
     }
@@ -224,7 +208,7 @@ impl FileReader {
                     false => config,
                 };
                 let stream = match &self.ctx.cache {
-                    Some(cache) => self.cached_stream(offset, window, Arc::clone(cache)),
+                    Some(cache) => self.cached_stream(offset, window, cache.clone()),
                     None => read_range(
                         self.ctx.location.clone(),
                         self.key.clone(),
@@ -257,7 +241,7 @@ impl FileReader {
         &self,
         offset: u64,
         window: u64,
-        cache: Arc<Cache>,
+        cache: DiskCache,
     ) -> BoxStream<'static, bucketload::Result<Bytes>> {
         let part = self.ctx.prefetch.part_size.max(1);
         let first = offset / part * part;
@@ -351,17 +335,14 @@ struct Block {
     key: Path,
     if_match: Option<String>,
     version: ObjectVersion,
-    cache: Arc<Cache>,
+    cache: DiskCache,
 }
 
 impl Block {
     async fn fetch(self, range: Range<u64>) -> bucketload::Result<Bytes> {
         let key = CacheKey::new(self.store.uri().to_string(), self.key.as_ref())
             .with_range(range.clone());
-        let (cache, k, v) = (Arc::clone(&self.cache), key.clone(), self.version.clone());
-        if let Ok(Ok(lookup)) = tokio::task::spawn_blocking(move || cache.get(&k, &v)).await
-            && let Some(bytes) = lookup.hit()
-        {
+        if let Some(bytes) = self.cache.get(&key, &self.version).await {
             return Ok(bytes);
         }
         let opts = GetOptions {
@@ -391,11 +372,7 @@ impl Block {
             }));
         }
         // Filed under the version the store returned, never the one expected.
-        let (cache, body) = (Arc::clone(&self.cache), bytes.clone());
-        let stored = tokio::task::spawn_blocking(move || cache.insert(&key, &version, body)).await;
-        if let Ok(Err(e)) = stored {
-            tracing::warn!(error = %e, "mount: cache insert failed");
-        }
+        self.cache.insert(&key, &version, bytes.clone()).await;
         Ok(bytes)
     }
 }

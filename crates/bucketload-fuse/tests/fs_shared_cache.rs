@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use bucketload::dataset::NoProgress;
+use bucketload::base::NoProgress;
 use bucketload::loader::{Cache, CacheBuilder, Loader, LoaderConfig};
 use bucketload::shards::write_files_manifest;
 use bucketload_fuse::{Fs, MountConfig, OpenMode, ROOT, errno};

@@ -128,5 +128,5 @@ pub(crate) fn io(e: std::io::Error) -> PyErr {
 
 /// An image pipeline error as a Python exception.
 pub(crate) fn image(e: bucketload_image::Error) -> PyErr {
-    raise(bucketload::decode::image_kind(&e), e.to_string())
+    raise(bucketload::image_kind(&e), e.to_string())
 }

@@ -1,7 +1,7 @@
 //! `shard` and `merge` for the Python package: one slice of a sharding run, and the merge of
 //! the slices' manifests (how `bucketload.ray.shard` fans the work out over Ray tasks).
 
-use bucketload::dataset::NoProgress;
+use bucketload::base::NoProgress;
 use bucketload::shards::{Cut, LabelFrom, ShardOptions, merge_parts, shard_dataset};
 use bucketload_format::PartSpec;
 use bucketload_store::{Store, StoreConfig};

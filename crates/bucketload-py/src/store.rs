@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use bucketload::ErrorKind;
-use bucketload::dataset::{Location, list_all};
+use bucketload::base::{Location, list_all};
 use bucketload_store::object_store::{ObjectStoreExt, path::Path};
 use bucketload_store::{Addressing, ListedKind, Store, StoreConfig, key_path};
 use futures::TryStreamExt;

@@ -23,9 +23,10 @@ use std::time::Duration;
 /// Default part size for ranged reads and multipart writes: 8 MiB, the AWS
 /// CLI's default and S3's sweet spot between request count and parallelism.
 pub const DEFAULT_PART_SIZE: u64 = 8 << 20;
-/// Default requests in flight: enough to hide ~100 ms of first-byte latency
-/// at several GB/s without exhausting sockets.
-pub const DEFAULT_CONCURRENCY: usize = 64;
+/// Default requests in flight through one store handle (its concurrency limit): enough to hide
+/// ~100 ms of first-byte latency at several GB/s without exhausting sockets. The loader asks
+/// for more (the engine's `DEFAULT_LOADER_CONCURRENCY`, 256) when it opens the store itself.
+pub const DEFAULT_STORE_CONCURRENCY: usize = 64;
 /// Default retries per request: no count limit, so the time limit
 /// ([`DEFAULT_RETRY_TIMEOUT`]) decides when to stop.
 pub const DEFAULT_MAX_RETRIES: usize = usize::MAX;
@@ -421,7 +422,7 @@ impl Default for StoreConfig {
             addressing: Addressing::Auto,
             anonymous: false,
             part_size: DEFAULT_PART_SIZE,
-            concurrency: DEFAULT_CONCURRENCY,
+            concurrency: DEFAULT_STORE_CONCURRENCY,
             max_retries: None,
             retry_mode: None,
             retry_timeout: DEFAULT_RETRY_TIMEOUT,

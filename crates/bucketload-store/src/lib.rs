@@ -54,9 +54,9 @@ mod uploads;
 mod uri;
 
 pub use config::{
-    Addressing, DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RETRIES,
-    DEFAULT_PART_SIZE, DEFAULT_REGION, DEFAULT_RETRY_TIMEOUT, FIRST_BACKOFF, MAX_BACKOFF,
-    RetryMode, StoreConfig,
+    Addressing, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RETRIES, DEFAULT_PART_SIZE, DEFAULT_REGION,
+    DEFAULT_RETRY_TIMEOUT, DEFAULT_STORE_CONCURRENCY, FIRST_BACKOFF, MAX_BACKOFF, RetryMode,
+    StoreConfig,
 };
 pub use error::{BoxError, Error, Hint, Tries};
 pub use etag::ETag;
@@ -64,7 +64,7 @@ pub use kind::ErrorKind;
 pub use listing::{ListPage, Listed, ListedKind, list_object_store};
 pub use metered::MeteredStore;
 pub use metrics::{
-    Cost, ErrorCounts, Latency, METRICS, MetricDef, Metrics, MetricsSnapshot, Percentiles,
+    Cost, ErrorCounts, Latency, LatencyPercentiles, METRICS, MetricDef, Metrics, MetricsSnapshot,
     PriceTable, RequestCounts, RequestKind,
 };
 pub use multipart::{DEFAULT_PARALLEL_PARTS, MultipartOptions, MultipartWriter, settle_aborts};

@@ -340,7 +340,7 @@ pub struct ErrorCounts {
 /// Latency percentiles in milliseconds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[allow(missing_docs)]
-pub struct Percentiles {
+pub struct LatencyPercentiles {
     pub count: u64,
     pub p50: f64,
     pub p90: f64,
@@ -352,9 +352,9 @@ pub struct Percentiles {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Latency {
     /// GET: call until response headers.
-    pub first_byte_ms: Percentiles,
+    pub first_byte_ms: LatencyPercentiles,
     /// Any request: call until its body ended.
-    pub total_ms: Percentiles,
+    pub total_ms: LatencyPercentiles,
 }
 
 /// What the counted requests cost.
@@ -531,10 +531,10 @@ fn record(h: &Mutex<Histogram<u64>>, d: Duration) {
         .saturating_record(us);
 }
 
-fn percentiles(h: &Mutex<Histogram<u64>>) -> Percentiles {
+fn percentiles(h: &Mutex<Histogram<u64>>) -> LatencyPercentiles {
     let h = h.lock().unwrap_or_else(PoisonError::into_inner);
     let ms = |us: u64| us as f64 / 1000.0;
-    Percentiles {
+    LatencyPercentiles {
         count: h.len(),
         p50: ms(h.value_at_quantile(0.50)),
         p90: ms(h.value_at_quantile(0.90)),

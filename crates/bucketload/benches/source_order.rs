@@ -14,7 +14,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use bucketload::source::{
-    Order, Partition, Permutation, Plan, Progress, SampleRef, Source, WorkItem,
+    EpochProgress, Order, Partition, Permutation, Plan, SampleRef, Source, WorkItem,
 };
 
 /// Runs `f` once and returns the time it took.
@@ -40,7 +40,7 @@ fn permutation(n: u64) {
 }
 
 /// Iterates worker 0 of rank 0 to the end; returns ns per sample.
-fn iterate(progress: &Progress) -> f64 {
+fn iterate(progress: &EpochProgress) -> f64 {
     let it = progress.worker(0).unwrap();
     let n = it.len() as u64;
     let (count, d) = time(|| it.map(black_box).count());
@@ -63,7 +63,7 @@ fn workers(name: &str, plan: Plan, order: Order) {
 }
 
 /// Saves half-way through each worker and resumes with the same and with another worker count.
-fn resume(name: &str, source: &Source, mut progress: Progress) {
+fn resume(name: &str, source: &Source, mut progress: EpochProgress) {
     for w in 0..progress.num_workers() {
         let half = progress.worker_len(w).unwrap() / 2;
         progress.record(w, half).unwrap();

@@ -16,8 +16,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bucketload::dataset::Location;
-use bucketload::loader::{PrefetchConfig, PrefetchCounters, ShardSpan, shard_samples};
+use bucketload::base::Location;
+use bucketload::io::{PrefetchConfig, PrefetchCounters};
+use bucketload::loader::{ShardSpan, shard_samples};
 use bucketload_format::TarWriter;
 use bucketload_server::{LatencySpec, RunningServer, ServerConfig};
 use bucketload_store::object_store::path::Path;

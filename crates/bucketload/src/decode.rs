@@ -30,7 +30,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::loader::Sample;
-use crate::{Error, ErrorKind, Result, panics};
+use crate::{Error, Result, panics};
 
 /// Batches decoded ahead of a consumer outside the runtime ([`Decoder::batches`]).
 pub const PREFETCH_BATCHES: usize = 2;
@@ -131,17 +131,6 @@ impl DecodeConfig {
     /// Builds the pipeline.
     pub fn pipeline(&self) -> Result<ImagePipeline> {
         Ok(self.builder().build()?)
-    }
-}
-
-/// The kind of an image pipeline error: bytes that are not a usable image are corrupt data,
-/// a bad setting is invalid input.
-pub fn image_kind(err: &bucketload_image::Error) -> ErrorKind {
-    use bucketload_image::Error as E;
-    match err {
-        E::InvalidConfig { .. } => ErrorKind::InvalidInput,
-        E::ThreadPool(_) => ErrorKind::Other,
-        _ => ErrorKind::Corrupt,
     }
 }
 

@@ -2,8 +2,7 @@
 //!
 //! Store failures keep the store crate's classification ([`bucketload_store::Error`]: not found,
 //! permission denied, unreachable, throttled, ...), mapped with the full URI of the object by
-//! [`crate::dataset::Location`]; the engine adds its own failures (bad arguments, corrupt data,
-//! encoding).
+//! `base::Location`; the engine adds its own failures (bad arguments, corrupt data, encoding).
 
 pub use bucketload_store::ErrorKind;
 
@@ -128,7 +127,7 @@ impl Error {
             Error::Corrupt { .. } => ErrorKind::Corrupt,
             Error::Io { source, .. } => io_kind(source),
             #[cfg(feature = "image")]
-            Error::Image(e) => crate::decode::image_kind(e),
+            Error::Image(e) => image_kind(e),
             Error::BackgroundSave {
                 unconfirmed: true, ..
             } => ErrorKind::Store,
@@ -224,6 +223,18 @@ pub fn reword(text: &str, hints: &[Hint], words: impl Fn(&Hint) -> Option<String
             Some(own) => text.replace(&hint.to_string(), &own),
             None => text,
         })
+}
+
+/// The kind of an image pipeline error: bytes that are not a usable image are corrupt data,
+/// a bad setting is invalid input.
+#[cfg(feature = "image")]
+pub fn image_kind(err: &bucketload_image::Error) -> ErrorKind {
+    use bucketload_image::Error as E;
+    match err {
+        E::InvalidConfig { .. } => ErrorKind::InvalidInput,
+        E::ThreadPool(_) => ErrorKind::Other,
+        _ => ErrorKind::Corrupt,
+    }
 }
 
 /// The kind of a shard, index or manifest error: corrupt data, except a writer given a bad

@@ -1,15 +1,30 @@
 //! bucketload: keeps accelerators fed from object storage.
 //!
-//! This crate is the engine. It holds the [`dataset`] tools that the `bucketload` CLI drives
-//! (generate a synthetic image dataset, list it, describe it and copy it between stores) and the
-//! [`shards`] tools (index tar shards written by other tools, write a dataset's manifest).
-//! The loader's [`source`] decides which samples each rank and worker reads, in which order,
-//! and resumes an epoch mid-way; the [`loader`] fetches them (files, streamed shards or indexed
-//! shards, many requests in flight, an optional disk cache) as a stream of samples.
-//! Stores come from [`bucketload_store::Store`]; every tool works on its `ObjectStore`.
+//! This crate is the engine. Stores come from [`bucketload_store::Store`]; everything here works
+//! on its `ObjectStore`. Its modules form layers, each using only the ones below it:
+//!
+//! 1. [`base`]: a [`Location`](base::Location) (a store, the URI of its root, so that every
+//!    error names its object), the [`Progress`](base::Progress) long operations report to, and
+//!    listings ([`list_all`](base::list_all) lists a dataset's folders in parallel).
+//!    [`source`] (which samples each rank and worker reads, in which order; resuming an epoch
+//!    mid-way) and [`panics`] are pure and use nothing else either.
+//! 2. [`io`]: reading objects — the prefetching range reader ([`read_range`](io::read_range)),
+//!    the disk cache as readers use it ([`DiskCache`](io::DiskCache)), and the checks of what a
+//!    store returned against what a dataset's manifest promises. The loader and the mount
+//!    (`bucketload-fuse`) both read through it.
+//! 3. [`shards`]: tar shards — index shards written by other tools, read and tally their
+//!    indexes, shard a dataset, write a dataset's manifest, verify a dataset against it.
+//! 4. [`dataset`]: the tools the `bucketload` CLI drives on whole datasets — generate a synthetic
+//!    image dataset, describe it, copy it between stores; [`checkpoint`]: save and load training
+//!    checkpoints.
+//! 5. [`loader`]: a dataset as a stream of samples for this rank and worker: files, streamed
+//!    shards or indexed shards, many requests in flight, an optional disk cache.
+//! 6. `decode` (with the `image` feature): the loader's samples become image batches through
+//!    `bucketload-image`'s pipeline, the same way for the CLI and Python.
 //!
 //! ```no_run
-//! use bucketload::dataset::{GenSpec, Location, NoProgress, generate};
+//! use bucketload::base::{Location, NoProgress};
+//! use bucketload::dataset::{GenSpec, generate};
 //! use bucketload_store::{Store, StoreConfig};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -21,6 +36,7 @@
 //! ```
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod base;
 pub mod checkpoint;
 pub mod dataset;
 #[cfg(feature = "image")]
@@ -28,9 +44,12 @@ pub mod decode;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod io;
 pub mod loader;
 pub mod panics;
 pub mod shards;
 pub mod source;
 
+#[cfg(feature = "image")]
+pub use error::image_kind;
 pub use error::{BoxError, Error, ErrorKind, Hint, Result, format_kind, hints, reword};

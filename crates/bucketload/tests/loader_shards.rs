@@ -6,7 +6,8 @@ mod loader_support;
 
 use std::collections::HashSet;
 
-use bucketload::loader::{Delivery, Format, Loader, PrefetchConfig};
+use bucketload::io::PrefetchConfig;
+use bucketload::loader::{Delivery, Format, Loader};
 use bucketload::source::{Order, Partition, Remainder};
 use loader_support::{TestData, drain, keys};
 

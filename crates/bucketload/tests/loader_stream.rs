@@ -8,10 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bucketload::dataset::Location;
-use bucketload::loader::{
-    PrefetchConfig, PrefetchCounters, ShardSample, ShardSpan, read_range, shard_samples,
-};
+use bucketload::base::Location;
+use bucketload::io::{PrefetchConfig, PrefetchCounters, read_range};
+use bucketload::loader::{ShardSample, ShardSpan, shard_samples};
 use bucketload_format::{ShardIndex, ShardIndexBuilder, TarWriter};
 use bucketload_server::FaultKind;
 use bucketload_store::object_store::path::Path;

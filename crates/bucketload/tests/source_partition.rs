@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use bucketload::source::{Order, Partition, Plan, Progress, Remainder, SampleRef, Source};
+use bucketload::source::{EpochProgress, Order, Partition, Plan, Remainder, SampleRef, Source};
 use proptest::collection::vec;
 use proptest::prelude::*;
 
@@ -90,7 +90,7 @@ fn case() -> impl Strategy<Value = Case> {
 }
 
 /// Each worker's samples, in order.
-fn per_worker(progress: &Progress) -> Vec<Vec<SampleRef>> {
+fn per_worker(progress: &EpochProgress) -> Vec<Vec<SampleRef>> {
     (0..progress.num_workers())
         .map(|w| progress.worker(w).unwrap().collect())
         .collect()

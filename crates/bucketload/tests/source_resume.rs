@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use bucketload::source::{
-    Order, Partition, Plan, Progress, Remainder, SampleRef, Source, SourceState,
+    EpochProgress, Order, Partition, Plan, Remainder, SampleRef, Source, SourceState,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -40,12 +40,12 @@ fn json_round_trip(state: &SourceState) -> SourceState {
 }
 
 /// Lets every worker hand all its remaining samples to training.
-fn consume_all(progress: &mut Progress) -> Vec<Vec<SampleRef>> {
+fn consume_all(progress: &mut EpochProgress) -> Vec<Vec<SampleRef>> {
     consume(progress, &[u64::MAX], true)
 }
 
 /// Lets each worker hand `takes[w] mod (left + 1)` samples to training; returns them per worker.
-fn consume(progress: &mut Progress, takes: &[u64], all: bool) -> Vec<Vec<SampleRef>> {
+fn consume(progress: &mut EpochProgress, takes: &[u64], all: bool) -> Vec<Vec<SampleRef>> {
     (0..progress.num_workers())
         .map(|w| {
             let it = progress.worker(w).unwrap();

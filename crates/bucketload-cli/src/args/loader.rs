@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use anyhow::Context;
+use bucketload::io::PrefetchConfig;
 use bucketload::loader::{
-    CacheBuilder, DEFAULT_CONCURRENCY, Delivery, Format, LoaderConfig, PrefetchConfig,
+    CacheBuilder, DEFAULT_LOADER_CONCURRENCY, Delivery, Format, LoaderConfig,
 };
 use bucketload::source::{Order, Partition, Remainder};
 use clap::{Args, ValueEnum};
@@ -89,7 +90,7 @@ pub fn loader_config(
     uri: &str,
     epochs: u64,
 ) -> anyhow::Result<LoaderConfig> {
-    let concurrency = store.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
+    let concurrency = store.concurrency.unwrap_or(DEFAULT_LOADER_CONCURRENCY);
     let store_config = store.config().with_concurrency(concurrency);
     let mut order = match a.no_shuffle {
         true => Order::sequential(),

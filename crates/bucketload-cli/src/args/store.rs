@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use bucketload::dataset::Location;
+use bucketload::base::Location;
 use bucketload_store::object_store::path::Path;
 use bucketload_store::{Addressing, RetryMode, Scheme, Store, StoreConfig, key_path};
 use clap::Args;

@@ -2,7 +2,8 @@
 
 use std::io::Write;
 
-use bucketload::dataset::{self, CopyOptions, Location};
+use bucketload::base::Location;
+use bucketload::dataset::{self, CopyOptions};
 use bucketload_store::object_store::path::Path;
 use bucketload_store::{StoreConfig, key_path};
 use clap::Args;

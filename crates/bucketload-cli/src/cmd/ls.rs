@@ -2,8 +2,8 @@
 
 use std::io::Write;
 
-use bucketload::dataset::{self, Entry, ListReport, Location, ShardSamples};
-use bucketload::shards::SHARD_EXT;
+use bucketload::base::{self, Entry, ListReport, Location};
+use bucketload::shards::{self, SHARD_EXT, ShardSamples};
 use bucketload_store::StoreConfig;
 use bucketload_store::object_store::ObjectStoreExt;
 use clap::Args;
@@ -42,7 +42,7 @@ pub async fn ls(args: &StoreArgs, a: LsArgs) -> anyhow::Result<()> {
     let (_store, location) = open_dir(&uri, &config)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut totals = ListReport::default();
-    let mut entries = dataset::list(&location, None, a.recursive);
+    let mut entries = base::list(&location, None, a.recursive);
     let print = if a.json { print_json } else { print_entry };
     // Something is below the URI, if only its folder marker.
     let mut found = false;
@@ -144,7 +144,7 @@ async fn ls_samples(uri: &str, a: &LsArgs, config: &StoreConfig) -> anyhow::Resu
     }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut summary = SamplesSummary::default();
-    let mut shards = dataset::read_indexes(&location, found, config.concurrency());
+    let mut shards = shards::read_indexes(&location, found, config.concurrency());
     while let Some(shard) = shards.try_next().await? {
         if a.json {
             print_samples_json(&mut out, &shard)?;
@@ -168,8 +168,8 @@ fn print_samples(out: &mut impl Write, shard: &ShardSamples) -> std::io::Result<
         return Ok(());
     };
     for sample in &index.samples {
-        let extensions = dataset::extensions(sample).join(",");
-        let bytes = dataset::sample_bytes(sample);
+        let extensions = shards::extensions(sample).join(",");
+        let bytes = shards::sample_bytes(sample);
         writeln!(out, "{}  {}  {extensions}  {bytes}", shard.key, sample.key)?;
     }
     Ok(())
@@ -184,8 +184,8 @@ fn print_samples_json(out: &mut impl Write, shard: &ShardSamples) -> std::io::Re
         let value = serde_json::json!({
             "shard": shard.key.as_ref(),
             "key": sample.key,
-            "extensions": dataset::extensions(sample),
-            "bytes": dataset::sample_bytes(sample),
+            "extensions": shards::extensions(sample),
+            "bytes": shards::sample_bytes(sample),
             "offset": start,
             "length": end.saturating_sub(start),
         });

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use anyhow::bail;
-use bucketload::dataset::Progress;
+use bucketload::base::Progress;
 use bucketload::loader::{Format, Loader, LoaderStats};
 use clap::Args;
 use futures::TryStreamExt;

@@ -51,7 +51,7 @@ impl CheckpointReader {
                     Ok(meta) => meta,
                     Err(e) => {
                         let err = crate::Error::Store(store.map_error(e, &key));
-                        let location = crate::dataset::Location::from_store(store);
+                        let location = crate::base::Location::from_store(store);
                         return Err(location.explain_not_found(err).await);
                     }
                 };

@@ -17,8 +17,7 @@ use bucketload_store::{
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::Semaphore;
 
-use super::list::{Entry, list};
-use super::{Location, Progress};
+use crate::base::{Entry, Location, Progress, list, warn_unaddressable};
 use crate::error::{Error, Result};
 
 /// Large objects copied at once; each keeps its own parts in flight.
@@ -125,7 +124,7 @@ pub async fn copy_tree(
                     None
                 }
                 Entry::Unaddressable(listed) => {
-                    super::warn_unaddressable(src, &listed);
+                    warn_unaddressable(src, &listed);
                     skipped.fetch_add(1, Ordering::Relaxed);
                     None
                 }

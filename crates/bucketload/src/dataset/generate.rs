@@ -13,12 +13,13 @@ use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::Semaphore;
 
+use super::pad_width;
 use super::synth::{ImageShape, NoiseTable, encode_sample};
-use super::{Location, Progress, pad_width};
+use crate::base::{Location, Progress};
 use crate::error::{Error, Result};
 
 /// Default number of PUTs in flight.
-const DEFAULT_CONCURRENCY: usize = 64;
+const DEFAULT_PUTS_IN_FLIGHT: usize = 64;
 
 /// What to generate. Build with [`GenSpec::builder`].
 #[derive(Debug, Clone)]
@@ -45,7 +46,7 @@ impl GenSpec {
                 classes: 10,
                 size: 100_000,
                 seed: 0,
-                concurrency: DEFAULT_CONCURRENCY,
+                concurrency: DEFAULT_PUTS_IN_FLIGHT,
             },
         }
     }

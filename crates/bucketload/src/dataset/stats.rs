@@ -24,16 +24,16 @@ use bucketload_store::object_store::{ObjectStoreExt, path::Path};
 use bucketload_store::{PriceTable, key_path};
 use futures::{StreamExt, TryStreamExt};
 
-use super::indexes::shards_in;
 use super::jpeg::parse_header;
-use super::list::{Entry, list};
-use super::{Location, Progress, shard_stats};
+use crate::base::{Entry, Location, Progress, list, warn_unaddressable};
 use crate::error::Result;
+use crate::shards::stats::{ImageMember, IndexTally, image_members, is_jpeg};
+use crate::shards::{ShardObject, read_all_indexes, read_index, shards_in};
 
 /// Bytes fetched per sampled image: enough for the frame header even behind an EXIF thumbnail.
 const HEADER_BYTES: u64 = 64 * 1024;
 /// S3 returns at most 1,000 keys per LIST request.
-pub(crate) const KEYS_PER_LIST: u64 = 1000;
+const KEYS_PER_LIST: u64 = 1000;
 /// Prefix of bucketload's own objects at a dataset root (never part of the dataset).
 const RESERVED: &str = "_bucketload/";
 
@@ -75,9 +75,9 @@ impl StatsOptions {
     }
 }
 
-/// Percentiles (nearest rank) of sizes in bytes, or of counts.
+/// SizePercentiles (nearest rank) of sizes in bytes, or of counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Percentiles {
+pub struct SizePercentiles {
     /// Smallest.
     pub p0: u64,
     /// Median.
@@ -160,11 +160,11 @@ pub struct ShardStats {
     /// Full URIs of the shards without an index, whose samples are not counted.
     pub unindexed: Vec<String>,
     /// Samples per shard (over the shards whose samples are known).
-    pub samples_per_shard: Percentiles,
+    pub samples_per_shard: SizePercentiles,
     /// Bytes per shard (every shard).
-    pub bytes_per_shard: Percentiles,
+    pub bytes_per_shard: SizePercentiles,
     /// Bytes of member data per sample, from the indexes.
-    pub sample_bytes: Option<Percentiles>,
+    pub sample_bytes: Option<SizePercentiles>,
     /// Members per extension (`jpg`, `cls`), from the indexes.
     pub extensions: BTreeMap<String, u64>,
 }
@@ -189,7 +189,7 @@ pub struct DatasetStats {
     /// How the classes were found (absent without classes).
     pub classes_from: Option<ClassesFrom>,
     /// Size percentiles of the objects (files, or shards).
-    pub sizes: Percentiles,
+    pub sizes: SizePercentiles,
     /// Shard datasets: shards, samples per shard and what the indexes say.
     pub shards: Option<ShardStats>,
     /// How the dataset was made, from its manifest.
@@ -212,7 +212,7 @@ impl DatasetStats {
             bytes: 0,
             classes: BTreeMap::new(),
             classes_from: None,
-            sizes: Percentiles::default(),
+            sizes: SizePercentiles::default(),
             shards: None,
             parameters: None,
             images: SampledImages::default(),
@@ -231,21 +231,141 @@ pub async fn stats(
     if let Some(manifest) = location.manifest().await? {
         return match manifest.kind {
             DatasetKind::Files => files_from_manifest(location, manifest, options).await,
-            DatasetKind::Shards => shard_stats::from_manifest(location, manifest, options).await,
+            DatasetKind::Shards => shards_from_manifest(location, manifest, options).await,
         };
     }
     let objects = list_dataset(location, progress).await?;
     let shards = shards_in(&objects);
     if is_shard_dataset(objects.len(), &shards) {
-        return shard_stats::from_indexes(location, &objects, shards, options).await;
+        return shards_from_indexes(location, &objects, shards, options).await;
     }
     files_from_listing(location, objects, options).await
 }
 
 /// Shards and their indexes make more than half of the objects.
-fn is_shard_dataset(objects: usize, shards: &[crate::shards::ShardObject]) -> bool {
+fn is_shard_dataset(objects: usize, shards: &[ShardObject]) -> bool {
     let indexed = shards.iter().filter(|s| s.has_index).count();
     !shards.is_empty() && 2 * (shards.len() + indexed) > objects
+}
+
+/// Describes a shard dataset from its manifest. Images are sampled from the first shard (one
+/// more GET for its index), when it has one.
+async fn shards_from_manifest(
+    location: &Location,
+    manifest: Manifest,
+    options: &StatsOptions,
+) -> Result<DatasetStats> {
+    let mut out = DatasetStats::empty(
+        location.to_string(),
+        DatasetKind::Shards,
+        StatsFrom::Manifest,
+    );
+    let bytes: Vec<u64> = manifest.shards.iter().map(|s| s.bytes).collect();
+    out.objects = manifest.shards.len() as u64;
+    out.samples = manifest.samples;
+    out.bytes = manifest.bytes;
+    out.sizes = percentiles_of(bytes);
+    out.shards = Some(ShardStats {
+        count: out.objects,
+        samples_per_shard: percentiles_of(manifest.shards.iter().map(|s| s.samples).collect()),
+        bytes_per_shard: out.sizes,
+        ..ShardStats::default()
+    });
+    out.classes = manifest_classes(&manifest);
+    out.classes_from = (!out.classes.is_empty()).then_some(ClassesFrom::Manifest);
+    if let Some(first) = manifest.shards.first().filter(|_| options.sample > 0) {
+        let key = key_path(&first.name);
+        if let Some(index) = read_index(location, &key).await? {
+            out.images = sample_images(
+                location,
+                probes(image_members(location, &key, &index)),
+                options,
+            )
+            .await?;
+        }
+    }
+    let prices = &options.prices;
+    out.cost = shard_cost(0, 1, out.objects, out.samples, out.bytes, prices);
+    out.parameters = Some(manifest.parameters);
+    Ok(out)
+}
+
+/// Describes a shard dataset without manifest from the indexes of `shards`, found in the
+/// recursive listing `objects`.
+async fn shards_from_indexes(
+    location: &Location,
+    objects: &[(Path, u64)],
+    shards: Vec<ShardObject>,
+    options: &StatsOptions,
+) -> Result<DatasetStats> {
+    let mut out = DatasetStats::empty(
+        location.to_string(),
+        DatasetKind::Shards,
+        StatsFrom::Indexes,
+    );
+    let read = read_all_indexes(location, shards, options.concurrency).await?;
+    out.objects = read.len() as u64;
+    out.bytes = read.iter().map(|s| s.size).sum();
+    out.sizes = percentiles_of(read.iter().map(|s| s.size).collect());
+    let tally = IndexTally::of(location, &read);
+    out.samples = tally.samples.iter().sum();
+    out.classes_from = (!tally.classes.is_empty()).then_some(ClassesFrom::KeyFolder);
+    out.classes = tally.classes;
+    let indexed = tally.samples.len() as u64;
+    out.shards = Some(ShardStats {
+        count: out.objects,
+        indexes_read: indexed,
+        unindexed: tally.unindexed,
+        samples_per_shard: percentiles_of(tally.samples),
+        bytes_per_shard: out.sizes,
+        sample_bytes: (indexed > 0).then(|| percentiles_of(tally.sample_bytes)),
+        extensions: tally.extensions,
+    });
+    out.images = sample_images(location, probes(tally.images), options).await?;
+    let list_requests = (objects.len() as u64).div_ceil(KEYS_PER_LIST).max(1);
+    let prices = &options.prices;
+    out.cost = shard_cost(
+        list_requests,
+        0,
+        out.objects,
+        out.samples,
+        out.bytes,
+        prices,
+    );
+    Ok(out)
+}
+
+/// The JPEG members of shards as places to read a header from.
+fn probes(members: Vec<ImageMember>) -> Vec<Probe> {
+    members
+        .into_iter()
+        .map(|m| Probe {
+            key: m.shard,
+            start: m.offset,
+            size: m.size,
+            name: m.name,
+        })
+        .collect()
+}
+
+/// One pass: `manifest` GETs (0 or 1) and one streaming GET per shard; and the random-access
+/// alternative: the same plus one ranged GET per sample (each index is read once in place of
+/// its shard).
+fn shard_cost(
+    list_requests: u64,
+    manifest: u64,
+    shards: u64,
+    samples: u64,
+    bytes: u64,
+    prices: &PriceTable,
+) -> CostEstimate {
+    let mut estimate = cost(list_requests, manifest + shards, bytes, prices);
+    let random = manifest + shards + samples;
+    estimate.random_access = Some(RandomAccessCost {
+        get_requests: random,
+        requests_usd: cost(list_requests, random, bytes, prices).requests_usd,
+    });
+    estimate
 }
 
 /// Keys and sizes of every object below `location` but bucketload's own.
@@ -260,7 +380,7 @@ async fn list_dataset(location: &Location, progress: &dyn Progress) -> Result<Ve
                     objects.push((meta.location, meta.size));
                 }
             }
-            Entry::Unaddressable(listed) => super::warn_unaddressable(location, &listed),
+            Entry::Unaddressable(listed) => warn_unaddressable(location, &listed),
             // Folder markers are folders, not samples.
             _ => {}
         }
@@ -329,7 +449,7 @@ async fn describe_files(
 }
 
 /// The manifest's classes as a map.
-pub(crate) fn manifest_classes(manifest: &Manifest) -> BTreeMap<String, u64> {
+fn manifest_classes(manifest: &Manifest) -> BTreeMap<String, u64> {
     manifest
         .classes
         .iter()
@@ -349,13 +469,13 @@ fn class_counts(objects: &[(Path, u64)]) -> BTreeMap<String, u64> {
 }
 
 /// Nearest-rank percentiles of `values` (any order).
-pub(crate) fn percentiles_of(mut values: Vec<u64>) -> Percentiles {
+fn percentiles_of(mut values: Vec<u64>) -> SizePercentiles {
     values.sort_unstable();
     percentiles(&values)
 }
 
 /// Nearest-rank percentiles of sorted `sizes`.
-fn percentiles(sorted: &[u64]) -> Percentiles {
+fn percentiles(sorted: &[u64]) -> SizePercentiles {
     let rank = |q: f64| -> u64 {
         if sorted.is_empty() {
             return 0;
@@ -363,7 +483,7 @@ fn percentiles(sorted: &[u64]) -> Percentiles {
         let i = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
         sorted[i]
     };
-    Percentiles {
+    SizePercentiles {
         p0: sorted.first().copied().unwrap_or(0),
         p50: rank(0.5),
         p90: rank(0.9),
@@ -378,21 +498,14 @@ fn spread(len: usize, n: usize) -> Vec<usize> {
     (0..n).map(|i| i * len / n).collect()
 }
 
-/// Whether a key (`a/1.jpg`) or a member extension (`jpg`) names a JPEG.
-pub(crate) fn is_jpeg(name: &str) -> bool {
-    let lower = name.to_ascii_lowercase();
-    let ext = lower.rsplit('.').next().unwrap_or_default();
-    ext == "jpg" || ext == "jpeg"
-}
-
 /// Where to read an image's header: in object `key`, `size` bytes from `start`; `name` is how
 /// reports name it.
 #[derive(Debug, Clone)]
-pub(crate) struct Probe {
-    pub(crate) key: Path,
-    pub(crate) start: u64,
-    pub(crate) size: u64,
-    pub(crate) name: String,
+struct Probe {
+    key: Path,
+    start: u64,
+    size: u64,
+    name: String,
 }
 
 impl Probe {
@@ -408,7 +521,7 @@ impl Probe {
 }
 
 /// Reads the header of `options.sample` of `images`, evenly spread in the order given.
-pub(crate) async fn sample_images(
+async fn sample_images(
     location: &Location,
     images: Vec<Probe>,
     options: &StatsOptions,
@@ -459,12 +572,7 @@ async fn read_dimensions(
 
 /// `list_requests` LIST and `get_requests` GET requests reading `bytes`. LIST is priced as a
 /// write-tier request and GET as a read-tier one, as S3 does.
-pub(crate) fn cost(
-    list_requests: u64,
-    get_requests: u64,
-    bytes: u64,
-    prices: &PriceTable,
-) -> CostEstimate {
+fn cost(list_requests: u64, get_requests: u64, bytes: u64, prices: &PriceTable) -> CostEstimate {
     let requests_usd = list_requests as f64 / 1000.0 * prices.write_per_1000
         + get_requests as f64 / 1000.0 * prices.read_per_1000;
     let transfer_usd = if prices.in_region {
@@ -490,7 +598,7 @@ mod tests {
         let sizes: Vec<u64> = (1..=100).collect();
         assert_eq!(
             percentiles(&sizes),
-            Percentiles {
+            SizePercentiles {
                 p0: 1,
                 p50: 50,
                 p90: 90,
@@ -500,7 +608,7 @@ mod tests {
         );
         assert_eq!(
             percentiles_of(vec![7]),
-            Percentiles {
+            SizePercentiles {
                 p0: 7,
                 p50: 7,
                 p90: 7,
@@ -509,7 +617,7 @@ mod tests {
             }
         );
         assert_eq!(percentiles_of(vec![3, 1, 2]).p50, 2);
-        assert_eq!(percentiles(&[]), Percentiles::default());
+        assert_eq!(percentiles(&[]), SizePercentiles::default());
     }
 
     #[test]
@@ -557,5 +665,99 @@ mod tests {
             ..PriceTable::default()
         };
         assert!((cost(0, 1, 2_000_000_000, &out).transfer_usd - 0.18).abs() < 1e-9);
+    }
+}
+
+#[cfg(test)]
+mod shard_tests {
+    use std::sync::Arc;
+
+    use bucketload_format::{ShardIndexBuilder, TarWriter};
+    use bucketload_store::object_store::{ObjectStore, ObjectStoreExt, memory::InMemory};
+
+    use super::*;
+    use crate::base::NoProgress;
+
+    /// A shard of `samples` (`<class>/<n>.txt` + `.cls`, data `n` bytes long) and its index.
+    fn shard(samples: &[(&str, usize)]) -> (Vec<u8>, Vec<u8>) {
+        let (mut tar, mut writer) = (Vec::new(), TarWriter::new("s.tar"));
+        let mut index = ShardIndexBuilder::new();
+        for (class, n) in samples {
+            for (ext, data) in [("txt", vec![b'x'; *n]), ("cls", b"0".to_vec())] {
+                let name = format!("{class}/{n:04}.{ext}");
+                let at = writer.append(&mut tar, &name, &data).unwrap();
+                index.add(&name, at, &data);
+            }
+        }
+        let summary = writer.finish(&mut tar).unwrap();
+        let idx = index.finish(&summary).to_bytes("s.tar.idx").unwrap();
+        (tar, idx)
+    }
+
+    #[tokio::test]
+    async fn indexes_give_samples_classes_and_extensions_and_name_unindexed_shards() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let shards = [
+            shard(&[("a", 1), ("a", 2), ("b", 3)]),
+            shard(&[("b", 4)]),
+            shard(&[("a", 5), ("a", 6)]),
+        ];
+        for (i, (tar, idx)) in shards.iter().enumerate() {
+            let key = format!("{i}.tar");
+            store
+                .put(&Path::from(key.as_str()), tar.clone().into())
+                .await
+                .unwrap();
+            if i != 2 {
+                let idx_key = Path::from(format!("{key}.idx"));
+                store.put(&idx_key, idx.clone().into()).await.unwrap();
+            }
+        }
+        store
+            .put(&Path::from("README"), vec![1].into())
+            .await
+            .unwrap();
+        let loc = Location::new(store, "mem://d", "memory");
+        let options = StatsOptions::default();
+        let s = stats(&loc, &options, &NoProgress).await.unwrap();
+        assert_eq!((s.kind, s.from), (DatasetKind::Shards, StatsFrom::Indexes));
+        assert_eq!((s.objects, s.samples), (3, 4));
+        let want: u64 = shards.iter().map(|(t, _)| t.len() as u64).sum();
+        assert_eq!(s.bytes, want);
+        assert_eq!(
+            s.classes,
+            BTreeMap::from([("a".into(), 2), ("b".into(), 2)])
+        );
+        assert_eq!(s.classes_from, Some(ClassesFrom::KeyFolder));
+        let sh = s.shards.unwrap();
+        assert_eq!((sh.count, sh.indexes_read), (3, 2));
+        assert_eq!(sh.unindexed, ["mem://d/2.tar"]);
+        assert_eq!((sh.samples_per_shard.p0, sh.samples_per_shard.max), (1, 3));
+        let bytes = sh.sample_bytes.unwrap();
+        assert_eq!((bytes.p0, bytes.max), (2, 5));
+        assert_eq!(
+            sh.extensions,
+            BTreeMap::from([("cls".into(), 4), ("txt".into(), 4)])
+        );
+        // One listing of 6 objects; 3 streaming GETs; 3 index + 4 sample GETs at random.
+        assert_eq!((s.cost.list_requests, s.cost.get_requests), (1, 3));
+        assert_eq!(s.cost.random_access.unwrap().get_requests, 7);
+        assert_eq!(s.images.sampled, 0);
+    }
+
+    #[test]
+    fn random_access_reads_every_index_and_sample() {
+        let prices = PriceTable::default();
+        // From a manifest: 1 + 3 GETs in a pass; 1 + 3 indexes + 30 samples at random.
+        let c = shard_cost(0, 1, 3, 30, 3000, &prices);
+        assert_eq!((c.list_requests, c.get_requests), (0, 4));
+        assert_eq!(c.random_access.unwrap().get_requests, 34);
+        // From a listing: 3 GETs in a pass; 3 indexes + 20 samples at random.
+        let c = shard_cost(1, 0, 3, 20, 3000, &prices);
+        assert_eq!(c.get_requests, 3);
+        let random = c.random_access.unwrap();
+        assert_eq!(random.get_requests, 23);
+        let want = 0.000005 + 23.0 * 0.0000004;
+        assert!((random.requests_usd - want).abs() < 1e-12, "{random:?}");
     }
 }

@@ -9,8 +9,10 @@ use bucketload_store::object_store::{ObjectMeta, path::Path};
 use bucketload_store::{ETag, key_path};
 
 use super::config::Format;
-use crate::dataset::{Location, list_all, read_all_indexes};
-use crate::shards::{IndexOptions, SHARD_EXT, ShardObject, index_key, index_shard};
+use crate::base::{Location, list_all};
+use crate::shards::{
+    IndexOptions, SHARD_EXT, ShardObject, index_key, index_shard, read_all_indexes, shards_in,
+};
 use crate::source::Plan;
 use crate::{Error, Result};
 use futures::{StreamExt, TryStreamExt};
@@ -182,7 +184,7 @@ fn files_of(metas: Vec<ObjectMeta>) -> Catalog {
 /// for plain tars without one, from reading them once (see [`scanned`]).
 async fn shards_of(location: &Location, metas: &[ObjectMeta], indexed: bool) -> Result<Catalog> {
     let objects: Vec<(Path, u64)> = metas.iter().map(|m| (m.location.clone(), m.size)).collect();
-    let found = crate::dataset::shards_in(&objects);
+    let found = shards_in(&objects);
     let (with, without): (Vec<_>, Vec<_>) = found
         .into_iter()
         .map(|s| DataShard {

@@ -5,13 +5,15 @@ use std::sync::Arc;
 use bucketload_cache::Cache;
 use bucketload_store::{Store, StoreConfig};
 
-use super::prefetch::PrefetchConfig;
+use crate::io::PrefetchConfig;
 use crate::source::{Order, Partition};
 use crate::{Error, Result};
 
-/// Default requests in flight: Little's law at a 50 ms first-byte latency gives
+/// Default requests the loader keeps in flight (files and indexed datasets); a loader that
+/// opens its store from a URI raises the store's limit
+/// ([`bucketload_store::DEFAULT_STORE_CONCURRENCY`]) to its own. Little's law at a 50 ms first-byte latency gives
 /// 256 / 0.05 s ≈ 5,000 samples/s, more than two cores hand to a consumer of 100 KB samples.
-pub const DEFAULT_CONCURRENCY: usize = 256;
+pub const DEFAULT_LOADER_CONCURRENCY: usize = 256;
 
 /// Default shards streamed at once: each shard's prefetch window starts at 1 MiB and needs
 /// about six round trips to reach 64 MiB, so at 50 ms first-byte latency eight shards ramping
@@ -158,7 +160,7 @@ impl LoaderBuilder {
             config: LoaderConfig {
                 dataset,
                 format: Format::Auto,
-                concurrency: DEFAULT_CONCURRENCY,
+                concurrency: DEFAULT_LOADER_CONCURRENCY,
                 shards_in_flight: DEFAULT_SHARDS_IN_FLIGHT,
                 prefetch: PrefetchConfig::for_streams(),
                 epochs: 1,
@@ -191,7 +193,7 @@ impl LoaderBuilder {
         self
     }
 
-    /// Requests in flight for files and indexed datasets (default [`DEFAULT_CONCURRENCY`]).
+    /// Requests in flight for files and indexed datasets (default [`DEFAULT_LOADER_CONCURRENCY`]).
     pub fn with_concurrency(mut self, requests: usize) -> Self {
         self.config.concurrency = requests;
         self

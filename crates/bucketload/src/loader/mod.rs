@@ -22,6 +22,14 @@
 //!                                                    SampleStream ──► consumer
 //! ```
 //!
+//! Where each part lives: `catalog.rs` (manifest, listing or indexes → the files or shards and
+//! their [`Plan`](crate::source::Plan)); `random_access.rs` (files and indexed shards: fetch
+//! units, coalescing, delivery order), with `file_bytes.rs` (one file through the cache, checked
+//! against the manifest); `streamed_shards.rs` (a worker's shards streamed several at once and
+//! reordered), each stream a `shard_stream.rs` ([`shard_samples`]: the tar of one shard span
+//! parsed as bytes arrive from [`read_range`](crate::io::read_range)). The cache is a
+//! [`DiskCache`], shared with the mount.
+//!
 //! Back-pressure: nothing is requested that the memory budget (files, indexed) or the prefetch
 //! windows and channels (shards) cannot hold; a consumer that stops polling stops new requests.
 //! Cancellation: dropping a [`SampleStream`] drops its requests and aborts its shard tasks.
@@ -41,15 +49,13 @@
 //! # Ok(()) }
 //! ```
 
-mod cached;
 mod catalog;
-pub(crate) mod checked;
 mod config;
-mod prefetch;
-mod random;
+mod file_bytes;
+mod random_access;
+mod shard_stream;
 mod stats;
-mod stream;
-mod streamed;
+mod streamed_shards;
 
 use std::collections::BTreeSet;
 use std::panic::AssertUnwindSafe;
@@ -66,21 +72,21 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use bucketload_cache::{Cache, CacheBuilder, CacheStats};
 pub use config::{
-    DEFAULT_COALESCE_GAP, DEFAULT_COALESCE_WINDOW, DEFAULT_CONCURRENCY, DEFAULT_MEMORY_BUDGET,
-    DEFAULT_SHARDS_IN_FLIGHT, Delivery, Format, LoaderBuilder, LoaderConfig, MAX_COALESCED_BYTES,
+    DEFAULT_COALESCE_GAP, DEFAULT_COALESCE_WINDOW, DEFAULT_LOADER_CONCURRENCY,
+    DEFAULT_MEMORY_BUDGET, DEFAULT_SHARDS_IN_FLIGHT, Delivery, Format, LoaderBuilder, LoaderConfig,
+    MAX_COALESCED_BYTES,
 };
-pub use prefetch::{PrefetchConfig, PrefetchCounters, PrefetchSnapshot, read_range};
-pub use stats::{CacheCounts, InFlight, LoaderStats, RequestStats, StageTime};
-pub use stream::{ShardSample, ShardSpan, shard_samples};
+pub use shard_stream::{ShardSample, ShardSpan, shard_samples};
+pub use stats::{InFlight, LoaderStats, RequestStats, StageTime};
 
-use cached::CacheUse;
 use catalog::{Catalog, DataShard, FileObject};
 use config::Dataset;
 use stats::Counters;
 
 use crate::Result;
-use crate::dataset::Location;
-use crate::source::{Progress, SampleRef, Source, SourceState};
+use crate::base::Location;
+use crate::io::{DiskCache, PrefetchCounters};
+use crate::source::{EpochProgress, SampleRef, Source, SourceState};
 
 /// Extension of the WebDataset member that holds a class label (ASCII decimal).
 const LABEL_EXT: &str = "cls";
@@ -144,7 +150,7 @@ impl Sample {
 /// has moved on (to a task that reads ahead of the consumer).
 #[derive(Debug, Clone)]
 pub struct StateTracker {
-    progress: Progress,
+    progress: EpochProgress,
     worker: u32,
 }
 
@@ -204,7 +210,7 @@ pub(crate) struct Inner {
     pub(crate) prefetch: Arc<PrefetchCounters>,
     pub(crate) budget: Arc<Semaphore>,
     pub(crate) budget_kib: u32,
-    pub(crate) cache: Option<CacheUse>,
+    pub(crate) cache: Option<DiskCache>,
 }
 
 impl Inner {
@@ -262,10 +268,7 @@ impl Loader {
             samples = source.plan().samples(),
             "loader: dataset opened"
         );
-        let cache = config.cache.clone().map(|cache| CacheUse {
-            cache,
-            fills: Arc::default(),
-        });
+        let cache = config.cache.clone().map(DiskCache::new);
         Ok(Loader {
             inner: Arc::new(Inner {
                 store_uri: store.uri().to_string(),
@@ -319,8 +322,8 @@ impl Loader {
             // On a blocking thread at the first poll, before any lookup of the epoch.
             let uri = self.inner.store_uri.clone();
             let begin = futures::stream::once(async move {
-                cache.fills.idle().await;
-                let cache = cache.cache;
+                cache.fills().idle().await;
+                let cache = Arc::clone(cache.cache());
                 let begun = tokio::task::spawn_blocking(move || cache.begin_epoch(&uri, epoch));
                 if let Ok(Err(e)) = begun.await {
                     tracing::warn!(error = %e, "loader: the cache could not start a new epoch");
@@ -353,15 +356,15 @@ impl Loader {
             .boxed()
     }
 
-    fn stream(&self, progress: Progress) -> Result<SampleStream> {
+    fn stream(&self, progress: EpochProgress) -> Result<SampleStream> {
         let (worker, _) = self.inner.config.worker();
         let iter = progress.worker(worker)?;
         let start = iter.position();
         let remaining = iter.len() as u64;
         let inner = self.inner.clone();
         let items = match &inner.catalog {
-            Catalog::Shards { indexed: false, .. } => streamed::samples(inner.clone(), iter),
-            _ => random::samples(inner.clone(), iter),
+            Catalog::Shards { indexed: false, .. } => streamed_shards::samples(inner.clone(), iter),
+            _ => random_access::samples(inner.clone(), iter),
         };
         Ok(SampleStream {
             items,
@@ -380,7 +383,11 @@ impl Loader {
 
     /// Counters since the loader opened.
     pub fn stats(&self) -> LoaderStats {
-        self.inner.counters.snapshot(self.inner.prefetch.snapshot())
+        let cache = self.inner.cache.as_ref().map(DiskCache::counts);
+        let cache = cache.unwrap_or_default();
+        self.inner
+            .counters
+            .snapshot(self.inner.prefetch.snapshot(), cache)
     }
 }
 
@@ -388,7 +395,7 @@ impl Loader {
 pub struct SampleStream {
     items: BoxStream<'static, Result<Item>>,
     inner: Arc<Inner>,
-    progress: Progress,
+    progress: EpochProgress,
     worker: u32,
     /// Position of the first sample of this stream in the worker's order.
     start: u64,
@@ -438,7 +445,7 @@ impl SampleStream {
 
     /// Samples of this stream that count as consumed in [`state`](Self::state), for this
     /// worker. A training loop that merges several worker processes keeps one rank-level
-    /// [`Progress`] (from [`Loader::source`]) and records each worker's count into it.
+    /// [`EpochProgress`] (from [`Loader::source`]) and records each worker's count into it.
     pub fn consumed(&self) -> u64 {
         self.prefix - self.start
     }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::prefetch::PrefetchSnapshot;
+use crate::io::{CacheCounts, PrefetchSnapshot};
 
 /// Counters shared by a loader's tasks (atomics).
 #[derive(Debug, Default)]
@@ -27,9 +27,6 @@ pub(crate) struct Counters {
     pub(crate) gets: AtomicU64,
     pub(crate) ranged_gets: AtomicU64,
     pub(crate) coalesced: AtomicU64,
-    pub(crate) cache_hits: AtomicU64,
-    pub(crate) cache_misses: AtomicU64,
-    pub(crate) cache_errors: AtomicU64,
     pub(crate) in_flight: AtomicU64,
     pub(crate) max_in_flight: AtomicU64,
     pub(crate) request_nanos: AtomicU64,
@@ -96,8 +93,8 @@ impl Counters {
         add(&self.consumer_wait_nanos, nanos(waited));
     }
 
-    /// A snapshot; `prefetch` comes from the shard readers' counters.
-    pub(crate) fn snapshot(&self, prefetch: PrefetchSnapshot) -> LoaderStats {
+    /// A snapshot; `prefetch` comes from the shard readers' counters, `cache` from the cache's.
+    pub(crate) fn snapshot(&self, prefetch: PrefetchSnapshot, cache: CacheCounts) -> LoaderStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let clock = self.clock.lock().unwrap_or_else(PoisonError::into_inner);
         let elapsed = clock.started.map_or(Duration::ZERO, |s| s.elapsed());
@@ -122,11 +119,7 @@ impl Counters {
                 mean: if secs > 0.0 { request_s / secs } else { 0.0 },
                 request_s,
             },
-            cache: CacheCounts {
-                hits: get(&self.cache_hits),
-                misses: get(&self.cache_misses),
-                errors: get(&self.cache_errors),
-            },
+            cache,
             fetch: StageTime {
                 busy_s: busy.as_secs_f64().min(secs),
                 idle_or_waiting_s: (secs - busy.as_secs_f64()).max(0.0),
@@ -232,17 +225,6 @@ pub struct InFlight {
     pub mean: f64,
     /// Total time of all requests, in seconds (their sum, not wall time).
     pub request_s: f64,
-}
-
-/// Cache lookups.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct CacheCounts {
-    /// Served from disk.
-    pub hits: u64,
-    /// Fetched from the store (absent, stale or corrupt entries).
-    pub misses: u64,
-    /// Cache I/O failures (the sample was fetched from the store instead).
-    pub errors: u64,
 }
 
 /// How a stage spent the run.

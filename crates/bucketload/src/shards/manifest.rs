@@ -13,7 +13,7 @@ use bucketload_store::object_store::{ObjectMeta, ObjectStoreExt, PutPayload, pat
 use bucketload_store::{ETag, Store};
 use futures::{StreamExt, TryStreamExt};
 
-use crate::dataset::{Location, Progress, list_all};
+use crate::base::{Location, Progress, list_all};
 use crate::error::{Error, Result};
 
 /// Prefix of bucketload's own objects at a dataset root (never part of the dataset).

@@ -15,7 +15,7 @@
 //! indexes, reporting every [`Problem`].
 //!
 //! ```no_run
-//! use bucketload::dataset::NoProgress;
+//! use bucketload::base::NoProgress;
 //! use bucketload::shards::{IndexOptions, find_shards, index_shards};
 //! use bucketload_store::{Store, StoreConfig};
 //!
@@ -28,8 +28,10 @@
 //! ```
 
 mod build;
+mod indexes;
 mod manifest;
 mod scan;
+pub(crate) mod stats;
 mod verify;
 
 use std::collections::HashSet;
@@ -42,13 +44,16 @@ use bucketload_store::Store;
 use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
 use futures::StreamExt;
 
-use crate::dataset::{Location, Progress};
+use crate::base::{Location, Progress};
 use crate::error::{Error, Result};
 
 pub use build::{
     Cut, DEFAULT_GETS_IN_FLIGHT, DEFAULT_SHARD_SIZE, LABEL_EXT, LabelFrom, MergeReport, PARTS_DIR,
     Plan, PlannedSample, RUN_PATH, ShardOptions, ShardOptionsBuilder, ShardReport, SourceObject,
     make_plan, merge_parts, part_manifest_key, shard_dataset,
+};
+pub use indexes::{
+    ShardSamples, extensions, read_all_indexes, read_index, read_indexes, sample_bytes, shards_in,
 };
 pub use manifest::{ManifestReport, write_files_manifest};
 pub use scan::index_shard;
@@ -218,7 +223,7 @@ pub async fn find_shards(store: &Store, key: Option<&Path>) -> Result<Vec<ShardO
             has_index,
         }]);
     }
-    let metas = crate::dataset::list_all(&location).await?;
+    let metas = crate::base::list_all(&location).await?;
     let keys: HashSet<&str> = metas.iter().map(|m| m.location.as_ref()).collect();
     let mut shards: Vec<ShardObject> = metas
         .iter()

@@ -16,7 +16,7 @@ use bucketload_store::{ETag, Store, key_path};
 use futures::StreamExt;
 
 use super::{IndexOptions, SHARD_EXT, ShardObject, find_shards, index_key, index_shard};
-use crate::dataset::{Location, Progress};
+use crate::base::{Location, Progress};
 use crate::error::{Error, Result};
 
 /// Prefix of bucketload's own objects at a dataset root (never part of the dataset).
@@ -83,7 +83,7 @@ pub async fn verify(
 
 /// Lists the dataset's objects (bucketload's own excluded).
 async fn list(store: &Store) -> Result<Vec<ObjectMeta>> {
-    let mut objects = crate::dataset::list_all(&Location::from_store(store)).await?;
+    let mut objects = crate::base::list_all(&Location::from_store(store)).await?;
     objects.retain(|m| !m.location.as_ref().starts_with(RESERVED));
     Ok(objects)
 }

@@ -3,9 +3,10 @@
 //! Pure logic, no I/O: a loader drives it. Reach for [`Source`]: built from a [`Plan`] (the
 //! dataset's shape, usually [`Plan::from_manifest`]), an [`Order`] (seed, shuffle buffer) and a
 //! [`Partition`] (this process's rank among `world_size`), it starts an epoch with
-//! [`Source::begin`] or continues a saved one with [`Source::resume`]. Both give a [`Progress`],
-//! from which each worker takes its [`WorkerIter`] of [`SampleRef`]s, and into which the training
-//! loop records what it consumed; [`Progress::state`] is the [`SourceState`] to checkpoint.
+//! [`Source::begin`] or continues a saved one with [`Source::resume`]. Both give an
+//! [`EpochProgress`], from which each worker takes its [`WorkerIter`] of [`SampleRef`]s, and into
+//! which the training loop records what it consumed; [`EpochProgress::state`] is the
+//! [`SourceState`] to checkpoint.
 //!
 //! # Parts and data flow
 //!
@@ -82,7 +83,7 @@ use partition::{
 pub use permute::Permutation;
 use permute::derive_key;
 use state::PlanStamp;
-pub use state::{Progress, STATE_VERSION, SourceState};
+pub use state::{EpochProgress, STATE_VERSION, SourceState};
 pub use worker::WorkerIter;
 
 /// Largest dataset a plan accepts, in samples: keeps position arithmetic far from overflow.
@@ -411,7 +412,7 @@ impl Source {
     }
 
     /// Starts epoch `epoch` with `num_workers` workers (at least 1).
-    pub fn begin(&self, epoch: u64, num_workers: u32) -> Result<Progress> {
+    pub fn begin(&self, epoch: u64, num_workers: u32) -> Result<EpochProgress> {
         check_workers(num_workers)?;
         let state = SourceState {
             version: STATE_VERSION,
@@ -425,15 +426,15 @@ impl Source {
             history: Vec::new(),
             consumed: vec![0; num_workers as usize],
         };
-        Progress::new(state, self.rank_seq(epoch))
+        EpochProgress::new(state, self.rank_seq(epoch))
     }
 
     /// Continues a saved epoch with `num_workers` workers, which may differ from the number
     /// when `state` was saved. Fails if `state` belongs to another dataset, order or partition.
-    pub fn resume(&self, state: &SourceState, num_workers: u32) -> Result<Progress> {
+    pub fn resume(&self, state: &SourceState, num_workers: u32) -> Result<EpochProgress> {
         check_workers(num_workers)?;
         self.check_state(state)?;
-        let progress = Progress::new(state.clone(), self.rank_seq(state.epoch))?;
+        let progress = EpochProgress::new(state.clone(), self.rank_seq(state.epoch))?;
         if progress.num_workers() == num_workers {
             return Ok(progress);
         }

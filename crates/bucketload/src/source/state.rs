@@ -42,7 +42,7 @@ pub(crate) struct PlanStamp {
 /// Everything needed to continue a rank's epoch exactly where it stopped: no sample replayed,
 /// none skipped. Serialize it (serde) with the training checkpoint, one per rank.
 ///
-/// Made by [`Progress::state`]; given back to [`Source::resume`](super::Source::resume).
+/// Made by [`EpochProgress::state`]; given back to [`Source::resume`](super::Source::resume).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceState {
     pub(crate) version: u32,
@@ -91,7 +91,7 @@ impl SourceState {
 /// each worker, possibly in another process, builds its iterator from the same state with
 /// [`worker`](Self::worker).
 #[derive(Debug, Clone)]
-pub struct Progress {
+pub struct EpochProgress {
     pub(crate) state: SourceState,
     pub(crate) seq: Arc<RankSeq>,
     pub(crate) spans: Vec<Range<u64>>,
@@ -107,10 +107,10 @@ struct Generation<'a> {
     index: u64,
 }
 
-impl Progress {
+impl EpochProgress {
     /// Progress of `state` over `seq`: replays the worker-count changes of `state.history`, then
     /// checks the current positions.
-    pub(crate) fn new(state: SourceState, seq: Arc<RankSeq>) -> Result<Progress> {
+    pub(crate) fn new(state: SourceState, seq: Arc<RankSeq>) -> Result<EpochProgress> {
         let mut spans = join(vec![0..seq.len()]);
         for (index, consumed) in state.history.iter().enumerate() {
             check_positions(&spans, consumed)?;
@@ -127,7 +127,7 @@ impl Progress {
             spans = join(remaining);
         }
         let lens = check_positions(&spans, &state.consumed)?;
-        Ok(Progress {
+        Ok(EpochProgress {
             state,
             seq,
             spans,
@@ -211,13 +211,13 @@ impl Progress {
 
     /// The same progress split among `workers` workers: what every current worker has not yet
     /// yielded becomes the spans of a new generation.
-    pub(crate) fn repartition(&self, workers: u32) -> Result<Progress> {
+    pub(crate) fn repartition(&self, workers: u32) -> Result<EpochProgress> {
         let mut state = self.state.clone();
         state.history.push(std::mem::replace(
             &mut state.consumed,
             vec![0; workers as usize],
         ));
-        Progress::new(state, self.seq.clone())
+        EpochProgress::new(state, self.seq.clone())
     }
 
     fn check_worker(&self, worker: u32) -> Result<()> {

@@ -5,7 +5,7 @@ fn source(plan: Plan, order: Order, rank: u32, world: u32) -> Source {
 }
 
 /// Every sample of every worker of a progress, worker by worker.
-fn drain(progress: &Progress) -> Vec<SampleRef> {
+fn drain(progress: &EpochProgress) -> Vec<SampleRef> {
     (0..progress.num_workers())
         .flat_map(|w| progress.worker(w).unwrap())
         .collect()

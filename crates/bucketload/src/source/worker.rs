@@ -14,7 +14,7 @@ use super::{SampleRef, WorkItem};
 
 /// The samples one worker of one rank yields in one epoch, in order.
 ///
-/// Made by [`Progress::worker`](super::Progress::worker); it starts where that worker's recorded
+/// Made by [`EpochProgress::worker`](super::EpochProgress::worker); it starts where that worker's recorded
 /// position left off. The iterator is exact-size: [`len`](ExactSizeIterator::len) is what is
 /// left.
 #[derive(Debug)]

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use bucketload::dataset::NoProgress;
+use bucketload::base::NoProgress;
 use bucketload::loader::{Loader, LoaderBuilder, LoaderConfig, Sample};
 use bucketload::shards::{Cut, ShardOptions, shard_dataset, write_files_manifest};
 use bucketload_store::object_store::{ObjectStoreExt, PutPayload};

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use bucketload::loader::{DEFAULT_CONCURRENCY, Loader};
+use bucketload::loader::{DEFAULT_LOADER_CONCURRENCY, Loader};
 use clap::Args;
 
 use crate::args::loader::{LoaderArgs, loader_config};
@@ -419,7 +419,7 @@ fn assemble(
             decode: trainer.decoder.is_some(),
             decode_threads: trainer.decoder.map(Decoder::threads),
             compute_ms: trainer.compute_ms,
-            concurrency: store.concurrency.unwrap_or(DEFAULT_CONCURRENCY),
+            concurrency: store.concurrency.unwrap_or(DEFAULT_LOADER_CONCURRENCY),
             seed: a.loader.seed,
             rank: a.loader.rank,
             world_size: a.loader.world_size,

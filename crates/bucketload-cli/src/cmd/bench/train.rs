@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bucketload::dataset::Progress;
+use bucketload::base::Progress;
 use bucketload::loader::{Loader, LoaderStats, Sample};
 use futures::TryStreamExt;
 use tokio::sync::mpsc;

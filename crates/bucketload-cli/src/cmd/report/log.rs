@@ -27,7 +27,7 @@ pub struct RunLog {
     pub samples_per_second: Option<f64>,
     pub t_ckpt_ave: Option<f64>,
     pub accelerator_utilization: Option<f64>,
-    pub data_wait_ms: Option<Percentiles>,
+    pub data_wait_ms: Option<LoggedWaitPercentiles>,
     pub requests: Option<BTreeMap<String, f64>>,
     pub cost_usd: Option<f64>,
     pub cache_hit_rate: Option<f64>,
@@ -42,7 +42,7 @@ pub struct RunLog {
 /// `data_wait_ms`: how long the training step waited for data.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(default)]
-pub struct Percentiles {
+pub struct LoggedWaitPercentiles {
     pub p50: Option<f64>,
     pub p99: Option<f64>,
 }

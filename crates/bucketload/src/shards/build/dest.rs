@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::write::Finished;
 use super::{PARTS_DIR, Plan, RUN_PATH, ShardOptions};
-use crate::dataset::Location;
+use crate::base::Location;
 use crate::error::{Error, Result};
 use crate::shards::index_key;
 use crate::shards::manifest::now_rfc3339;
@@ -120,7 +120,7 @@ async fn abort_unfinished(dst: &Store, plan: &Plan, part: Range<usize>) {
 
 /// Everything below the destination: key → size.
 async fn list(dst: &Store) -> Result<HashMap<String, u64>> {
-    let listed = crate::dataset::list_all(&Location::from_store(dst)).await?;
+    let listed = crate::base::list_all(&Location::from_store(dst)).await?;
     Ok(listed
         .into_iter()
         .map(|m| (m.location.to_string(), m.size))

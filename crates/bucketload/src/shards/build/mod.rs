@@ -31,7 +31,7 @@ use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
 use bucketload_store::{ETag, Store, key_path};
 
 use super::manifest::now_rfc3339;
-use crate::dataset::{Location, Progress, list_all};
+use crate::base::{Location, Progress, list_all};
 use crate::error::{Error, Result};
 
 pub use plan::{LABEL_EXT, Plan, PlannedSample, SourceObject, make_plan};

@@ -20,9 +20,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use super::{Plan, ShardOptions, SourceObject};
-use crate::dataset::{Location, Progress};
+use crate::base::{Location, Progress};
 use crate::error::{Error, Result};
-use crate::loader::checked::{Change, Promise, compare};
+use crate::io::checked::{Change, Promise, compare};
 use crate::shards::index_key;
 use bucketload_cache::ObjectVersion;
 use bucketload_store::ETag;

@@ -136,7 +136,7 @@ async fn fetch_file(inner: Arc<Inner>, position: u64, sref: SampleRef) -> Result
     };
     let file = &inner.files()[usize::try_from(index).unwrap_or(usize::MAX)];
     let permit = reserve(&inner, file.size).await?;
-    let Some(bytes) = super::checked::file_bytes(&inner, file).await? else {
+    let Some(bytes) = super::file_bytes::file_bytes(&inner, file).await? else {
         return Ok(vec![Item::skipped(sref, position)]);
     };
     let name = file.key.as_ref();
@@ -244,7 +244,7 @@ async fn fetch_group(inner: Arc<Inner>, group: Vec<Wanted>) -> Result<Vec<Item>>
     if let Some(cache) = &inner.cache {
         for (slot, w) in found.iter_mut().zip(&group) {
             let (key, version) = range_key(&inner, w);
-            *slot = cache.get(&key, &version, &inner.counters).await;
+            *slot = cache.get(&key, &version).await;
         }
     }
     let missing: Vec<&Wanted> = group
@@ -273,7 +273,7 @@ async fn fetch_group(inner: Arc<Inner>, group: Vec<Wanted>) -> Result<Vec<Item>>
         // Cached only once its members matched the index: bytes of a changed shard never are.
         if let (true, Some(cache)) = (fresh, &inner.cache) {
             let (key, version) = range_key(&inner, w);
-            cache.insert(&key, &version, bytes, &inner.counters).await;
+            cache.insert(&key, &version, bytes).await;
         }
         items.push(Item {
             sample,

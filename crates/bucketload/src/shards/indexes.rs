@@ -12,9 +12,9 @@ use bucketload_store::object_store::{self, ObjectStoreExt, path::Path};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 
-use super::Location;
+use super::{SHARD_EXT, ShardObject, index_key};
+use crate::base::Location;
 use crate::error::Result;
-use crate::shards::{SHARD_EXT, ShardObject, index_key};
 
 /// A tar shard and its index.
 #[derive(Debug, Clone)]

@@ -1,6 +1,6 @@
 //! The shard sample stream: the WebDataset samples of one tar shard, parsed as bytes arrive.
 //!
-//! Bytes come from [`read_range`] (the prefetching range reader) and are pushed into a
+//! Bytes come from [`read_range`](crate::io::read_range) (the prefetching range reader) and are pushed into a
 //! [`TarReader`]; consecutive members whose names share a WebDataset key ([`split_key`], the
 //! rule of [`bucketload_format::Grouper`]) form one [`ShardSample`]. A sample is complete as
 //! soon as the header of the next key is parsed. Parsing is zero-copy when a member lies inside
@@ -19,7 +19,7 @@
 //! (or the end of the archive) is parsed: 512 bytes past its end. Once `count` samples are out
 //! the stream drops its reader, which aborts the requests in flight. **Over-read bound:** bytes
 //! requested past that point are at most the reader's window, and the window never exceeds
-//! `max(first_request, 2 × bytes consumed)` nor `max_window` (see [`read_range`]). A span of
+//! `max(first_request, 2 × bytes consumed)` nor `max_window` (see [`read_range`](crate::io::read_range)). A span of
 //! `n` bytes therefore requests at most `n + 512 + max(first_request, 2 × (n + 512))` bytes,
 //! capped at `n + 512 + max_window`: with the default 1 MiB first request, a span of a few
 //! samples costs one ranged GET of about 1 MiB.
@@ -39,9 +39,9 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::{self, BoxStream};
 
-use super::prefetch::{PrefetchConfig, PrefetchCounters};
-use crate::dataset::Location;
+use crate::base::Location;
 use crate::error::{Error, Result};
+use crate::io::{Blocks, PrefetchConfig, PrefetchCounters, read_range_with};
 
 /// One WebDataset sample read from a shard.
 #[derive(Debug, Clone)]
@@ -107,7 +107,7 @@ pub(crate) fn shard_samples_with(
     span: ShardSpan,
     config: PrefetchConfig,
     counters: Arc<PrefetchCounters>,
-    blocks: Option<super::cached::Blocks>,
+    blocks: Option<Blocks>,
 ) -> BoxStream<'static, Result<ShardSample>> {
     let uri = location.uri_of(&key);
     if span.offset > span.size {
@@ -121,7 +121,7 @@ pub(crate) fn shard_samples_with(
         return stream::empty().boxed();
     }
     let range = span.offset..span.size;
-    let bytes = super::prefetch::read_range_with(location, key, range, config, counters, blocks);
+    let bytes = read_range_with(location, key, range, config, counters, blocks);
     let state = Samples::new(uri, span, bytes);
     stream::unfold(state, |mut state| async move {
         let item = state.next().await?;

@@ -14,7 +14,8 @@
 //!   2, 4, 8, 8, 8, 8, 8, 8, 8 and 1 MiB GETs, up to eight in flight at once.
 //!   [`PrefetchConfig::for_streams`] (the loader's shard streams, which read whole shards) starts
 //!   with an 8 MiB window — the 1 MiB first request and 7 MiB beside it — and grows it 8× per
-//!   window drained, reaching 64 MiB after two round trips instead of six.
+//!   window drained, reaching 64 MiB once those first 8 MiB are drained (one growth instead of
+//!   the default's six: 1, 2, 4, 8, 16, 32, 64 MiB).
 //! - **Tasks.** Each request runs on its own Tokio task and sends its body chunks over an
 //!   unbounded channel, so the GETs in flight make progress while the consumer parses; the
 //!   channel of one request never holds more than that request's bytes.
@@ -49,8 +50,8 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::cached::{Blocks, Fill};
-use crate::dataset::Location;
+use super::cache::{Blocks, Fill};
+use crate::base::Location;
 use crate::error::{Error, Result};
 
 /// 1 MiB: a first GET this small answers within a few milliseconds of the first-byte latency.
@@ -62,7 +63,7 @@ const DEFAULT_MAX_WINDOW: u64 = 64 << 20;
 /// Shard streams read whole shards: their window grows 8× per window drained.
 const STREAM_GROWTH: u64 = 8;
 /// Shard streams start with 8 MiB in flight (a 1 MiB first request and 7 MiB beside it), so
-/// their window reaches 64 MiB after one round trip.
+/// their window reaches 64 MiB (8 MiB × [`STREAM_GROWTH`]) once those 8 MiB are drained.
 const STREAM_INITIAL_WINDOW: u64 = 8 << 20;
 /// The window doubles: it never exceeds twice the bytes consumed.
 const DEFAULT_GROWTH: u64 = 2;
@@ -90,8 +91,8 @@ pub struct PrefetchConfig {
     pub initial_window: Option<u64>,
     /// Factor the window grows by each time the consumer drains a window's worth. Default: 2
     /// (the window never exceeds twice the bytes consumed, so a short read over-reads little);
-    /// the loader's shard streams, which read whole shards, use 4 to reach full speed in half
-    /// the round trips.
+    /// the loader's shard streams, which read whole shards, use 8 from an 8 MiB initial window
+    /// to reach the 64 MiB window after one growth instead of six.
     pub growth: u64,
 }
 
@@ -110,7 +111,7 @@ impl Default for PrefetchConfig {
 
 impl PrefetchConfig {
     /// The loader's default for shard streams, which read whole shards front to back: the
-    /// defaults with the window growing 4× per window drained.
+    /// defaults with an 8 MiB initial window growing 8× per window drained.
     pub fn for_streams() -> PrefetchConfig {
         PrefetchConfig::default()
             .with_growth(STREAM_GROWTH)
@@ -248,7 +249,7 @@ pub fn read_range(
     read_range_with(location, key, range, config, counters, None)
 }
 
-/// [`read_range`] whose requests go through the loader's disk cache when `blocks` is given.
+/// [`read_range`] whose requests go through a disk cache when `blocks` is given.
 pub(crate) fn read_range_with(
     location: Location,
     key: Path,
@@ -360,7 +361,7 @@ impl Window {
     }
 
     /// A request of `len` bytes was drained: once drained requests add up to the window, the
-    /// window doubles, up to its cap. Returns the growth.
+    /// window grows by its factor (doubles by default), up to its cap. Returns the growth.
     fn drained(&mut self, len: u64) -> u64 {
         self.drained += len;
         if self.drained < self.size {
@@ -474,7 +475,7 @@ fn spawn_part(object: &Arc<Object>, range: Range<u64>) -> Part {
     let (tx, rx) = mpsc::unbounded_channel();
     let (start, end) = (range.start, range.end);
     // Counted from now, so that an epoch starting next waits for it.
-    let fill = object.blocks.as_ref().and_then(|b| b.fill());
+    let fill = object.blocks.as_ref().map(Blocks::fill);
     let what = format!("reading bytes {start}..{end} of {}", object.uri);
     let report = tx.clone();
     let fetch = fetch_part(Arc::clone(object), range, tx, fill);

@@ -21,10 +21,10 @@ use futures::stream::{self, BoxStream};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
-use super::cached::Blocks;
-use super::stream::{ShardSample, ShardSpan, shard_samples_with};
+use super::shard_stream::{ShardSample, ShardSpan, shard_samples_with};
 use super::{Inner, Item, Sample};
-use crate::dataset::read_index;
+use crate::io::Blocks;
+use crate::shards::read_index;
 use crate::source::{SampleRef, WorkItem, WorkerIter};
 use crate::{Error, Result};
 use bucketload_cache::ObjectVersion;
@@ -194,8 +194,9 @@ async fn open_span(
     let counters = inner.prefetch.clone();
     let blocks = match &inner.cache {
         None => None,
-        Some(_) => Some(Blocks {
-            inner: Arc::clone(inner),
+        Some(cache) => Some(Blocks {
+            cache: cache.clone(),
+            store_uri: inner.store_uri.clone(),
             key: shard.key.to_string(),
             version: shard_version(inner, shard).await?,
         }),

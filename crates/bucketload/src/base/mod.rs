@@ -1,0 +1,17 @@
+//! The base layer: what every other module of the engine uses, importing none of them.
+//!
+//! - [`Location`]: a store with the URI of its root and its endpoint, so that every error names
+//!   the object it is about. Every tool, the loader and the mount work on one.
+//! - [`Progress`]: what long operations report to ([`NoProgress`] ignores it).
+//! - [`list`] and [`list_all`]: listings that sort every key into what it is for a dataset
+//!   (object, folder, or an unreadable key with an empty segment); [`list_all`] lists the
+//!   folders of a dataset in parallel.
+
+mod list;
+mod location;
+mod progress;
+
+pub(crate) use list::warn_unaddressable;
+pub use list::{Entry, ListReport, list, list_all};
+pub use location::Location;
+pub use progress::{NoProgress, Progress};
