@@ -189,7 +189,8 @@ fn cases() -> Vec<Case> {
 }
 
 fn torch_python() -> PathBuf {
-    std::env::var_os("BUCKETLOAD_TORCH_PYTHON").map_or_else(common::python, PathBuf::from)
+    std::env::var_os("BUCKETLOAD_TORCH_PYTHON")
+        .map_or_else(bucketload_test_support::venv_python, PathBuf::from)
 }
 
 #[test]
