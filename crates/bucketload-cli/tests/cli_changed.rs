@@ -8,8 +8,8 @@ mod common;
 
 use bucketload_format::{MANIFEST_PATH, Manifest};
 use bucketload_store::Store;
-use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
-use common::{Fixture, Run, get, json, put};
+use bucketload_store::object_store::{ObjectStoreExt, path::Path};
+use common::{Fixture, get, json, put};
 
 /// The same JPEG with one byte of its entropy-coded data changed: same size, still decodes.
 fn altered(jpeg: &[u8]) -> Vec<u8> {

@@ -11,7 +11,7 @@ use std::process::Command;
 
 use bucketload_format::{DatasetKind, MANIFEST_PATH, Manifest, ShardIndex};
 use bucketload_server::{DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY, FaultKind};
-use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
+use bucketload_store::object_store::{ObjectStoreExt, path::Path};
 use bucketload_store::{Store, StoreConfig};
 use common::{Fixture, put, try_get};
 

@@ -10,7 +10,7 @@ use bucketload_format::{
     ShardIndexBuilder, TarWriter,
 };
 use bucketload_store::Store;
-use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
+use bucketload_store::object_store::{ObjectStoreExt, path::Path};
 use common::{Fixture, Run, json, put};
 use serde_json::Value;
 

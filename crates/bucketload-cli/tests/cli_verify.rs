@@ -11,8 +11,7 @@ use std::process::Command;
 use bucketload_format::{
     DatasetKind, MANIFEST_PATH, MANIFEST_VERSION, Manifest, Parameters, ShardEntry, ShardIndex,
 };
-use bucketload_store::Store;
-use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
+use bucketload_store::object_store::{ObjectStoreExt, path::Path};
 use common::{Fixture, Run, get, put};
 
 /// Runs `verify` and returns the run with the number of GETs the server received.

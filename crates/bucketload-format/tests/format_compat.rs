@@ -1,6 +1,6 @@
 //! Compatibility with GNU tar and Python's `tarfile`, both ways.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use bucketload_format::{TarReader, TarWriter, read_members};
