@@ -12,6 +12,8 @@ from typing_extensions import Buffer as BytesLike
 from ._types import DType, Format, JpegDecode, LabelFrom, Saved
 
 __version__: str
+#: The disk cache's default size in bytes (``cache_size``), as the engine and the CLI use it.
+DEFAULT_CACHE_SIZE: int
 
 #: ``(key, size)`` of an object.
 Object: TypeAlias = tuple[str, int]
@@ -25,6 +27,8 @@ BatchTuple: TypeAlias = tuple[Buffer, Buffer, Buffer, list[Skipped]]
 #: An undecoded sample ``(key, label, members, index, is_object)``: ``index`` its number in the
 #: dataset, ``is_object`` whether it is one object (``key`` its key) rather than a shard sample.
 RawSample: TypeAlias = tuple[str, int | None, list[Member], int, bool]
+#: An undecoded sample with its image member only: ``(key, label, image, index)``.
+RawImage: TypeAlias = tuple[str, int | None, bytes, int]
 
 class ClientConfig(Protocol):
     """What the native classes read from a ``client``: the attributes of
@@ -111,6 +115,8 @@ class NativeEpoch:
     def next_samples(self, n: int) -> list[RawSample]:
         """Up to ``n`` raw samples ``(key, label, members, index, is_object)``; ``[]`` at the end.
         Plain tuples, made in Rust on the per-sample path, unpacked where they are read."""
+    def next_images(self, n: int) -> list[RawImage]:
+        """Up to ``n`` raw samples ``(key, label, image, index)``, each with its image member."""
     def state(self) -> str:
         """JSON state after what was handed out; resumes with neither replay nor skip."""
 
@@ -135,6 +141,15 @@ def shard(src: str, dst: str, *, shard_size: int | None = None,
 
 def merge(dst: str, *, endpoint: str | None = None, region: str | None = None) -> str:
     """``bucketload merge dst``: the slices' manifests stitched into the dataset's; the report as JSON."""
+
+def parse_size(text: str) -> int:
+    """Bytes of a size such as ``"20GiB"``, ``"256MB"`` or ``"1.5G"`` (``G``/``GB`` = 10⁹,
+    ``GiB`` = 2³⁰), as ``--cache-size`` reads it; raises ``ConfigError``."""
+
+def split_uri(uri: str) -> tuple[str, str]:
+    """``(prefix, name)`` of a checkpoint URI: ``prefix + "/" + name`` is the URI again, the key
+    byte for byte (``s3://b/a//x.pt`` → ``("s3://b/a", "/x.pt")``); raises ``ConfigError`` when
+    the URI names a bucket or the root."""
 
 class NativeCheckpoints:
     """The checkpoints under one prefix."""

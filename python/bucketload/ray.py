@@ -34,18 +34,10 @@ from ray.data.datasource import Datasource, ReadTask
 from . import _native
 from ._types import DType, Format, JpegDecode, LabelFrom
 
-_IMAGE_EXTENSIONS = ("jpg", "jpeg", "png")
 _ROWS_PER_BLOCK = 256
 # Each read task opens the dataset (one GET of its manifest, or a listing without one), so a
 # task gets at least this many samples unless the caller asks for a number of blocks.
 MIN_SAMPLES_PER_TASK = 1000
-
-
-def _image_of(members: list[tuple[str, bytes]]) -> bytes | None:
-    if len(members) == 1:
-        return members[0][1]
-    by_ext = {ext.lower(): data for ext, data in members}
-    return next((by_ext[e] for e in _IMAGE_EXTENSIONS if e in by_ext), None)
 
 
 def _read_part(uri: str, settings: dict[str, Any], epoch: int, part: int, parts: int) -> Iterator[pa.Table]:
@@ -53,15 +45,11 @@ def _read_part(uri: str, settings: dict[str, Any], epoch: int, part: int, parts:
     loader = _native.NativeLoader(uri, decode=False, worker=part, num_workers=parts, **settings)
     samples = loader.epoch(epoch)
     while True:
-        batch = samples.next_samples(_ROWS_PER_BLOCK)
+        batch = samples.next_images(_ROWS_PER_BLOCK)
         if not batch:
             return
         keys, labels, indices, images = [], [], [], []
-        for key, label, members, index, _is_object in batch:
-            image = _image_of(members)
-            if image is None:
-                found = [ext for ext, _ in members]
-                raise ValueError(f"sample {key} of {uri} has no image member (it has {found})")
+        for key, label, image, index in batch:
             keys.append(key)
             labels.append(-1 if label is None else label)
             indices.append(index)

@@ -27,6 +27,9 @@ def test_not_found_is_a_file_not_found_error(env):
     assert isinstance(caught.value, FileNotFoundError)
     assert isinstance(caught.value, errors.BucketloadError)
     assert "errors-no-such-bucket" in str(caught.value)
+    # The store's advice names Python's argument, not the CLI's flag.
+    assert "endpoint=" in str(caught.value)
+    assert "--endpoint" not in str(caught.value)
 
 
 def test_refused_credentials_are_a_permission_error(bucketload_bin, env, s3, monkeypatch):

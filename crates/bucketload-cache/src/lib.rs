@@ -48,6 +48,9 @@
 
 #![deny(unsafe_code)]
 
+/// The capacity of a cache when its user names a directory and no size: 20 GiB.
+pub const DEFAULT_CAPACITY: u64 = 20 << 30;
+
 mod builder;
 mod cache;
 mod entry;

@@ -17,7 +17,7 @@
 
 use std::io::Write;
 
-use bucketload::ErrorKind;
+use bucketload::{ErrorKind, Hint};
 use std::process::ExitCode;
 
 /// Other errors.
@@ -70,12 +70,13 @@ pub fn report(err: &anyhow::Error) -> ExitCode {
 /// `error: ...` then one `  caused by: ...` per cause, skipping causes whose text the previous
 /// line already holds (object_store nests each layer's message inside the next).
 fn lines(err: &anyhow::Error) -> Vec<String> {
-    let mut out = vec![format!("error: {}", tidy(&err.to_string()))];
+    let hints = bucketload::hints(err.as_ref());
+    let mut out = vec![format!("error: {}", say(&err.to_string(), &hints))];
     let mut previous = err.to_string();
     for cause in err.chain().skip(1) {
         let text = cause.to_string();
         if !previous.contains(&text) {
-            out.push(format!("  caused by: {}", tidy(&text)));
+            out.push(format!("  caused by: {}", say(&text, &hints)));
         }
         previous = text;
     }
@@ -84,12 +85,13 @@ fn lines(err: &anyhow::Error) -> Vec<String> {
 
 /// `err` and its causes on one line, joined by `: ` (for warnings).
 pub fn one_line(err: &anyhow::Error) -> String {
-    let mut parts = vec![tidy(&err.to_string())];
+    let hints = bucketload::hints(err.as_ref());
+    let mut parts = vec![say(&err.to_string(), &hints)];
     let mut previous = err.to_string();
     for cause in err.chain().skip(1) {
         let text = cause.to_string();
         if !previous.contains(&text) {
-            parts.push(tidy(&text));
+            parts.push(say(&text, &hints));
         }
         previous = text;
     }
@@ -98,6 +100,51 @@ pub fn one_line(err: &anyhow::Error) -> String {
 
 /// One line of text from an error message: an S3 XML error body becomes its code and message
 /// (`SignatureDoesNotMatch: ...`), and line breaks become spaces.
+/// `text` tidied, its hints in the CLI's words.
+fn say(text: &str, hints: &[Hint]) -> String {
+    tidy(&bucketload::reword(text, hints, words))
+}
+
+/// The CLI's words for what the user can do: its flags and commands.
+fn words(hint: &Hint) -> Option<String> {
+    use bucketload_format::Hint as F;
+    use bucketload_store::Hint as S;
+    Some(match hint {
+        Hint::Store(S::LowerConcurrency) => {
+            "lower --concurrency, pass --retry-mode adaptive, or try later".to_owned()
+        }
+        Hint::Store(S::CheckKey { listing }) => {
+            format!("check the key with `bucketload ls {listing}`")
+        }
+        Hint::Store(S::CheckWritten { uri }) => {
+            format!("look with `bucketload ls {uri}` before writing it again")
+        }
+        Hint::Store(S::CheckBucket) => {
+            "create it first or check the bucket name and --endpoint".to_owned()
+        }
+        Hint::Store(S::CheckCredentials) => {
+            "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or --profile".to_owned()
+        }
+        Hint::Store(S::BucketTaken) => "the bucket exists but these credentials may not use it \
+            (another account owns the name?): choose another bucket name, or check \
+            AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or --profile"
+            .to_owned(),
+        Hint::Store(S::NoCredentials) => "no credentials were found in AWS_ACCESS_KEY_ID/\
+            AWS_SECRET_ACCESS_KEY, ~/.aws, web identity or container settings (instance \
+            metadata was tried); set them, pass --profile, or --no-sign-request for a public \
+            bucket"
+            .to_owned(),
+        Hint::Format(F::VerifyShards) => {
+            "the shard is corrupt, re-create it or run `bucketload verify`".to_owned()
+        }
+        Hint::Format(F::Reindex) => "re-create it with `bucketload index`".to_owned(),
+        Hint::Format(F::ReindexOrReshard) => "rebuild it with `bucketload index` (or re-create \
+            the shards with `bucketload shard`)"
+            .to_owned(),
+        _ => return None,
+    })
+}
+
 fn tidy(text: &str) -> String {
     let mut out = text.to_owned();
     while let Some(start) = out.find("<?xml").or_else(|| out.find("<Error>")) {
@@ -163,7 +210,7 @@ fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
         return Some(e.kind());
     }
     if let Some(e) = cause.downcast_ref::<bucketload_image::Error>() {
-        return Some(crate::decode::image_kind(e));
+        return Some(bucketload::decode::image_kind(e));
     }
     if let Some(e) = cause.downcast_ref::<bucketload_fuse::Error>() {
         return Some(e.kind());
@@ -206,7 +253,7 @@ mod tests {
         let nf = bucketload_store::Error::NotFound {
             uri: "s3://b/k".into(),
             what: "object",
-            hint: String::new(),
+            hint: String::new().into(),
         };
         assert_eq!(
             code_of(&anyhow::Error::new(nf).context("copying")),
@@ -244,6 +291,36 @@ mod tests {
         assert_eq!(
             code_of(&anyhow::Error::new(image).context("decoding")),
             INVALID
+        );
+    }
+
+    /// Hints come as data from the engine's crates and are printed in the CLI's words, also
+    /// inside an engine error and under a context.
+    #[test]
+    fn hints_name_the_cli_flags_and_commands() {
+        let missing = bucketload_store::Error::NotFound {
+            uri: "s3://b/k".into(),
+            what: "object",
+            hint: bucketload_store::Hint::CheckKey {
+                listing: "s3://b/".into(),
+            },
+        };
+        let err = anyhow::Error::new(bucketload::Error::from(missing)).context("copying");
+        assert_eq!(
+            one_line(&err),
+            "copying: s3://b/k: object not found; check the key with `bucketload ls s3://b/`"
+        );
+        let corrupt = bucketload_format::Error::CorruptIndex {
+            index: "s.idx".into(),
+            offset: 8,
+            reason: "bad magic".into(),
+        };
+        assert_eq!(
+            lines(&anyhow::Error::new(corrupt)),
+            vec![
+                "error: s.idx at byte 8: corrupt shard index: bad magic; re-create it with \
+                 `bucketload index`"
+            ]
         );
     }
 

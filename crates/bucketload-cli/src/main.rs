@@ -6,32 +6,32 @@
 //! one-object-per-sample dataset, and `verify` checks a dataset against either; `shard` packs a
 //! one-object-per-sample dataset into indexed tar shards and `merge` joins the slices of a split
 //! run; `read` drains the loader, `bench` emulates training over it and writes a benchmark log,
-//! `report` draws charts of benchmark logs as PNG files and one HTML page, and `demo` runs the
-//! whole story against an embedded server, and `mount` serves a bucket as a file system (FUSE). Store flags are
-//! global and share their names with the store crate's configuration; exit codes are documented
-//! in `docs/CLI.md` and in [`exit`].
+//! `report` draws charts of benchmark logs as PNG files and one HTML page, `demo` runs the
+//! whole story against an embedded server, and `mount` serves a bucket as a file system
+//! (FUSE). Store flags are global and share their names with the store crate's configuration;
+//! exit codes are documented in `docs/CLI.md` and in [`exit`].
+//!
+//! Layout: this file parses the command line, runs the command and turns its outcome into an
+//! exit code. [`cmd`] holds one module per command (or family: `shard` and `merge`), [`args`]
+//! the groups of flags several commands share (store, loader, checkpoint transfer), [`common`]
+//! the few helpers they share; [`metrics`], [`progress`], [`logging`] and [`redact`] are the
+//! output around a command, and [`decode`] the image pipeline of `read` and `bench`.
 
-mod bench;
-mod ckpt;
-mod ckpt_bench;
-mod data;
+mod args;
+mod cmd;
+mod common;
 mod decode;
-mod demo;
 mod exit;
+mod logging;
 mod metrics;
-mod mount;
 mod progress;
-mod read;
 mod redact;
-mod report;
-mod serve;
-mod sharding;
-mod shards;
-mod store_args;
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser};
+
+use cmd::{Command, mount};
 
 /// Keeps accelerators fed from object storage.
 #[derive(Debug, Parser)]
@@ -42,54 +42,9 @@ struct Cli {
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
     #[command(flatten)]
-    store: store_args::StoreArgs,
+    store: args::store::StoreArgs,
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Run the embedded S3-compatible server (latency, bandwidth and fault emulation).
-    Serve(serve::ServeArgs),
-    /// Generate a synthetic image-classification dataset (noise JPEGs, one folder per class).
-    Gen(data::GenArgs),
-    /// List objects and directories, or the samples inside tar shards (`--samples`).
-    Ls(data::LsArgs),
-    /// Describe a dataset (files or shards): counts per class and shard, sizes, image dimensions, cost.
-    Stats(data::StatsArgs),
-    /// Copy objects between local folders and object stores.
-    Cp(data::CpArgs),
-    /// Index tar shards written by other tools: writes `<shard>.idx` beside each `*.tar`.
-    Index(shards::IndexArgs),
-    /// Write the manifest of a one-object-per-sample dataset (`_bucketload/manifest.json`).
-    Manifest(shards::ManifestArgs),
-    /// Check a dataset against its manifest or shard indexes; exit 6 if anything differs.
-    Verify(shards::VerifyArgs),
-    /// Pack a one-object-per-sample dataset into tar shards with indexes and a manifest.
-    Shard(sharding::ShardArgs),
-    /// Stitch the manifests of `shard --part i/N` slices into the dataset's manifest.
-    Merge(sharding::MergeArgs),
-    /// Drain the loader over a dataset: samples/s, MB/s, requests, cache hits, stage utilisation.
-    Read(read::ReadArgs),
-    /// Emulate training (MLPerf Storage style): epochs of batches with a fixed compute time each;
-    /// a JSON log of epoch times, accelerator utilisation, data wait, requests and cost.
-    Bench(bench::BenchArgs),
-    /// Checkpoints: save, load, list, prune, and abort unfinished saves.
-    Ckpt(ckpt::CkptArgs),
-    /// Checkpoint time to the object store against the local disk: save and load, sync and
-    /// async; logs for `report`.
-    CkptBench(ckpt_bench::CkptBenchArgs),
-    /// The whole story on one machine: embedded S3 server, dataset, files vs shards, cache,
-    /// checkpoints, and the report.
-    Demo(demo::DemoArgs),
-    /// Charts of benchmark logs: PNG files and one self-contained HTML page with a summary table.
-    Report(report::ReportArgs),
-    /// Mount a bucket as a file system (FUSE): cached listings, prefetched reads, the loader's
-    /// disk cache, uploads completed atomically on close, rename.
-    Mount(mount::MountArgs),
-    /// Started by a root `mount`, not by people: unmounts DIR if the mount process dies.
-    #[command(hide = true)]
-    MountWatchdog(mount::WatchdogArgs),
 }
 
 fn main() -> ExitCode {
@@ -97,8 +52,8 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return exit::usage(e),
     };
-    init_logging(cli.verbose);
-    quiet_panics();
+    logging::init(cli.verbose);
+    logging::quiet_panics();
     // The mount serves the kernel from its own threads and runtime.
     let cli = match cli.command {
         Command::Mount(args) => return mount::main(&cli.store, args),
@@ -134,19 +89,6 @@ fn main() -> ExitCode {
         Some(Err(e)) => exit::report(&e),
         None => exit::interrupted(),
     }
-}
-
-/// A panic (a bug, caught and reported as an error with its message) is logged as one line with
-/// where it happened, not printed with a backtrace: the user sees `error: …`, as for any other
-/// failure. `RUST_BACKTRACE` set brings the default report back, for debugging.
-fn quiet_panics() {
-    if std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0") {
-        return;
-    }
-    std::panic::set_hook(Box::new(|info| {
-        let location = info.location().map(ToString::to_string).unwrap_or_default();
-        tracing::error!(%location, "panic: {}", bucketload::panics::message(info.payload()));
-    }));
 }
 
 /// Runs the command; a panic in it (a bug) is an error carrying its message, never exit 101.
@@ -185,47 +127,11 @@ async fn terminated() {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
-    let store = cli.store;
-    metrics::load_price_table(store.price_table.as_deref())?;
-    let result = match cli.command {
-        Command::Serve(args) => serve::run(args).await,
-        Command::Gen(args) => data::gen_cmd(&store, args).await,
-        Command::Ls(args) => data::ls(&store, args).await,
-        Command::Stats(args) => data::stats(&store, args).await,
-        Command::Cp(args) => data::cp(&store, args).await,
-        Command::Index(args) => shards::index(&store, args).await,
-        Command::Manifest(args) => shards::manifest(&store, args).await,
-        Command::Verify(args) => shards::verify(&store, args).await,
-        Command::Shard(args) => sharding::shard(&store, args).await,
-        Command::Merge(args) => sharding::merge(&store, args).await,
-        Command::Read(args) => read::read(&store, args).await,
-        Command::Bench(args) => bench::bench(&store, args).await,
-        Command::Report(args) => report::report(args).await,
-        Command::Ckpt(args) => ckpt::ckpt(&store, args).await,
-        Command::CkptBench(args) => ckpt_bench::ckpt_bench(&store, args).await,
-        Command::Demo(args) => demo::demo(&store, args).await,
-        Command::Mount(_) | Command::MountWatchdog(_) => unreachable_mount(),
-    };
-    if store.metrics {
-        // Reported on failure too: the counts say how far the command got.
-        let _ = metrics::report(&mut std::io::stderr().lock());
-    }
-    result
-}
-
-/// `main` runs `mount` before the runtime starts.
-fn unreachable_mount() -> anyhow::Result<()> {
-    anyhow::bail!("mount runs outside the async runtime")
-}
-
-/// Logs go to stderr; quiet by default so command output stays clean. Colours only on a
-/// terminal: a log redirected to a file or a pipe holds plain text.
 /// Parses the command line. The store flags are global, but `serve` runs a server, not a
 /// client: it gets hidden copies of them (clap does not propagate a global flag to a
 /// subcommand that has one of that name), so its help leaves them out, and it refuses them.
 fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Cli, clap::Error> {
-    let store = store_args::args();
+    let store = args::store::args();
     let mut cmd = Cli::command().mut_subcommand("serve", |serve| {
         store.iter().fold(serve, |serve, arg| {
             serve.arg(arg.clone().global(false).hide(true))
@@ -250,37 +156,13 @@ fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Cli, clap
     Cli::from_arg_matches(&matches)
 }
 
-/// The most s3s may log unless RUST_LOG names it (see [`init_logging`]).
-const S3S_CAP: &str = "s3s=info";
-
-fn init_logging(verbose: u8) {
-    // s3s prints whole requests at debug (headers, presigned query strings) and the
-    // signature it expected on a mismatch: it stays at info unless RUST_LOG names it, and
-    // every line is redacted anyway (see `redact`).
-    let default = match verbose {
-        0 => "warn",
-        1 => "info,bucketload=info",
-        _ => "debug,hyper=info,h2=info,rustls=info,s3s=info",
-    };
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(directives) => {
-            let filter = tracing_subscriber::EnvFilter::new(&directives);
-            if directives.contains("s3s") {
-                filter
-            } else {
-                filter.add_directive(S3S_CAP.parse().expect("S3S_CAP is a valid directive"))
-            }
-        }
-        Err(_) => tracing_subscriber::EnvFilter::new(default),
-    };
-    for name in ["AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"] {
-        if let Ok(value) = std::env::var(name) {
-            redact::add_secret(&value);
-        }
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let store = cli.store;
+    metrics::load_price_table(store.price_table.as_deref())?;
+    let result = cli.command.run(&store).await;
+    if store.metrics {
+        // Reported on failure too: the counts say how far the command got.
+        let _ = metrics::report(&mut std::io::stderr().lock());
     }
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(redact::RedactingStderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    result
 }

@@ -74,8 +74,8 @@ fn write_snapshot(
     writeln!(
         out,
         "  bytes     {} in, {} out; {} HTTP attempts, {} retries",
-        crate::data::human(s.bytes_in),
-        crate::data::human(s.bytes_out),
+        crate::common::human(s.bytes_in),
+        crate::common::human(s.bytes_out),
         s.http_attempts,
         s.retries
     )?;

@@ -282,6 +282,12 @@ fn documented_exit_codes_row_by_row() {
         .fail_next("ListObjectsV2", 3, FaultKind::Status(503));
     let run = fx.run(&["--max-retries", "1", "ls", "s3://rows/img"]);
     fails(&run, 5, "throttled");
+    // The store's advice, in the CLI's words.
+    assert!(
+        run.stderr
+            .contains("lower --concurrency, pass --retry-mode adaptive, or try later"),
+        "{run:#?}"
+    );
     fx.server().faults().clear();
 
     // 6: a corrupt shard, index, manifest and image; an unknown scheme.

@@ -1,7 +1,33 @@
 //! The crate's single error type.
 
-/// Advice appended to errors caused by a damaged shard.
-const CORRUPT: &str = "the shard is corrupt, re-create it or run `bucketload verify`";
+/// Advice appended to errors caused by a damaged shard ([`Hint::VerifyShards`]).
+const CORRUPT: &str = "the shard is corrupt, re-create it or verify the dataset";
+
+/// What the user can do about an error, as data: each front end words it in its own vocabulary
+/// (the CLI names its commands, see [`Error::hint`]). `Display` says it in words that name no
+/// command, as the errors' own messages do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Hint {
+    /// A shard is damaged: re-create it, or verify the dataset to find every damaged shard.
+    VerifyShards,
+    /// A shard index is damaged: index the shard again.
+    Reindex,
+    /// An index does not describe its shard: index the shard again, or re-create the shards.
+    ReindexOrReshard,
+}
+
+impl std::fmt::Display for Hint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Hint::VerifyShards => CORRUPT,
+            Hint::Reindex => "re-create it by indexing the shard again",
+            Hint::ReindexOrReshard => {
+                "rebuild it by indexing the shard again (or re-create the shards)"
+            }
+        })
+    }
+}
 
 /// Everything that can go wrong while reading or writing shards, indexes and
 /// manifests. Every variant names the object it concerns and, for parsers,
@@ -130,7 +156,8 @@ pub enum Error {
     },
     /// A shard index is malformed or does not match its checksum.
     #[error(
-        "{index} at byte {offset}: corrupt shard index: {reason}; re-create it with `bucketload index`"
+        "{index} at byte {offset}: corrupt shard index: {reason}; {}",
+        Hint::Reindex
     )]
     CorruptIndex {
         /// Index name or URI.
@@ -143,8 +170,8 @@ pub enum Error {
     /// A shard index parses but does not describe its shard: members out of order or
     /// overlapping, outside the shard, or for a shard of another size.
     #[error(
-        "{index}: the index does not describe {shard}: {reason}; rebuild it with \
-         `bucketload index` (or re-create the shards with `bucketload shard`)"
+        "{index}: the index does not describe {shard}: {reason}; {}",
+        Hint::ReindexOrReshard
     )]
     IndexLayout {
         /// Index name or URI.
@@ -185,6 +212,28 @@ pub enum Error {
 }
 
 impl Error {
+    /// What the user can do about this error, for a front end to word in its own vocabulary
+    /// (the message says it in neutral words).
+    pub fn hint(&self) -> Option<Hint> {
+        match self {
+            Error::HeaderChecksum { .. }
+            | Error::Truncated { .. }
+            | Error::BadNumber { .. }
+            | Error::UnsafeName { .. }
+            | Error::BadExtendedHeader { .. }
+            | Error::Malformed { .. }
+            | Error::ExtendedHeaderTooLarge { .. } => Some(Hint::VerifyShards),
+            Error::CorruptIndex { .. } => Some(Hint::Reindex),
+            Error::IndexLayout { .. } => Some(Hint::ReindexOrReshard),
+            Error::UnsupportedEntry { .. }
+            | Error::InvalidMember { .. }
+            | Error::WriterState { .. }
+            | Error::ManifestJson { .. }
+            | Error::Manifest { .. }
+            | Error::Io { .. } => None,
+        }
+    }
+
     /// The byte offset the error refers to, when it has one.
     pub fn offset(&self) -> Option<u64> {
         match self {

@@ -46,7 +46,7 @@ mod reader;
 mod wds;
 mod writer;
 
-pub use error::Error;
+pub use error::{Error, Hint};
 pub use header::{BLOCK, EntryKind, MAX_OCTAL_SIZE};
 pub use index::{
     INDEX_MAGIC, INDEX_VERSION, IndexMember, IndexSample, ShardIndex, ShardIndexBuilder,

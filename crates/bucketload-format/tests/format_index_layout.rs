@@ -1,7 +1,7 @@
 //! `ShardIndex::validate`: an index that parses is checked against its shard before use.
 #![allow(clippy::unwrap_used)]
 
-use bucketload_format::{ShardIndex, ShardIndexBuilder, TarWriter};
+use bucketload_format::{Hint, ShardIndex, ShardIndexBuilder, TarWriter};
 
 /// A shard of three samples (`jpg` and `cls`) and its index.
 fn indexed() -> (u64, ShardIndex) {
@@ -28,7 +28,8 @@ fn refused(index: &ShardIndex, size: u64) -> String {
     let text = err.to_string();
     assert!(text.starts_with("s3://b/s.tar.idx: "), "{text}");
     assert!(text.contains("does not describe s3://b/s.tar"), "{text}");
-    assert!(text.contains("`bucketload index`"), "{text}");
+    assert_eq!(err.hint(), Some(Hint::ReindexOrReshard));
+    assert!(text.contains(&Hint::ReindexOrReshard.to_string()), "{text}");
     text
 }
 

@@ -194,7 +194,7 @@ mod tests {
         assert_eq!(config.errno(), errno::EINVAL);
         let permission = bucketload_store::Error::PermissionDenied {
             uri: "s3://b/k".into(),
-            hint: String::new(),
+            hint: String::new().into(),
             source: "refused".into(),
         };
         assert_eq!(

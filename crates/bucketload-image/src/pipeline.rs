@@ -84,6 +84,24 @@ pub enum JpegDecode {
     RegionScaled,
 }
 
+impl std::str::FromStr for JpegDecode {
+    type Err = crate::Error;
+
+    /// `region`, `region-scaled` or `whole`.
+    fn from_str(s: &str) -> Result<JpegDecode, crate::Error> {
+        match s {
+            "region" => Ok(JpegDecode::Region),
+            "region-scaled" => Ok(JpegDecode::RegionScaled),
+            "whole" => Ok(JpegDecode::Whole),
+            other => Err(crate::Error::InvalidConfig {
+                problems: vec![format!(
+                    "jpeg decode mode {other:?} is not 'region', 'region-scaled' or 'whole'"
+                )],
+            }),
+        }
+    }
+}
+
 /// What a sample that cannot be decoded does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnError {

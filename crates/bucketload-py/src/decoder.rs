@@ -3,9 +3,8 @@
 
 use std::sync::Arc;
 
-use bucketload_image::{
-    Augment, Geometry, ImagePipeline, ImagePipelineBuilder, JpegDecode, OnError, OutputFormat,
-};
+use bucketload::decode::DecodeConfig;
+use bucketload_image::ImagePipeline;
 use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
@@ -15,56 +14,31 @@ use crate::loader::batch_tuple;
 use crate::runtime::ForkSafe;
 use bucketload::ErrorKind;
 
-/// The `jpeg_decode=` keyword: how JPEGs are decoded (see `JpegDecode`).
-pub(crate) fn jpeg_decode_mode(name: &str) -> PyResult<JpegDecode> {
-    match name {
-        "region" => Ok(JpegDecode::Region),
-        "region-scaled" => Ok(JpegDecode::RegionScaled),
-        "whole" => Ok(JpegDecode::Whole),
-        other => Err(errors::raise(
-            ErrorKind::InvalidInput,
-            format!("jpeg_decode {other:?} is not 'region', 'region-scaled' or 'whole'"),
-        )),
-    }
-}
-
-/// The loader's and the decoder's image pipeline: RandomResizedCrop to `image_size`, flip,
-/// and `dtype` "float32" (NCHW, ImageNet-normalised) or "uint8" (NHWC).
-pub(crate) fn pipeline_builder(
+/// The decode settings of the Python keywords: RandomResizedCrop to `image_size`, flip, and
+/// `dtype` "float32" (NCHW, ImageNet-normalised) or "uint8" (NHWC); `jpeg_decode` "region",
+/// "region-scaled" or "whole".
+pub(crate) fn decode_config(
     image_size: u32,
     dtype: &str,
     seed: u64,
     decode_threads: Option<usize>,
     skip_corrupt: bool,
     jpeg_decode: &str,
-) -> PyResult<ImagePipelineBuilder> {
-    let output = match dtype {
-        "float32" => OutputFormat::imagenet(),
-        "uint8" => OutputFormat::HwcU8,
-        other => {
-            return Err(errors::raise(
+) -> PyResult<DecodeConfig> {
+    Ok(DecodeConfig {
+        image_size,
+        dtype: dtype.parse().map_err(errors::engine)?,
+        jpeg: jpeg_decode.parse().map_err(|_| {
+            errors::raise(
                 ErrorKind::InvalidInput,
-                format!("dtype {other:?} is not 'float32' (NCHW, normalised) or 'uint8' (NHWC)"),
-            ));
-        }
-    };
-    let mut builder = ImagePipeline::builder()
-        .with_augment(Augment {
-            geometry: Geometry::random_resized_crop(image_size),
-            flip: 0.5,
-            antialias: false,
-        })
-        .with_output(output)
-        .with_seed(seed)
-        .with_on_error(match skip_corrupt {
-            true => OnError::Skip,
-            false => OnError::Fail,
-        })
-        .with_jpeg_decode(jpeg_decode_mode(jpeg_decode)?);
-    if let Some(n) = decode_threads {
-        builder = builder.with_threads(n);
-    }
-    Ok(builder)
+                format!("jpeg_decode {jpeg_decode:?} is not 'region', 'region-scaled' or 'whole'"),
+            )
+        })?,
+        threads: decode_threads,
+        skip_corrupt,
+        seed,
+        ..DecodeConfig::default()
+    })
 }
 
 /// Decodes encoded images (JPEG, PNG) into one augmented batch on native threads.
@@ -88,16 +62,15 @@ impl NativeDecoder {
         skip_corrupt: bool,
         jpeg_decode: &str,
     ) -> PyResult<NativeDecoder> {
-        let pipeline = pipeline_builder(
+        let config = decode_config(
             image_size,
             dtype,
             seed,
             decode_threads,
             skip_corrupt,
             jpeg_decode,
-        )?
-        .build()
-        .map_err(errors::image)?;
+        )?;
+        let pipeline = config.pipeline().map_err(errors::engine)?;
         Ok(NativeDecoder {
             pipeline: ForkSafe::new(Arc::new(pipeline)),
         })

@@ -3,7 +3,7 @@
 //! bad settings a `ValueError`, corrupt data `CorruptDataError`. The CLI's exit codes and the
 //! mount's errnos come from the same kinds.
 
-use bucketload::ErrorKind;
+use bucketload::{ErrorKind, Hint};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
@@ -55,8 +55,12 @@ fn causes(e: &(dyn std::error::Error + 'static)) -> Vec<String> {
 /// [`raise`], with `e`'s causes chained as the exception's `__cause__` (each a
 /// `RuntimeError` holding one cause's message), as the CLI prints them after "caused by".
 fn raise_from(kind: ErrorKind, e: &(dyn std::error::Error + 'static)) -> PyErr {
-    let top = raise(kind, e.to_string());
-    let chain = causes(e);
+    let hints = bucketload::hints(e);
+    let top = raise(kind, bucketload::reword(&e.to_string(), &hints, words));
+    let chain: Vec<String> = causes(e)
+        .iter()
+        .map(|cause| bucketload::reword(cause, &hints, words))
+        .collect();
     if !chain.is_empty() {
         Python::attach(|py| {
             let mut cause: Option<PyErr> = None;
@@ -69,6 +73,33 @@ fn raise_from(kind: ErrorKind, e: &(dyn std::error::Error + 'static)) -> PyErr {
         });
     }
     top
+}
+
+/// Python's words for what the user can do: its keyword arguments and environment variables,
+/// and the command-line tool's commands for what only they do (indexing, verifying); hints with
+/// nothing of Python's to name keep the engine's neutral words.
+fn words(hint: &Hint) -> Option<String> {
+    use bucketload_format::Hint as F;
+    use bucketload_store::Hint as S;
+    Some(match hint {
+        Hint::Store(S::LowerConcurrency) => {
+            "lower concurrency=, set AWS_RETRY_MODE=adaptive, or try later".to_owned()
+        }
+        Hint::Store(S::CheckBucket) => {
+            "create it first or check the bucket name and endpoint=".to_owned()
+        }
+        Hint::Store(S::CheckCredentials) => {
+            "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE".to_owned()
+        }
+        Hint::Format(F::VerifyShards) => "the shard is corrupt, re-create it or check the \
+            dataset with the `bucketload verify` command"
+            .to_owned(),
+        Hint::Format(F::Reindex) => "re-create it with the `bucketload index` command".to_owned(),
+        Hint::Format(F::ReindexOrReshard) => "rebuild it with the `bucketload index` command (or \
+            re-create the shards with the `bucketload shard` command)"
+            .to_owned(),
+        _ => return None,
+    })
 }
 
 /// An engine error as a Python exception.
@@ -95,18 +126,7 @@ pub(crate) fn io(e: std::io::Error) -> PyErr {
     raise_from(kind, &e)
 }
 
-/// The kind of an image pipeline error: bytes that are not a usable image are corrupt data,
-/// a bad setting is invalid input.
-pub(crate) fn image_kind(e: &bucketload_image::Error) -> ErrorKind {
-    use bucketload_image::Error as E;
-    match e {
-        E::InvalidConfig { .. } => ErrorKind::InvalidInput,
-        E::ThreadPool(_) => ErrorKind::Other,
-        _ => ErrorKind::Corrupt,
-    }
-}
-
 /// An image pipeline error as a Python exception.
 pub(crate) fn image(e: bucketload_image::Error) -> PyErr {
-    raise(image_kind(&e), e.to_string())
+    raise(bucketload::decode::image_kind(&e), e.to_string())
 }

@@ -18,12 +18,14 @@ mod loader;
 mod runtime;
 mod sharding;
 mod store;
+mod vocab;
 
 use pyo3::prelude::*;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("DEFAULT_CACHE_SIZE", bucketload_cache::DEFAULT_CAPACITY)?;
     m.add_class::<buffer::Buffer>()?;
     m.add_class::<store::NativeStore>()?;
     m.add_class::<loader::NativeLoader>()?;
@@ -36,5 +38,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<decoder::NativeDecoder>()?;
     m.add_function(wrap_pyfunction!(sharding::shard, m)?)?;
     m.add_function(wrap_pyfunction!(sharding::merge, m)?)?;
+    m.add_function(wrap_pyfunction!(vocab::parse_size, m)?)?;
+    m.add_function(wrap_pyfunction!(vocab::split_uri, m)?)?;
     Ok(())
 }

@@ -1,20 +1,19 @@
 //! `NativeLoader` and `NativeEpoch`: the engine's loader, and its samples decoded into
 //! batches, for `bucketload.Loader` and the connector-style datasets.
 //!
-//! Data flow of a decoding epoch: a Tokio task drives the loader's [`SampleStream`] and sends
-//! encoded images to a channel of two batches; one thread turns them into batches on the image
-//! pipeline's rayon pool and sends them to a channel of `prefetch` batches; Python takes them,
-//! without the GIL while it waits. Dropping the epoch stops all three.
+//! A decoding epoch goes through the engine's decode bridge ([`bucketload::decode`]): a Tokio
+//! task drives the loader's [`SampleStream`], a thread turns the samples into batches, and
+//! Python takes them, without the GIL while it waits. Dropping the epoch stops both.
 
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use bucketload::decode::{DecodedBatches, Decoder, image_sample};
 use bucketload::loader::{
     CacheBuilder, Delivery, Format, Loader, LoaderConfig, Sample, SampleStream, StateTracker,
 };
 use bucketload::panics;
 use bucketload::source::{Order, Partition, Remainder, SampleRef, SourceState};
-use bucketload_image::{Batch, BatchData, ImagePipeline, LastBatch};
+use bucketload_image::{Batch, BatchData};
 use futures::StreamExt;
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
@@ -28,8 +27,6 @@ use crate::runtime::{ForkSafe, runtime};
 use crate::store::{ClientOptions, store_config};
 use bucketload::ErrorKind;
 
-/// Batches decoded ahead of the consumer.
-const PREFETCH_BATCHES: usize = 2;
 /// Samples read ahead of the consumer when samples are handed out undecoded.
 const SAMPLES_AHEAD: usize = 64;
 
@@ -45,7 +42,7 @@ pub struct NativeLoader {
 /// What a loader holds that must not be dropped in a forked child.
 struct Parts {
     loader: Loader,
-    pipeline: Option<Arc<ImagePipeline>>,
+    decoder: Option<Decoder>,
 }
 
 fn parse_format(format: &str) -> PyResult<Format> {
@@ -62,7 +59,7 @@ impl NativeLoader {
     #[new]
     #[pyo3(signature = (
         uri, *, format="auto", batch_size=64, image_size=224, decode=true, dtype="float32",
-        shuffle=true, seed=0, shuffle_buffer=None, cache_dir=None, cache_size=20 << 30,
+        shuffle=true, seed=0, shuffle_buffer=None, cache_dir=None, cache_size=bucketload_cache::DEFAULT_CAPACITY,
         concurrency=None, decode_threads=None, rank=0, world_size=1, worker=0, num_workers=1,
         drop_last=false, skip_corrupt=false, endpoint=None, region=None, jpeg_decode="region",
         client=None,
@@ -137,25 +134,23 @@ impl NativeLoader {
             builder = builder.with_cache(Arc::new(cache));
         }
         let config = builder.build().map_err(errors::engine)?;
-        let pipeline = match decode {
+        let decoder = match decode {
             false => None,
             true => {
-                let pipeline = crate::decoder::pipeline_builder(
+                let config = crate::decoder::decode_config(
                     image_size,
                     dtype,
                     seed,
                     decode_threads,
                     skip_corrupt,
                     jpeg_decode,
-                )?
-                .with_batch_size(batch_size)
-                .with_last_batch(match drop_last {
-                    true => LastBatch::Drop,
-                    false => LastBatch::Keep,
-                })
-                .build()
-                .map_err(errors::image)?;
-                Some(Arc::new(pipeline))
+                )?;
+                let config = bucketload::decode::DecodeConfig {
+                    batch_size,
+                    drop_last,
+                    ..config
+                };
+                Some(Decoder::new(&config).map_err(errors::engine)?)
             }
         };
         let rt = runtime()?;
@@ -163,7 +158,7 @@ impl NativeLoader {
         Ok(NativeLoader {
             parts: ForkSafe::new(Parts {
                 loader: opened.map_err(errors::engine)?,
-                pipeline,
+                decoder,
             }),
             batch_size,
             drop_last,
@@ -212,15 +207,15 @@ impl NativeLoader {
         let tracker = stream.tracker();
         let planned = stream.remaining();
         let dataset = parts.loader.store().uri().to_string();
-        let (flow, expected) = match &parts.pipeline {
-            Some(pipeline) => {
+        let (flow, expected) = match &parts.decoder {
+            Some(decoder) => {
                 // A short last batch is left out with drop_last: its samples are not handed out.
                 let expected = match self.drop_last {
                     true => planned - planned % self.batch_size as u64,
                     false => planned,
                 };
-                let flow = decoding(&self.rt, stream, Arc::clone(pipeline), epoch)?;
-                (flow, expected)
+                let batches = decoder.batches(self.rt.handle(), stream, epoch);
+                (Flow::Batches(batches), expected)
             }
             None => (feed_samples(&self.rt, stream), planned),
         };
@@ -236,33 +231,8 @@ impl NativeLoader {
     }
 }
 
-/// Why an epoch stopped early.
-enum Failure {
-    Engine(bucketload::Error),
-    Image(bucketload_image::Error),
-    NoImage(String),
-}
-
-impl Failure {
-    fn into_py(self) -> PyErr {
-        match self {
-            Failure::Engine(e) => errors::engine(e),
-            Failure::Image(e) => errors::image(e),
-            Failure::NoImage(message) => errors::raise(ErrorKind::Corrupt, message),
-        }
-    }
-}
-
-enum Out {
-    Batch(Batch),
-    Failed(Failure),
-}
-
 enum Flow {
-    Batches {
-        rx: Mutex<Receiver<Out>>,
-        feeder: JoinHandle<()>,
-    },
+    Batches(DecodedBatches),
     Samples {
         rx: tokio::sync::mpsc::Receiver<bucketload::Result<Sample>>,
         feeder: JoinHandle<()>,
@@ -293,109 +263,6 @@ fn feed_samples(rt: &Runtime, stream: SampleStream) -> Flow {
     Flow::Samples { rx, feeder }
 }
 
-fn decoding(
-    rt: &Runtime,
-    stream: SampleStream,
-    pipeline: Arc<ImagePipeline>,
-    epoch: u64,
-) -> PyResult<Flow> {
-    let (tx, samples_rx) =
-        tokio::sync::mpsc::channel::<bucketload_image::Sample>(2 * pipeline.batch_size());
-    let failed: Arc<Mutex<Option<Failure>>> = Arc::default();
-    let fail = Arc::clone(&failed);
-    let feed = async move {
-        let mut stream = stream;
-        while let Some(item) = stream.next().await {
-            let sample = match item {
-                Ok(sample) => sample,
-                Err(e) => {
-                    *fail.lock().unwrap_or_else(|e| e.into_inner()) = Some(Failure::Engine(e));
-                    break;
-                }
-            };
-            let Some(bytes) = sample.image() else {
-                let found: Vec<&str> = sample.members.iter().map(|(e, _)| e.as_str()).collect();
-                let message = format!(
-                    "sample {} has no .jpg, .jpeg or .png member (it has {found:?}); decoding \
-                     needs one image per sample (pass decode=False for raw samples)",
-                    sample.key
-                );
-                *fail.lock().unwrap_or_else(|e| e.into_inner()) = Some(Failure::NoImage(message));
-                break;
-            };
-            let image = bucketload_image::Sample {
-                key: sample.key.clone(),
-                index: sample.dataset_index(),
-                label: sample.label.map_or(-1, i64::from),
-                bytes: bytes.clone(),
-            };
-            if tx.send(image).await.is_err() {
-                break;
-            }
-        }
-        Ok(())
-    };
-    let fail = Arc::clone(&failed);
-    let feeder = rt.spawn(async move {
-        // A panic is the epoch's failure, never an early end of the samples.
-        if let Err(e) = panics::catch("the sample feeder", feed).await {
-            *fail.lock().unwrap_or_else(|e| e.into_inner()) = Some(Failure::Engine(e));
-        }
-    });
-    let (out_tx, rx): (SyncSender<Out>, Receiver<Out>) = sync_channel(PREFETCH_BATCHES);
-    std::thread::Builder::new()
-        .name("bucketload-batches".to_owned())
-        .spawn(move || {
-            let report = out_tx.clone();
-            let run = || {
-                batch_thread(&pipeline, epoch, samples_rx, &out_tx, &failed);
-                Ok(())
-            };
-            if let Err(e) = panics::catch_sync("the batch thread", run) {
-                let _ = report.send(Out::Failed(Failure::Engine(e)));
-            }
-        })
-        .map_err(|e| {
-            feeder.abort();
-            errors::raise(
-                ErrorKind::Other,
-                format!("cannot start the batch thread: {e}"),
-            )
-        })?;
-    Ok(Flow::Batches {
-        rx: Mutex::new(rx),
-        feeder,
-    })
-}
-
-/// Decodes the samples of `samples_rx` into batches sent to `out_tx`; after the last one, the
-/// feeder's failure if it had one.
-fn batch_thread(
-    pipeline: &ImagePipeline,
-    epoch: u64,
-    mut samples_rx: tokio::sync::mpsc::Receiver<bucketload_image::Sample>,
-    out_tx: &SyncSender<Out>,
-    failed: &Mutex<Option<Failure>>,
-) {
-    let samples = std::iter::from_fn(|| samples_rx.blocking_recv());
-    for batch in pipeline.batches(epoch, samples) {
-        let out = match batch {
-            Ok(batch) => Out::Batch(batch),
-            Err(e) => {
-                let _ = out_tx.send(Out::Failed(Failure::Image(e)));
-                return;
-            }
-        };
-        if out_tx.send(out).is_err() {
-            return;
-        }
-    }
-    let failure = failed.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if let Some(failure) = failure {
-        let _ = out_tx.send(Out::Failed(failure));
-    }
-}
-
 /// One epoch of one worker: batches (or samples) in order, and the state to resume from.
 #[pyclass(module = "bucketload._native")]
 pub struct NativeEpoch {
@@ -414,8 +281,8 @@ pub struct NativeEpoch {
 impl Drop for Flow {
     fn drop(&mut self) {
         match self {
-            Flow::Batches { feeder, .. } | Flow::Samples { feeder, .. } => feeder.abort(),
-            Flow::Done => {}
+            Flow::Samples { feeder, .. } => feeder.abort(),
+            Flow::Batches(_) | Flow::Done => {}
         }
     }
 }
@@ -450,61 +317,14 @@ pub(crate) fn batch_tuple<'py>(py: Python<'py>, batch: Batch) -> PyResult<Bound<
 }
 
 impl NativeEpoch {
-    /// The error of an epoch that ended before handing out every sample it planned (the
-    /// engine raises its own first; this holds every part of the way to Python to the same).
-    fn shortfall(&self) -> Option<bucketload::Error> {
-        (self.consumed < self.expected).then(|| bucketload::Error::Incomplete {
-            dataset: self.dataset.clone(),
-            delivered: self.consumed,
-            planned: self.expected,
-        })
-    }
-}
-
-#[pymethods]
-impl NativeEpoch {
-    /// The epoch.
-    #[getter]
-    fn epoch(&self) -> u64 {
-        self.epoch
-    }
-
-    /// The next batch as `(images, labels, indices, skipped)`: images and labels are
-    /// [`Buffer`]s (float32 NCHW or uint8 NHWC; int64), indices the samples' dataset indices,
-    /// skipped the `(key, reason)` of images left out. Raises `StopIteration` at the end.
-    fn next_batch<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let Flow::Batches { rx, .. } = self.flow.get("epoch")? else {
-            return Err(PyStopIteration::new_err(()));
-        };
-        let got = py.detach(|| rx.lock().unwrap_or_else(|e| e.into_inner()).recv());
-        match got {
-            Ok(Out::Batch(batch)) => {
-                self.consumed += (batch.len() + batch.skipped.len()) as u64;
-                batch_tuple(py, batch)
-            }
-            Ok(Out::Failed(failure)) => {
-                *self.flow.get_mut("epoch")? = Flow::Done;
-                Err(failure.into_py())
-            }
-            Err(_) => {
-                *self.flow.get_mut("epoch")? = Flow::Done;
-                match self.shortfall() {
-                    Some(e) => Err(errors::engine(e)),
-                    None => Err(PyStopIteration::new_err(())),
-                }
-            }
-        }
-    }
-
-    /// Up to `n` undecoded samples as `(key, label, [(extension, bytes)], index, is_object)`
-    /// (`is_object`: one object per sample, `key` its key); an empty list at the end.
-    fn next_samples<'py>(&mut self, py: Python<'py>, n: usize) -> PyResult<Bound<'py, PyList>> {
-        let out = PyList::empty(py);
+    /// Up to `n` samples, at least one unless the epoch ended; an error that follows samples
+    /// is raised on the next call.
+    fn take_samples(&mut self, py: Python<'_>, n: usize) -> PyResult<Vec<Sample>> {
         if let Some(e) = self.pending.take() {
             return Err(errors::engine(e));
         }
         let Flow::Samples { rx, .. } = self.flow.get_mut("epoch")? else {
-            return Ok(out);
+            return Ok(Vec::new());
         };
         let mut taken = Vec::with_capacity(n);
         let mut failure = None;
@@ -534,7 +354,70 @@ impl NativeEpoch {
             }
         });
         self.consumed += taken.len() as u64;
-        for sample in taken {
+        if failure.is_some() || ended {
+            *self.flow.get_mut("epoch")? = Flow::Done;
+        }
+        if let Some(e) = failure.or_else(|| ended.then(|| self.shortfall()).flatten()) {
+            if taken.is_empty() {
+                return Err(errors::engine(e));
+            }
+            // The samples before the error first; the error on the next call.
+            self.pending = Some(e);
+        }
+        Ok(taken)
+    }
+
+    /// The error of an epoch that ended before handing out every sample it planned (the
+    /// engine raises its own first; this holds every part of the way to Python to the same).
+    fn shortfall(&self) -> Option<bucketload::Error> {
+        (self.consumed < self.expected).then(|| bucketload::Error::Incomplete {
+            dataset: self.dataset.clone(),
+            delivered: self.consumed,
+            planned: self.expected,
+        })
+    }
+}
+
+#[pymethods]
+impl NativeEpoch {
+    /// The epoch.
+    #[getter]
+    fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The next batch as `(images, labels, indices, skipped)`: images and labels are
+    /// [`Buffer`]s (float32 NCHW or uint8 NHWC; int64), indices the samples' dataset indices,
+    /// skipped the `(key, reason)` of images left out. Raises `StopIteration` at the end.
+    fn next_batch<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let Flow::Batches(batches) = self.flow.get("epoch")? else {
+            return Err(PyStopIteration::new_err(()));
+        };
+        let got = py.detach(|| batches.next_blocking());
+        match got {
+            Some(Ok(batch)) => {
+                self.consumed += (batch.len() + batch.skipped.len()) as u64;
+                batch_tuple(py, batch)
+            }
+            Some(Err(e)) => {
+                *self.flow.get_mut("epoch")? = Flow::Done;
+                Err(errors::engine(e))
+            }
+            None => {
+                *self.flow.get_mut("epoch")? = Flow::Done;
+                match self.shortfall() {
+                    Some(e) => Err(errors::engine(e)),
+                    None => Err(PyStopIteration::new_err(())),
+                }
+            }
+        }
+    }
+
+    /// Up to `n` undecoded samples as `(key, label, [(extension, bytes)], index, is_object)`
+    /// (`is_object`: one object per sample, `key` its key); an empty list at the end.
+    fn next_samples<'py>(&mut self, py: Python<'py>, n: usize) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        for sample in self.take_samples(py, n)? {
             let members = PyList::empty(py);
             for (ext, bytes) in &sample.members {
                 members.append((ext.as_str(), PyBytes::new(py, bytes)))?;
@@ -543,21 +426,21 @@ impl NativeEpoch {
             let is_object = matches!(sample.source, SampleRef::File { .. });
             out.append((sample.key, sample.label, members, index, is_object))?;
         }
-        if let Some(e) = failure {
-            *self.flow.get_mut("epoch")? = Flow::Done;
-            if out.is_empty() {
-                return Err(errors::engine(e));
-            }
-            // The samples before the error first; the error on the next call.
-            self.pending = Some(e);
-        } else if ended {
-            *self.flow.get_mut("epoch")? = Flow::Done;
-            if let Some(e) = self.shortfall() {
-                if out.is_empty() {
-                    return Err(errors::engine(e));
-                }
-                self.pending = Some(e);
-            }
+        Ok(out)
+    }
+
+    /// Up to `n` undecoded samples as `(key, label, image, index)`: each sample's image member
+    /// as the decoder picks it (a sample without one raises); an empty list at the end.
+    fn next_images<'py>(&mut self, py: Python<'py>, n: usize) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        for sample in self.take_samples(py, n)? {
+            let image = image_sample(&sample).map_err(errors::engine)?;
+            out.append((
+                image.key,
+                sample.label,
+                PyBytes::new(py, &image.bytes),
+                image.index,
+            ))?;
         }
         Ok(out)
     }

@@ -4,7 +4,7 @@
 use bucketload::dataset::NoProgress;
 use bucketload::shards::{Cut, LabelFrom, ShardOptions, merge_parts, shard_dataset};
 use bucketload_format::PartSpec;
-use bucketload_store::Store;
+use bucketload_store::{Store, StoreConfig};
 use pyo3::prelude::*;
 
 use crate::errors;
@@ -18,7 +18,11 @@ fn json<T: serde::Serialize>(value: &T) -> PyResult<String> {
 }
 
 fn open(uri: &str, endpoint: Option<String>, region: Option<String>) -> PyResult<Store> {
-    Store::open(uri, &store_config(endpoint, region)).map_err(errors::store)
+    open_with(uri, store_config(endpoint, region))
+}
+
+fn open_with(uri: &str, config: StoreConfig) -> PyResult<Store> {
+    Store::open(uri, &config).map_err(errors::store)
 }
 
 /// Shards the one-object-per-sample dataset `src` into `dst` (slice `part` = `(i, n)` only,
@@ -26,7 +30,7 @@ fn open(uri: &str, endpoint: Option<String>, region: Option<String>) -> PyResult
 #[pyfunction]
 #[pyo3(signature = (
     src, dst, *, shard_size=None, samples_per_shard=None, seed=None, label_from="auto",
-    part=None, md5=false, endpoint=None, region=None,
+    part=None, md5=false, concurrency=None, endpoint=None, region=None,
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn shard(
@@ -39,9 +43,13 @@ pub fn shard(
     label_from: &str,
     part: Option<(u32, u32)>,
     md5: bool,
+    concurrency: Option<usize>,
     endpoint: Option<String>,
     region: Option<String>,
 ) -> PyResult<String> {
+    // The engine's GETs in flight, unless asked for another number; the source store allows
+    // as many at once.
+    let gets = concurrency.unwrap_or(bucketload::shards::DEFAULT_GETS_IN_FLIGHT);
     let cut = match (shard_size, samples_per_shard) {
         (Some(_), Some(_)) => {
             return Err(errors::raise(
@@ -70,11 +78,15 @@ pub fn shard(
         .with_label_from(label_from)
         .with_part(part.map(|(index, count)| PartSpec { index, count }))
         .with_md5(md5)
+        .with_gets_in_flight(gets)
         .build()
         .map_err(errors::engine)?;
     let rt = runtime()?;
     let _guard = rt.enter();
-    let src = open(src, endpoint.clone(), region.clone())?;
+    let src = open_with(
+        src,
+        store_config(endpoint.clone(), region.clone()).with_concurrency(gets),
+    )?;
     let dst = open(dst, endpoint, region)?;
     let report = py.detach(|| rt.block_on(shard_dataset(&src, &dst, &options, &NoProgress)));
     json(&report.map_err(errors::engine)?)

@@ -290,16 +290,12 @@ fn classify(status: StatusCode, body: &str, bucket_uri: &str) -> Result<(), Erro
     Err(match status {
         _ if is_taken(status, body) => Error::PermissionDenied {
             uri: bucket_uri.to_owned(),
-            hint: format!(
-                "the bucket exists but these credentials may not use it (another account owns \
-                 the name?): choose another bucket name, or {}",
-                crate::error::CREDENTIALS_HINT
-            ),
+            hint: crate::Hint::BucketTaken,
             source: answer(),
         },
         StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED => Error::PermissionDenied {
             uri: bucket_uri.to_owned(),
-            hint: crate::error::CREDENTIALS_HINT.to_owned(),
+            hint: crate::Hint::CheckCredentials,
             source: answer(),
         },
         _ => Error::Other {

@@ -27,7 +27,7 @@ pub enum Error {
         /// "object" or "bucket".
         what: &'static str,
         /// What to check.
-        hint: String,
+        hint: Hint,
     },
     /// The credentials were refused or do not allow the operation.
     #[error("{uri}: permission denied; {hint}")]
@@ -35,16 +35,13 @@ pub enum Error {
         /// Full URI of the object or bucket.
         uri: String,
         /// What to check.
-        hint: String,
+        hint: Hint,
         /// The store's answer.
         #[source]
         source: BoxError,
     },
     /// The server asked us to slow down and retries did not get through.
-    #[error(
-        "{uri}: throttled by the server{tried}; lower --concurrency, pass --retry-mode \
-         adaptive, or try later"
-    )]
+    #[error("{uri}: throttled by the server{tried}; {}", Hint::LowerConcurrency)]
     Throttled {
         /// Full URI of the object or bucket.
         uri: String,
@@ -93,7 +90,10 @@ pub enum Error {
     /// is unknown: the answer was lost and the check that followed failed too.
     #[error(
         "{uri}: the upload was sent but whether it took effect is unknown ({failure}; checking the \
-         object failed too: {check}); look with `bucketload ls {uri}` before writing it again"
+         object failed too: {check}); {}",
+        Hint::CheckWritten {
+            uri: uri.as_str().into()
+        }
     )]
     Unconfirmed {
         /// Full URI of the object.
@@ -114,6 +114,74 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+}
+
+/// What the user can do about an error, as data: each front end words it in its own vocabulary
+/// (the CLI names its flags and commands, Python its keyword arguments, see [`Error::hint`]).
+/// `Display` says it in words that name neither, as the errors' own messages do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Hint {
+    /// Throttled: send fewer requests at once, retry adaptively, or try later.
+    LowerConcurrency,
+    /// An object is missing: list `listing` (its bucket or folder) to check the key.
+    CheckKey {
+        /// What to list: the bucket root, or the folder of the key.
+        listing: Box<str>,
+    },
+    /// Whether a write took effect is unknown: look at `uri` before writing it again.
+    CheckWritten {
+        /// Full URI of the object.
+        uri: Box<str>,
+    },
+    /// A bucket is missing: create it, or check its name and the endpoint.
+    CheckBucket,
+    /// Credentials were refused: check the AWS access key variables or the profile.
+    CheckCredentials,
+    /// A bucket's name is taken by another account, or these credentials may not use it.
+    BucketTaken,
+    /// No AWS credentials were found anywhere: set them, choose a profile, or read a public
+    /// bucket unsigned.
+    NoCredentials,
+    /// Advice that names no flag, argument or command.
+    Text(Box<str>),
+}
+
+impl std::fmt::Display for Hint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Hint::LowerConcurrency => f.write_str(
+                "reduce the number of requests in flight, retry in adaptive mode, or try later",
+            ),
+            Hint::CheckKey { listing } => write!(f, "check the key by listing {listing}"),
+            Hint::CheckWritten { uri } => {
+                write!(f, "look whether {uri} exists before writing it again")
+            }
+            Hint::CheckBucket => {
+                f.write_str("create it first or check the bucket name and the endpoint")
+            }
+            Hint::CheckCredentials => f.write_str(CREDENTIALS_HINT),
+            Hint::BucketTaken => write!(
+                f,
+                "the bucket exists but these credentials may not use it (another account owns \
+                 the name?): choose another bucket name, or {CREDENTIALS_HINT}"
+            ),
+            Hint::NoCredentials => f.write_str(NO_CREDENTIALS_HINT),
+            Hint::Text(text) => f.write_str(text),
+        }
+    }
+}
+
+impl From<String> for Hint {
+    fn from(text: String) -> Hint {
+        Hint::Text(text.into())
+    }
+}
+
+impl From<&str> for Hint {
+    fn from(text: &str) -> Hint {
+        Hint::Text(text.into())
+    }
 }
 
 /// How many times, over how long, a failed request was retried; shown in error messages as
@@ -177,7 +245,7 @@ impl Error {
             // The source's own line says which source failed and what to do.
             return Error::PermissionDenied {
                 uri: uri.to_owned(),
-                hint: e.to_string(),
+                hint: e.to_string().into(),
                 source: Box::new(e),
             };
         }
@@ -185,7 +253,7 @@ impl Error {
             return Error::InvalidInput {
                 message: format!(
                     "{uri}: the requested byte range is outside the object; \
-                     check its size with `bucketload ls {uri}`"
+                     check its size"
                 ),
             };
         }
@@ -193,7 +261,7 @@ impl Error {
             ErrorClass::NotFound => not_found(&err, uri, list_hint),
             ErrorClass::Permission => Error::PermissionDenied {
                 uri: uri.to_owned(),
-                hint: credentials_hint(uri).to_owned(),
+                hint: credentials_hint(uri),
                 source: Box::new(err),
             },
             ErrorClass::Throttled => Error::Throttled {
@@ -265,6 +333,21 @@ impl Error {
         matches!(self, Error::NotFound { .. })
     }
 
+    /// What the user can do about this error, for a front end to word in its own vocabulary
+    /// (the message says it in neutral words).
+    pub fn hint(&self) -> Option<Hint> {
+        match self {
+            Error::NotFound { hint, .. } | Error::PermissionDenied { hint, .. } => {
+                Some(hint.clone())
+            }
+            Error::Throttled { .. } => Some(Hint::LowerConcurrency),
+            Error::Unconfirmed { uri, .. } => Some(Hint::CheckWritten {
+                uri: uri.as_str().into(),
+            }),
+            _ => None,
+        }
+    }
+
     /// What this error means to the user: see [`ErrorKind`].
     pub fn kind(&self) -> ErrorKind {
         match self {
@@ -291,9 +374,8 @@ pub(crate) struct ErrorContext {
     pub(crate) has_credentials: bool,
 }
 
-/// What to check when the store refuses our credentials.
-pub(crate) const CREDENTIALS_HINT: &str =
-    "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or --profile";
+/// What to check when the store refuses our credentials ([`Hint::CheckCredentials`]).
+const CREDENTIALS_HINT: &str = "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the profile";
 /// … when Google Cloud Storage refuses them.
 pub(crate) const GCS_CREDENTIALS_HINT: &str = "check GOOGLE_APPLICATION_CREDENTIALS (a \
 service-account or authorized-user JSON file) or GOOGLE_SERVICE_ACCOUNT_KEY, and the account's \
@@ -303,23 +385,23 @@ pub(crate) const AZURE_CREDENTIALS_HINT: &str = "check AZURE_STORAGE_ACCOUNT_NAM
 AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN, or AZURE_STORAGE_CONNECTION_STRING";
 
 /// The credential variables of the store `uri` names.
-pub(crate) fn credentials_hint(uri: &str) -> &'static str {
+pub(crate) fn credentials_hint(uri: &str) -> Hint {
     let scheme = uri
         .split_once("://")
         .map_or("", |(s, _)| s)
         .to_ascii_lowercase();
     match scheme.as_str() {
-        "gs" | "gcs" => GCS_CREDENTIALS_HINT,
-        "az" | "azure" | "abfs" | "abfss" | "adl" => AZURE_CREDENTIALS_HINT,
-        "https" if uri.contains(".core.windows.net") => AZURE_CREDENTIALS_HINT,
-        _ => CREDENTIALS_HINT,
+        "gs" | "gcs" => GCS_CREDENTIALS_HINT.into(),
+        "az" | "azure" | "abfs" | "abfss" | "adl" => AZURE_CREDENTIALS_HINT.into(),
+        "https" if uri.contains(".core.windows.net") => AZURE_CREDENTIALS_HINT.into(),
+        _ => Hint::CheckCredentials,
     }
 }
 
-/// What to do when no credentials were configured at all.
-pub(crate) const NO_CREDENTIALS_HINT: &str = "no credentials were found in AWS_ACCESS_KEY_ID/\
+/// What to do when no credentials were configured at all ([`Hint::NoCredentials`]).
+const NO_CREDENTIALS_HINT: &str = "no credentials were found in AWS_ACCESS_KEY_ID/\
 AWS_SECRET_ACCESS_KEY, ~/.aws, web identity or container settings (instance metadata was tried); \
-set them, pass --profile, or --no-sign-request for a public bucket";
+set them, choose a profile, or send unsigned requests for a public bucket";
 
 impl ErrorContext {
     /// Context naming only a key, when the store's URI is unknown.
@@ -343,7 +425,7 @@ impl ErrorContext {
             Error::PermissionDenied { uri, source, .. } if !self.has_credentials => {
                 Error::PermissionDenied {
                     uri,
-                    hint: NO_CREDENTIALS_HINT.to_owned(),
+                    hint: Hint::NoCredentials,
                     source,
                 }
             }
@@ -355,7 +437,7 @@ impl ErrorContext {
             {
                 Error::PermissionDenied {
                     uri,
-                    hint: NO_CREDENTIALS_HINT.to_owned(),
+                    hint: Hint::NoCredentials,
                     source,
                 }
             }
@@ -374,13 +456,15 @@ fn not_found(err: &object_store::Error, uri: &str, list_hint: &str) -> Error {
         return Error::NotFound {
             uri: bucket.to_owned(),
             what: "bucket",
-            hint: "create it first or check the bucket name and --endpoint".to_owned(),
+            hint: Hint::CheckBucket,
         };
     }
     Error::NotFound {
         uri: uri.to_owned(),
         what: "object",
-        hint: format!("check the key with `bucketload ls {list_hint}`"),
+        hint: Hint::CheckKey {
+            listing: list_hint.into(),
+        },
     }
 }
 
@@ -527,8 +611,31 @@ mod tests {
         assert!(mapped.is_not_found());
         assert_eq!(
             mapped.to_string(),
-            "s3://b/k: object not found; check the key with `bucketload ls s3://b/`"
+            "s3://b/k: object not found; check the key by listing s3://b/"
         );
+        assert_eq!(
+            mapped.hint(),
+            Some(Hint::CheckKey {
+                listing: "s3://b/".into()
+            })
+        );
+    }
+
+    /// The advice is data, for each front end to word; the message names no flag.
+    #[test]
+    fn throttled_carries_its_hint_as_data() {
+        let err = object_store::Error::Generic {
+            store: "S3",
+            source: "Server returned non-2xx status code: 503 Service Unavailable: SlowDown".into(),
+        };
+        let mapped = Error::from_object_store(err, "s3://b/k", "http://x", "s3://b/");
+        assert_eq!(mapped.hint(), Some(Hint::LowerConcurrency));
+        let message = mapped.to_string();
+        assert!(
+            message.ends_with(&format!("; {}", Hint::LowerConcurrency)),
+            "{message}"
+        );
+        assert!(!message.contains("--"), "{message}");
     }
 
     #[test]
@@ -574,7 +681,8 @@ mod tests {
         let mapped = Error::from_object_store(err, "s3://b/k", "http://x", "s3://b/");
         assert_eq!(
             mapped.to_string(),
-            "s3://b: bucket not found; create it first or check the bucket name and --endpoint"
+            "s3://b: bucket not found; create it first or check the bucket name and the endpoint"
         );
+        assert_eq!(mapped.hint(), Some(Hint::CheckBucket));
     }
 }

@@ -58,7 +58,7 @@ pub use config::{
     DEFAULT_PART_SIZE, DEFAULT_REGION, DEFAULT_RETRY_TIMEOUT, FIRST_BACKOFF, MAX_BACKOFF,
     RetryMode, StoreConfig,
 };
-pub use error::{BoxError, Error, Tries};
+pub use error::{BoxError, Error, Hint, Tries};
 pub use etag::ETag;
 pub use kind::ErrorKind;
 pub use listing::{ListPage, Listed, ListedKind, list_object_store};

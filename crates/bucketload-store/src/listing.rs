@@ -239,15 +239,14 @@ impl Store {
             StatusCode::NOT_FOUND if text.contains("NoSuchBucket") => Error::NotFound {
                 uri: self.uri().root().trim_end_matches('/').to_owned(),
                 what: "bucket",
-                hint: "create it first or check the bucket name and --endpoint".to_owned(),
+                hint: crate::Hint::CheckBucket,
             },
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Error::PermissionDenied {
                 uri: uri.to_owned(),
                 hint: match self.config().has_credentials() || self.config().anonymous() {
-                    true => crate::error::CREDENTIALS_HINT,
-                    false => crate::error::NO_CREDENTIALS_HINT,
-                }
-                .to_owned(),
+                    true => crate::Hint::CheckCredentials,
+                    false => crate::Hint::NoCredentials,
+                },
                 source,
             },
             StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => Error::Throttled {

@@ -113,7 +113,7 @@ impl Store {
                 {
                     return Err(Error::PermissionDenied {
                         uri: uri.to_owned(),
-                        hint: crate::cloud_env::GCS_NO_CREDENTIALS.to_owned(),
+                        hint: crate::cloud_env::GCS_NO_CREDENTIALS.into(),
                         source: "no credential source".into(),
                     });
                 }
@@ -357,7 +357,7 @@ fn check_endpoint(config: &StoreConfig) -> Result<(), Error> {
         // The HTTP client refuses `HTTP://`.
         let (scheme, rest) = endpoint.split_once("://").unwrap_or(("http", endpoint));
         return invalid(format!(
-            "endpoint `{endpoint}`: write the scheme in lower case, --endpoint {}://{rest}",
+            "endpoint `{endpoint}`: write the scheme in lower case: {}://{rest}",
             scheme.to_ascii_lowercase()
         ));
     }
@@ -543,7 +543,7 @@ mod tests {
             }
         };
         assert!(refused("http://\u{fc}n\u{ef}.example:9000").contains("http://xn--"));
-        assert!(refused("HTTP://127.0.0.1:9000").contains("--endpoint http://127.0.0.1:9000"));
+        assert!(refused("HTTP://127.0.0.1:9000").contains("lower case: http://127.0.0.1:9000"));
         assert!(refused("::1:9000").contains("http://[::1]:9000"));
         assert!(refused("http://[::1]:port").contains("not a valid URL"));
         assert!(refused("http://").contains("not a valid URL"));

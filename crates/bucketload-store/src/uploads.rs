@@ -158,16 +158,16 @@ impl Store {
             404 if text.contains("NoSuchBucket") => Error::NotFound {
                 uri,
                 what: "bucket",
-                hint: "check the bucket name and the endpoint".to_owned(),
+                hint: "check the bucket name and the endpoint".into(),
             },
             404 => Error::NotFound {
                 uri,
                 what: "upload",
-                hint: "it was completed or aborted already".to_owned(),
+                hint: "it was completed or aborted already".into(),
             },
             401 | 403 => Error::PermissionDenied {
                 uri,
-                hint: crate::error::CREDENTIALS_HINT.to_owned(),
+                hint: crate::Hint::CheckCredentials,
                 source,
             },
             _ => Error::Other {

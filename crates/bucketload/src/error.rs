@@ -87,6 +87,10 @@ pub enum Error {
         /// Samples the epoch should have delivered.
         planned: u64,
     },
+    /// Decoding or augmenting an image failed, or the image pipeline's settings are invalid.
+    #[cfg(feature = "image")]
+    #[error(transparent)]
+    Image(#[from] bucketload_image::Error),
     /// A background task panicked or was cancelled.
     #[error("a background task failed: {reason}")]
     Task {
@@ -123,6 +127,8 @@ impl Error {
             Error::InvalidInput { .. } => ErrorKind::InvalidInput,
             Error::Corrupt { .. } => ErrorKind::Corrupt,
             Error::Io { source, .. } => io_kind(source),
+            #[cfg(feature = "image")]
+            Error::Image(e) => crate::decode::image_kind(e),
             Error::BackgroundSave {
                 unconfirmed: true, ..
             } => ErrorKind::Store,
@@ -130,6 +136,15 @@ impl Error {
             | Error::BackgroundSave { .. }
             | Error::Incomplete { .. }
             | Error::Task { .. } => ErrorKind::Other,
+        }
+    }
+
+    /// What the user can do about this error, for a front end to word: see [`Hint`].
+    pub fn hint(&self) -> Option<Hint> {
+        match self {
+            Error::Store(e) | Error::Copy { source: e, .. } => e.hint().map(Hint::Store),
+            Error::Format(e) => e.hint().map(Hint::Format),
+            _ => None,
         }
     }
 
@@ -143,6 +158,72 @@ impl Error {
                 .is_some_and(bucketload_store::Error::is_unconfirmed),
         }
     }
+}
+
+/// What the user can do about an error of the engine or of the crates below it, as data: each
+/// front end words it in its own vocabulary (the CLI names its flags and commands, Python its
+/// keyword arguments) with [`reword`]. `Display` says it in the neutral words the error
+/// messages hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Hint {
+    /// The store's advice ([`bucketload_store::Hint`]).
+    Store(bucketload_store::Hint),
+    /// The shard format's advice ([`bucketload_format::Hint`]).
+    Format(bucketload_format::Hint),
+}
+
+impl std::fmt::Display for Hint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Hint::Store(hint) => hint.fmt(f),
+            Hint::Format(hint) => hint.fmt(f),
+        }
+    }
+}
+
+/// The hints of `err` and of its causes, outermost first, each once: store and format errors
+/// found directly, inside an engine error, or carried by an I/O error.
+pub fn hints(err: &(dyn std::error::Error + 'static)) -> Vec<Hint> {
+    let mut out = Vec::new();
+    let mut next = Some(err);
+    while let Some(cause) = next {
+        let carried = cause
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+        for e in std::iter::once(cause).chain(carried) {
+            if let Some(hint) = hint_of(e).filter(|h| !out.contains(h)) {
+                out.push(hint);
+            }
+        }
+        next = cause.source();
+    }
+    out
+}
+
+/// The hint of one error, if it is one of the engine's, the store's or the format's.
+fn hint_of(e: &(dyn std::error::Error + 'static)) -> Option<Hint> {
+    if let Some(e) = e.downcast_ref::<Error>() {
+        return e.hint();
+    }
+    if let Some(e) = e.downcast_ref::<bucketload_store::Error>() {
+        return e.hint().map(Hint::Store);
+    }
+    e.downcast_ref::<bucketload_format::Error>()
+        .and_then(bucketload_format::Error::hint)
+        .map(Hint::Format)
+}
+
+/// `text`, a message of an error with `hints`, with each hint's neutral words replaced by the
+/// front end's `words` for it; a hint `words` leaves alone (`None`) keeps its neutral words.
+pub fn reword(text: &str, hints: &[Hint], words: impl Fn(&Hint) -> Option<String>) -> String {
+    hints
+        .iter()
+        .fold(text.to_owned(), |text, hint| match words(hint) {
+            Some(own) => text.replace(&hint.to_string(), &own),
+            None => text,
+        })
 }
 
 /// The kind of a shard, index or manifest error: corrupt data, except a writer given a bad
@@ -188,7 +269,7 @@ mod tests {
         bucketload_store::Error::NotFound {
             uri: "s3://b/k".into(),
             what: "object",
-            hint: String::new(),
+            hint: String::new().into(),
         }
     }
 

@@ -23,6 +23,8 @@
 
 pub mod checkpoint;
 pub mod dataset;
+#[cfg(feature = "image")]
+pub mod decode;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -31,4 +33,4 @@ pub mod panics;
 pub mod shards;
 pub mod source;
 
-pub use error::{BoxError, Error, ErrorKind, Result, format_kind};
+pub use error::{BoxError, Error, ErrorKind, Hint, Result, format_kind, hints, reword};

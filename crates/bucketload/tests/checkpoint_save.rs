@@ -191,3 +191,35 @@ async fn a_blocking_writer_is_a_file_for_torch_save() {
     assert_eq!(saved.bytes, expected.len() as u64);
     assert_eq!(ckpt.load("w.pt").await.unwrap(), expected);
 }
+
+/// The blocking writer hands its chunk buffers back and forth with the upload: a checkpoint
+/// many times what the upload holds in flight, written in pieces smaller and larger than a
+/// chunk, reads back exact (a buffer reused before its part was sent would show here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_writer_reuses_its_buffers_without_mixing_bytes() {
+    let fx = Backend::Embedded.setup().await;
+    let ckpt = open(&fx, "reuse", fx.config.clone());
+    let writer = ckpt.writer("big.pt").await.unwrap();
+    let handle = tokio::runtime::Handle::current();
+    let bytes = data(61 * MIB + 5, 12);
+    let expected = bytes.clone();
+    let saved = tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut w = writer.into_blocking(handle);
+        let sizes = [1, 64 * 1024 + 1, 9 * MIB + 3, 4 * MIB, 17];
+        let mut rest = &bytes[..];
+        for size in sizes.iter().cycle() {
+            if rest.is_empty() {
+                break;
+            }
+            let (now, later) = rest.split_at((*size).min(rest.len()));
+            w.write_all(now).unwrap();
+            rest = later;
+        }
+        w.finish().unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(saved.bytes, expected.len() as u64);
+    assert_eq!(ckpt.load("big.pt").await.unwrap(), expected);
+}

@@ -71,6 +71,9 @@ pub const DEFAULT_PART_SIZE: u64 = 16 << 20;
 pub const DEFAULT_PARTS_IN_FLIGHT: usize = 16;
 /// Default background saves running at once; another waits for a slot.
 pub const DEFAULT_MAX_BACKGROUND_SAVES: usize = 2;
+/// Unfinished saves younger than this are left alone by default when orphans are cleaned up
+/// ([`Checkpoints::abort_orphans`]): they may be saves still running.
+pub const ORPHAN_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// How checkpoints are written and read; every setter states its default.
 #[derive(Debug, Clone, PartialEq, Eq)]

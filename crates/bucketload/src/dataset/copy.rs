@@ -169,7 +169,7 @@ pub async fn copy_tree(
             uri,
             hint: "there is nothing below it to copy; check the name with `bucketload ls` on its \
                    parent"
-                .to_owned(),
+                .into(),
         }
         .into());
     }

@@ -46,9 +46,9 @@ use crate::dataset::{Location, Progress};
 use crate::error::{Error, Result};
 
 pub use build::{
-    Cut, DEFAULT_SHARD_SIZE, LABEL_EXT, LabelFrom, MergeReport, PARTS_DIR, Plan, PlannedSample,
-    RUN_PATH, ShardOptions, ShardOptionsBuilder, ShardReport, SourceObject, make_plan, merge_parts,
-    part_manifest_key, shard_dataset,
+    Cut, DEFAULT_GETS_IN_FLIGHT, DEFAULT_SHARD_SIZE, LABEL_EXT, LabelFrom, MergeReport, PARTS_DIR,
+    Plan, PlannedSample, RUN_PATH, ShardOptions, ShardOptionsBuilder, ShardReport, SourceObject,
+    make_plan, merge_parts, part_manifest_key, shard_dataset,
 };
 pub use manifest::{ManifestReport, write_files_manifest};
 pub use scan::index_shard;

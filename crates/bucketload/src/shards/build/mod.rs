@@ -94,6 +94,9 @@ pub struct ShardOptionsBuilder {
 
 /// Default shard size: 256 MiB.
 pub const DEFAULT_SHARD_SIZE: u64 = 256 << 20;
+/// Default GETs of source objects in flight: sharding small objects is latency-bound. The
+/// source store must allow as many requests at once (its concurrency).
+pub const DEFAULT_GETS_IN_FLIGHT: usize = 256;
 
 impl ShardOptions {
     /// Defaults: 256 MiB shards, sorted order, automatic labels, 256 GETs in flight, 256 MiB of
@@ -105,7 +108,7 @@ impl ShardOptions {
                 seed: None,
                 label_from: LabelFrom::Auto,
                 part: None,
-                gets_in_flight: 256,
+                gets_in_flight: DEFAULT_GETS_IN_FLIGHT,
                 buffer_bytes: 256 << 20,
                 parts_per_shard: 8,
                 skip_missing: false,

@@ -162,7 +162,7 @@ async fn fetch(
                 hint: "it was listed but is gone (deleted while sharding?); restore it and run \
                        again to resume, or pass --skip-missing to leave such objects out (they \
                        are counted and reported)"
-                    .to_owned(),
+                    .into(),
             }));
         }
         Err(e) => return Err(source.error(&path, e)),

@@ -4,23 +4,17 @@
 //! key is always the URI's, byte for byte).
 
 use std::io::Write;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use anyhow::Context;
-use bucketload::checkpoint::{
-    CheckpointConfig, CheckpointInfo, Checkpoints, DEFAULT_PART_SIZE, DEFAULT_PARTS_IN_FLIGHT,
-    Orphan,
-};
+use bucketload::checkpoint::{CheckpointConfig, CheckpointInfo, Checkpoints, ORPHAN_AGE, Orphan};
 use bytes::BytesMut;
 use clap::{Args, Subcommand};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::data::human;
-use crate::store_args::StoreArgs;
-
-/// `ckpt gc` leaves uploads younger than this alone by default: they may be saves in progress.
-const GC_DEFAULT_AGE_TEXT: &str = "1h";
-const GC_DEFAULT_AGE: Duration = Duration::from_secs(3600);
+use crate::args::ckpt::{TransferArgs, create_local_bucket, open_prefix};
+use crate::args::store::StoreArgs;
+use crate::common::human;
 
 /// Bytes read from the source file per write.
 const CHUNK: usize = 8 << 20;
@@ -46,24 +40,6 @@ pub enum CkptCommand {
 pub struct CkptArgs {
     #[command(subcommand)]
     pub command: CkptCommand,
-}
-
-/// Parallelism of checkpoint saves and loads; the part size is the global `--part-size`
-/// (16 MiB for checkpoints when not given).
-#[derive(Debug, Clone, Args)]
-pub struct TransferArgs {
-    /// Parts uploaded, or ranged GETs read, at once per checkpoint
-    #[arg(long, default_value_t = DEFAULT_PARTS_IN_FLIGHT, value_name = "N")]
-    pub parts_in_flight: usize,
-}
-
-impl TransferArgs {
-    /// The checkpoint configuration of these flags and the global `--part-size`.
-    pub fn config(&self, store: &StoreArgs) -> CheckpointConfig {
-        CheckpointConfig::default()
-            .with_part_size(store.part_size.unwrap_or(DEFAULT_PART_SIZE))
-            .with_parts_in_flight(self.parts_in_flight)
-    }
 }
 
 /// `ckpt save`.
@@ -114,8 +90,8 @@ pub struct GcArgs {
     /// The checkpoints' prefix
     pub prefix: String,
     /// Only saves started longer ago than this (younger ones may still be running)
-    #[arg(long, default_value = GC_DEFAULT_AGE_TEXT, value_parser = humantime::parse_duration, value_name = "AGE")]
-    pub older_than: Duration,
+    #[arg(long, default_value_t = ORPHAN_AGE.into(), value_name = "AGE")]
+    pub older_than: humantime::Duration,
     /// Only print what would be aborted
     #[arg(long)]
     pub dry_run: bool,
@@ -147,29 +123,6 @@ pub fn open_named(
         .into());
     }
     Ok((open_prefix(store, prefix, config)?, name.to_owned()))
-}
-
-/// Opens the checkpoint prefix `uri`, registered for `--metrics`.
-pub fn open_prefix(
-    store: &StoreArgs,
-    uri: &str,
-    config: CheckpointConfig,
-) -> anyhow::Result<Checkpoints> {
-    let ckpt = Checkpoints::open(uri, &store.config(), config)?;
-    if let Some(s) = ckpt.store() {
-        crate::metrics::register(s);
-    }
-    Ok(ckpt)
-}
-
-/// Creates the bucket of `ckpt` when the endpoint is on this machine (as `gen` and `cp` do).
-pub async fn create_local_bucket(store: &StoreArgs, ckpt: &Checkpoints) -> anyhow::Result<()> {
-    if let Some(s) = ckpt.store()
-        && crate::store_args::should_create_bucket(false, &store.config())
-    {
-        s.create_bucket().await?;
-    }
-    Ok(())
 }
 
 async fn save(store: &StoreArgs, a: SaveArgs) -> anyhow::Result<()> {
@@ -293,14 +246,14 @@ fn unfinished_note(orphans: &[Orphan], prefix: &str) -> String {
     if orphans.is_empty() {
         return String::new();
     }
-    let cutoff = SystemTime::now().checked_sub(GC_DEFAULT_AGE);
+    let cutoff = SystemTime::now().checked_sub(ORPHAN_AGE);
     let recent = orphans
         .iter()
         .filter(|o| matches!((o.initiated, cutoff), (Some(t), Some(c)) if t > c))
         .count();
     let n = orphans.len();
     let gc = format!("bucketload ckpt gc {prefix}");
-    let age = humantime::format_duration(GC_DEFAULT_AGE);
+    let age = humantime::format_duration(ORPHAN_AGE);
     match recent {
         0 => format!("; {n} unfinished saves (`{gc}` aborts them)"),
         r if r == n => format!(
@@ -354,7 +307,7 @@ async fn prune(store: &StoreArgs, a: PruneArgs) -> anyhow::Result<()> {
 async fn gc(store: &StoreArgs, a: GcArgs) -> anyhow::Result<()> {
     let ckpt = open_prefix(store, &a.prefix, CheckpointConfig::default())?;
     let orphans: Vec<Orphan> = if a.dry_run {
-        let cutoff = SystemTime::now().checked_sub(a.older_than);
+        let cutoff = SystemTime::now().checked_sub(*a.older_than);
         ckpt.orphaned_uploads()
             .await?
             .into_iter()
@@ -364,7 +317,7 @@ async fn gc(store: &StoreArgs, a: GcArgs) -> anyhow::Result<()> {
             })
             .collect()
     } else {
-        ckpt.abort_orphans(a.older_than).await?
+        ckpt.abort_orphans(*a.older_than).await?
     };
     let verb = if a.dry_run { "would abort" } else { "aborted" };
     for o in &orphans {
@@ -377,7 +330,7 @@ async fn gc(store: &StoreArgs, a: GcArgs) -> anyhow::Result<()> {
     println!(
         "{verb} {} unfinished saves older than {}",
         orphans.len(),
-        humantime::format_duration(a.older_than)
+        humantime::format_duration(*a.older_than)
     );
     Ok(())
 }

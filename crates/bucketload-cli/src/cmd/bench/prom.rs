@@ -280,7 +280,8 @@ mod tests {
     #[test]
     fn the_dashboard_queries_only_metrics_the_endpoint_serves() {
         let dashboard: serde_json::Value =
-            serde_json::from_str(include_str!("../../../../dashboards/bucketload.json")).unwrap();
+            serde_json::from_str(include_str!("../../../../../dashboards/bucketload.json"))
+                .unwrap();
         let store =
             Store::open("mem://metrics", &bucketload_store::StoreConfig::default()).unwrap();
         let served = Live::new(store).render();

@@ -24,10 +24,8 @@ use futures::StreamExt;
 /// `ECONNABORTED` on Linux: how a FUSE session can end when its connection is aborted.
 const ECONNABORTED: i32 = 103;
 
-use crate::store_args::{StoreArgs, parse_size};
+use crate::args::store::{StoreArgs, parse_size};
 
-/// Default cache size when `--cache` is given without `--cache-size` (as for `read`).
-const DEFAULT_CACHE_SIZE: u64 = 20 << 30;
 /// How long the command waits for the background mount to appear.
 const MOUNT_WAIT: Duration = Duration::from_secs(30);
 /// How long the watchdog waits, once the mount process is gone, for its dead mount to be
@@ -222,7 +220,9 @@ fn mount_config(store: &Store, args: &MountArgs) -> anyhow::Result<MountConfig> 
         config = config.with_memory_limit(limit);
     }
     if let Some(dir) = &args.cache {
-        let size = args.cache_size.unwrap_or(DEFAULT_CACHE_SIZE);
+        let size = args
+            .cache_size
+            .unwrap_or(bucketload_cache::DEFAULT_CAPACITY);
         // No epochs here: least recently used is the policy that fits a file system.
         let cache = CacheBuilder::new(dir, size)
             .with_policy(Policy::Lru)

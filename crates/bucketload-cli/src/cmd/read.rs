@@ -2,27 +2,21 @@
 //! which requests it took, how the cache did and which stage limited the run.
 
 use std::io::Write;
-use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use bucketload::dataset::Progress;
-use bucketload::loader::{
-    CacheBuilder, DEFAULT_CONCURRENCY, Delivery, Format, Loader, LoaderConfig, LoaderStats,
-    PrefetchConfig,
-};
-use bucketload::source::{Order, Partition, Remainder};
-use clap::{Args, ValueEnum};
+use bucketload::loader::{Format, Loader, LoaderStats};
+use clap::Args;
 use futures::TryStreamExt;
 use serde::Serialize;
 
-use crate::data::local_to_absolute;
-use crate::decode::{DecodeArgs, DecodeEpoch, Decoder};
+use crate::args::loader::{LoaderArgs, loader_config};
+use crate::args::store::StoreArgs;
+use crate::common::local_to_absolute;
+use crate::decode::DecodeArgs;
 use crate::progress::Bar;
-use crate::store_args::{StoreArgs, parse_size};
-
-/// Default cache size when `--cache` is given without `--cache-size`.
-const DEFAULT_CACHE_SIZE: u64 = 20 << 30;
+use bucketload::decode::{DecodeEpoch, Decoder};
 
 /// `bucketload read` arguments; the global `--concurrency` sets the requests in flight
 /// (default 256 here).
@@ -40,76 +34,6 @@ pub struct ReadArgs {
     pub json: bool,
     #[command(flatten)]
     pub decode: DecodeArgs,
-}
-
-/// How the loader reads a dataset: flags shared by `read` and `bench`.
-#[derive(Debug, Clone, Args)]
-pub struct LoaderArgs {
-    /// How to read it: auto (the manifest's kind; shards are streamed), files, shards, indexed
-    #[arg(long, value_enum, default_value_t = FormatArg::Auto)]
-    pub format: FormatArg,
-    /// Local disk cache of object bytes (shared safely by processes on this node)
-    #[arg(long, value_name = "DIR")]
-    pub cache: Option<std::path::PathBuf>,
-    /// Cache capacity, e.g. 20GiB
-    #[arg(long, value_parser = parse_size, value_name = "SIZE", requires = "cache")]
-    pub cache_size: Option<u64>,
-    /// This process's rank
-    #[arg(long, default_value_t = 0, value_name = "R")]
-    pub rank: u32,
-    /// Number of ranks
-    #[arg(long, default_value_t = 1, value_name = "W")]
-    pub world_size: u32,
-    /// Samples that do not divide among ranks: pad (repeat) or drop
-    #[arg(long, value_enum, default_value_t = RemainderArg::Pad)]
-    pub remainder: RemainderArg,
-    /// Shuffle seed (a new order every epoch)
-    #[arg(long, default_value_t = 0, value_name = "S")]
-    pub seed: u64,
-    /// Read in dataset order, without shuffling
-    #[arg(long, conflicts_with = "seed")]
-    pub no_shuffle: bool,
-    /// Shuffle buffer of streamed shards, in samples
-    #[arg(long, value_name = "N")]
-    pub shuffle_buffer: Option<u64>,
-    /// Shards streamed at once
-    #[arg(long, value_name = "N")]
-    pub shards_in_flight: Option<usize>,
-    /// Bytes of fetched samples held in memory at most, e.g. 1GiB [default: 1GiB]
-    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
-    pub memory_budget: Option<u64>,
-    /// Bytes each shard stream requests ahead of the parser at most [default: 64MiB]
-    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
-    pub max_window: Option<u64>,
-    /// Deliver samples in the source's exact order rather than as they complete
-    #[arg(long)]
-    pub strict_order: bool,
-    /// Leave out samples whose object differs from the dataset's manifest or listing (size,
-    /// ETag, CRC32C), counted and reported, instead of failing
-    #[arg(long)]
-    pub skip_changed: bool,
-}
-
-/// `--format`.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum FormatArg {
-    /// The manifest's kind
-    Auto,
-    /// One object per sample
-    Files,
-    /// Tar shards streamed front to back
-    Shards,
-    /// Tar shards read sample by sample through their index
-    Indexed,
-}
-
-/// `--remainder`.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum RemainderArg {
-    /// Repeat samples so every rank gets ceil(N / world)
-    Pad,
-    /// Leave out samples so every rank gets floor(N / world)
-    Drop,
 }
 
 /// One epoch of the report.
@@ -157,7 +81,7 @@ pub async fn read(store: &StoreArgs, a: ReadArgs) -> anyhow::Result<()> {
     let loader = Loader::open(config).await?;
     crate::metrics::register(loader.store());
     let samples_per_epoch = loader.samples_per_epoch()?;
-    let decoder = Decoder::new(&a.decode, a.loader.seed)?;
+    let decoder = crate::decode::decoder(&a.decode, a.loader.seed)?;
     let mut epochs = Vec::new();
     for epoch in 0..a.epochs {
         epochs.push(run_epoch(&loader, epoch, samples_per_epoch, decoder.as_ref()).await?);
@@ -181,65 +105,6 @@ pub async fn read(store: &StoreArgs, a: ReadArgs) -> anyhow::Result<()> {
         print_summary(&mut out, &report)?;
     }
     Ok(())
-}
-
-/// The loader's configuration from the flags.
-pub fn loader_config(
-    store: &StoreArgs,
-    a: &LoaderArgs,
-    uri: &str,
-    epochs: u64,
-) -> anyhow::Result<LoaderConfig> {
-    let concurrency = store.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
-    let store_config = store.config().with_concurrency(concurrency);
-    let mut order = match a.no_shuffle {
-        true => Order::sequential(),
-        false => Order::shuffled(a.seed),
-    };
-    if let Some(buffer) = a.shuffle_buffer {
-        order = order.with_shuffle_buffer(buffer);
-    }
-    let remainder = match a.remainder {
-        RemainderArg::Pad => Remainder::Pad,
-        RemainderArg::Drop => Remainder::Drop,
-    };
-    let format = match a.format {
-        FormatArg::Auto => Format::Auto,
-        FormatArg::Files => Format::Files,
-        FormatArg::Shards => Format::Shards,
-        FormatArg::Indexed => Format::Indexed,
-    };
-    let mut builder = LoaderConfig::builder(uri)
-        .with_store_config(store_config)
-        .with_format(format)
-        .with_concurrency(concurrency)
-        .with_epochs(epochs)
-        .with_skip_changed(a.skip_changed)
-        .with_order(order)
-        .with_partition(Partition::new(a.rank, a.world_size).with_remainder(remainder));
-    if a.strict_order {
-        builder = builder.with_delivery(Delivery::Strict);
-    }
-    if let Some(bytes) = a.memory_budget {
-        builder = builder.with_memory_budget(bytes);
-    }
-    if let Some(n) = a.shards_in_flight {
-        builder = builder.with_shards_in_flight(n);
-    }
-    if let Some(window) = a.max_window {
-        let prefetch = PrefetchConfig::for_streams()
-            .with_max_window(window)
-            .with_part_size(window.min(PrefetchConfig::default().part_size));
-        builder = builder.with_prefetch(prefetch);
-    }
-    if let Some(dir) = &a.cache {
-        let size = a.cache_size.unwrap_or(DEFAULT_CACHE_SIZE);
-        let cache = CacheBuilder::new(dir, size)
-            .build()
-            .with_context(|| format!("cannot open the cache at {}", dir.display()))?;
-        builder = builder.with_cache(Arc::new(cache));
-    }
-    Ok(builder.build()?)
 }
 
 async fn run_epoch(

@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use resvg::{tiny_skia, usvg};
 
 /// DejaVu Sans 2.37 from Debian's fonts-dejavu-core.
-const DEJAVU_SANS: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
+const DEJAVU_SANS: &[u8] = include_bytes!("../../../assets/fonts/DejaVuSans.ttf");
 
 /// PNG pixels per SVG pixel: sharp on high-density screens and in slides.
 pub const SCALE: u32 = 2;

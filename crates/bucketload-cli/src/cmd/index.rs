@@ -1,13 +1,12 @@
-//! The shard commands: `index` (tar shards written by other tools), `manifest` (datasets of
-//! one object per sample) and `verify` (integrity of either).
+//! `index`: the `.idx` of tar shards written by other tools.
 
 use std::io::Write;
 
 use bucketload::shards::{self, IndexOptions, IndexReport, SHARD_EXT};
 use clap::Args;
 
+use crate::args::store::{StoreArgs, open_dir, open_object};
 use crate::progress::Bar;
-use crate::store_args::{StoreArgs, open_dir, open_object};
 
 /// Flags of `index`.
 #[derive(Debug, Args)]
@@ -23,32 +22,6 @@ pub struct IndexArgs {
     /// Also record each shard's MD5 (as `md5sum` prints it); CRC32C is always recorded
     #[arg(long)]
     md5: bool,
-}
-
-/// Flags of `manifest`.
-#[derive(Debug, Args)]
-pub struct ManifestArgs {
-    /// The dataset root, e.g. s3://demo/train (one object per sample)
-    uri: String,
-}
-
-/// `manifest`.
-pub async fn manifest(args: &StoreArgs, a: ManifestArgs) -> anyhow::Result<()> {
-    let config = args.config();
-    let (store, _) = open_dir(&a.uri, &config)?;
-    let bar = Bar::new("reading");
-    let report = shards::write_files_manifest(&store, config.concurrency(), &bar).await?;
-    let m = &report.manifest;
-    writeln!(
-        std::io::stdout().lock(),
-        "wrote {} ({} files, {} bytes, {} classes) in {:.1} s",
-        report.uri,
-        m.samples,
-        m.bytes,
-        m.classes.len(),
-        report.seconds
-    )?;
-    Ok(())
 }
 
 /// `index`.
@@ -112,49 +85,4 @@ fn summarize(uri: &str, report: IndexReport) -> anyhow::Result<()> {
         .into()),
         other => Err(anyhow::Error::new(other).context(summary)),
     }
-}
-
-/// Flags of `verify`.
-#[derive(Debug, Args)]
-pub struct VerifyArgs {
-    /// The dataset root, e.g. s3://demo/train (a `files` manifest or `*.tar` shards with indexes)
-    uri: String,
-    /// Shards read at the same time
-    #[arg(long, default_value_t = 4, value_name = "N")]
-    shards_in_flight: usize,
-}
-
-/// `verify`: prints every problem (and warning), then the totals; exit 6 if any problem.
-pub async fn verify(args: &StoreArgs, a: VerifyArgs) -> anyhow::Result<()> {
-    let config = args.config();
-    let gets = (config.concurrency() / a.shards_in_flight.max(1)).clamp(1, 4);
-    let options = IndexOptions::builder()
-        .with_shards_in_flight(a.shards_in_flight)
-        .with_gets_per_shard(gets)
-        .with_part_size(config.part_size())
-        .build()?;
-    let (store, _) = open_dir(&a.uri, &config)?;
-    let bar = Bar::new("verifying");
-    let report = shards::verify(&store, config.concurrency(), &options, &bar).await?;
-    let mut out = std::io::stdout().lock();
-    for warning in &report.warnings {
-        writeln!(out, "warning: {warning}")?;
-    }
-    for problem in &report.problems {
-        writeln!(out, "{problem}")?;
-    }
-    let problems = report.problems.len();
-    writeln!(
-        out,
-        "verified {} objects ({} bytes) in {:.1} s: {problems} problems",
-        report.objects, report.bytes, report.seconds
-    )?;
-    if problems == 0 {
-        return Ok(());
-    }
-    Err(bucketload::Error::Corrupt {
-        uri: store.uri().to_string(),
-        reason: format!("{problems} problems (listed above)"),
-    }
-    .into())
 }

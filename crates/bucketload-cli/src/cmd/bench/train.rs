@@ -18,8 +18,8 @@ use tokio::sync::mpsc;
 use super::ckpt::Checkpointer;
 use super::log::{EpochLog, StageSeconds, WaitPercentiles};
 use super::prom::Live;
-use crate::decode::Decoder;
 use crate::progress::Bar;
+use bucketload::decode::Decoder;
 
 /// Batches queued ahead of the training step (a DataLoader's default prefetch factor).
 pub const PREFETCH_BATCHES: usize = 2;

@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
+use anyhow::Context;
 use bucketload::dataset::Location;
 use bucketload_store::object_store::path::Path;
-use bucketload_store::{Addressing, RetryMode, Store, StoreConfig, key_path};
+use bucketload_store::{Addressing, RetryMode, Scheme, Store, StoreConfig, key_path};
 use clap::Args;
 
 /// Flags that configure how stores are reached.
@@ -177,6 +178,22 @@ pub fn split_last(uri: &str) -> (&str, &str) {
 /// where creating a bucket is harmless. Never for AWS itself without the flag.
 pub fn should_create_bucket(flag: bool, config: &StoreConfig) -> bool {
     flag || config.endpoint().is_some_and(is_loopback_url)
+}
+
+/// Creates the bucket (or local folder) when allowed, see [`should_create_bucket`].
+pub async fn prepare_destination(
+    store: &Store,
+    config: &StoreConfig,
+    flag: bool,
+) -> anyhow::Result<()> {
+    let scheme = store.uri().scheme();
+    if scheme == Scheme::File || (scheme == Scheme::S3 && should_create_bucket(flag, config)) {
+        store
+            .create_bucket()
+            .await
+            .with_context(|| format!("cannot create the bucket of {store}"))?;
+    }
+    Ok(())
 }
 
 fn is_loopback_url(url: &str) -> bool {

@@ -25,10 +25,11 @@ use anyhow::Context;
 use bucketload::loader::{DEFAULT_CONCURRENCY, Loader};
 use clap::Args;
 
-use crate::data::local_to_absolute;
-use crate::decode::{DecodeArgs, Decoder, Dtype};
-use crate::read::{LoaderArgs, loader_config};
-use crate::store_args::StoreArgs;
+use crate::args::loader::{LoaderArgs, loader_config};
+use crate::args::store::StoreArgs;
+use crate::common::local_to_absolute;
+use crate::decode::{DecodeArgs, Dtype};
+use bucketload::decode::Decoder;
 use log::{BenchLog, FindMax, Machine, Probe, RunConfig, StageSeconds, WaitPercentiles};
 use train::{EpochRun, Trainer};
 
@@ -85,7 +86,7 @@ pub struct BenchArgs {
     )]
     pub ckpt_steps: u64,
     /// Size of each checkpoint
-    #[arg(long, value_parser = crate::store_args::parse_size, default_value = "1GiB", value_name = "SIZE")]
+    #[arg(long, value_parser = crate::args::store::parse_size, default_value = "1GiB", value_name = "SIZE")]
     pub ckpt_size: u64,
     /// Where checkpoints go: an object-store prefix or a local directory
     #[arg(long, value_name = "URI")]
@@ -94,7 +95,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub async_ckpt: bool,
     #[command(flatten)]
-    pub ckpt_transfer: crate::ckpt::TransferArgs,
+    pub ckpt_transfer: crate::args::ckpt::TransferArgs,
     /// Directory of the JSON log (created)
     #[arg(long, value_name = "DIR")]
     pub log_dir: Option<PathBuf>,
@@ -122,7 +123,7 @@ pub async fn bench(store: &StoreArgs, a: BenchArgs) -> anyhow::Result<()> {
     let uri = local_to_absolute(&a.dataset)?;
     let loader = Loader::open(loader_config(store, &a.loader, &uri, a.epochs)?).await?;
     crate::metrics::register(loader.store());
-    let decoder = Decoder::new(&decode_args(&a), a.loader.seed)?;
+    let decoder = crate::decode::decoder(&decode_args(&a), a.loader.seed)?;
     let live = Arc::new(prom::Live::new(loader.store().clone()));
     let server = match a.metrics_addr {
         Some(addr) => {
@@ -332,8 +333,8 @@ async fn checkpointer(
     let (Some(to), true) = (&a.ckpt_to, a.ckpt_steps > 0) else {
         return Ok(None);
     };
-    let target = crate::ckpt::open_prefix(store, to, a.ckpt_transfer.config(store))?;
-    crate::ckpt::create_local_bucket(store, &target).await?;
+    let target = crate::args::ckpt::open_prefix(store, to, a.ckpt_transfer.config(store))?;
+    crate::args::ckpt::create_local_bucket(store, &target).await?;
     Ok(Some(ckpt::Checkpointer::new(
         target,
         a.ckpt_size,

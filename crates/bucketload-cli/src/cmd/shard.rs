@@ -7,12 +7,9 @@ use bucketload::shards::format::PartSpec;
 use bucketload::shards::{self, Cut, LabelFrom, ShardOptions, ShardReport};
 use clap::{Args, ValueEnum};
 
-use crate::data::{local_to_absolute, prepare_destination};
+use crate::args::store::{StoreArgs, open_dir, parse_size, prepare_destination};
+use crate::common::local_to_absolute;
 use crate::progress::Bar;
-use crate::store_args::{StoreArgs, open_dir, parse_size};
-
-/// GETs in flight when `--concurrency` is not given: sharding small objects is latency-bound.
-const DEFAULT_GETS: usize = 256;
 
 /// Flags of `shard`.
 #[derive(Debug, Args)]
@@ -90,7 +87,7 @@ fn parse_part(s: &str) -> Result<PartSpec, String> {
 pub async fn shard(args: &StoreArgs, a: ShardArgs) -> anyhow::Result<()> {
     let mut config = args.config();
     if args.concurrency.is_none() {
-        config = config.with_concurrency(DEFAULT_GETS);
+        config = config.with_concurrency(shards::DEFAULT_GETS_IN_FLIGHT);
     }
     let cut = match (a.samples_per_shard, a.shard_size) {
         (Some(n), _) => Cut::Samples(n),

@@ -18,10 +18,10 @@ use bytes::Bytes;
 use clap::Args;
 use serde::Serialize;
 
-use crate::bench::model_bytes;
-use crate::ckpt::{TransferArgs, create_local_bucket, open_prefix};
-use crate::data::human;
-use crate::store_args::{StoreArgs, parse_size};
+use crate::args::ckpt::{TransferArgs, create_local_bucket, open_prefix};
+use crate::args::store::{StoreArgs, parse_size};
+use crate::cmd::bench::model_bytes;
+use crate::common::human;
 
 /// `ckpt-bench` arguments.
 #[derive(Debug, Args)]

@@ -24,7 +24,7 @@ use anyhow::{Context, bail};
 use bucketload_server::{DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY, LatencySpec, ServerConfig};
 use clap::Args;
 
-use crate::store_args::{StoreArgs, parse_size};
+use crate::args::store::{StoreArgs, parse_size};
 
 /// Flags of `demo`.
 #[derive(Debug, Args)]

@@ -11,7 +11,7 @@ use bucketload_server::{
 };
 use clap::Args;
 
-use crate::store_args::parse_size;
+use crate::args::store::parse_size;
 
 /// Flags of `serve`.
 #[derive(Debug, Args)]

@@ -1,0 +1,5 @@
+//! Groups of flags shared by several commands.
+
+pub mod ckpt;
+pub mod loader;
+pub mod store;

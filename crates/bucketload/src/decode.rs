@@ -1,0 +1,425 @@
+//! The decode bridge: the loader's [`Sample`]s become the image pipeline's batches.
+//!
+//! Every front end that decodes (the CLI's `read --decode` and `bench`, Python's `Loader`)
+//! goes through here, so they build the same pipeline from the same settings
+//! ([`DecodeConfig`]), pick the same image member of a sample ([`image_sample`]) and hand
+//! samples over the same way:
+//!
+//! ```text
+//! loader (async stream) --push--> channel of two batches' samples --> batch thread
+//!     --> ImagePipeline::batches (decode + augment on its rayon pool) --> sink or recycle
+//! ```
+//!
+//! [`EpochDecode::push`] runs in the loader's task and waits while two batches' samples are
+//! queued, so decoding that falls behind slows the reads instead of filling memory.
+//! [`Decoder::batches`] wraps that for a consumer outside the runtime (Python): a task drives
+//! the stream and the batches wait in a channel of [`PREFETCH_BATCHES`].
+//!
+//! Built with the `image` feature, which brings in `bucketload-image`.
+
+use std::str::FromStr;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
+
+use bucketload_image::{
+    Augment, Batch, Geometry, ImagePipeline, ImagePipelineBuilder, JpegDecode, LastBatch, OnError,
+    OutputFormat, PipelineStats,
+};
+use futures::{Stream, StreamExt};
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use crate::loader::Sample;
+use crate::{Error, ErrorKind, Result, panics};
+
+/// Batches decoded ahead of a consumer outside the runtime ([`Decoder::batches`]).
+pub const PREFETCH_BATCHES: usize = 2;
+
+/// The element type of a batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Dtype {
+    /// 32-bit floats, channels first (NCHW), normalised with ImageNet's mean and std.
+    #[default]
+    F32,
+    /// Bytes, channels last (NHWC).
+    U8,
+}
+
+impl FromStr for Dtype {
+    type Err = Error;
+
+    /// `float32` (or `f32`) and `uint8` (or `u8`).
+    fn from_str(s: &str) -> Result<Dtype> {
+        match s {
+            "float32" | "f32" => Ok(Dtype::F32),
+            "uint8" | "u8" => Ok(Dtype::U8),
+            other => Err(Error::invalid_input(format!(
+                "dtype {other:?} is not 'float32' (NCHW, normalised) or 'uint8' (NHWC)"
+            ))),
+        }
+    }
+}
+
+/// How a training run's images are decoded and augmented: RandomResizedCrop to `image_size`,
+/// a horizontal flip with probability 1/2, then `dtype`.
+#[derive(Debug, Clone)]
+pub struct DecodeConfig {
+    /// Side of the square crop, in pixels.
+    pub image_size: u32,
+    /// Images per batch.
+    pub batch_size: usize,
+    /// Batch element type.
+    pub dtype: Dtype,
+    /// How much of each JPEG to decode.
+    pub jpeg: JpegDecode,
+    /// Decode threads; `None`: the cores available.
+    pub threads: Option<usize>,
+    /// Drop the last batch of an epoch when it is short.
+    pub drop_last: bool,
+    /// Leave out images that cannot be decoded (counted in each batch) instead of failing.
+    pub skip_corrupt: bool,
+    /// Seed of the crops and flips (with the epoch and each sample's index).
+    pub seed: u64,
+}
+
+impl Default for DecodeConfig {
+    fn default() -> Self {
+        DecodeConfig {
+            image_size: 224,
+            batch_size: 64,
+            dtype: Dtype::F32,
+            jpeg: JpegDecode::Region,
+            threads: None,
+            drop_last: false,
+            skip_corrupt: false,
+            seed: 0,
+        }
+    }
+}
+
+impl DecodeConfig {
+    /// The image pipeline's builder with these settings.
+    pub fn builder(&self) -> ImagePipelineBuilder {
+        let output = match self.dtype {
+            Dtype::F32 => OutputFormat::imagenet(),
+            Dtype::U8 => OutputFormat::HwcU8,
+        };
+        let mut builder = ImagePipeline::builder()
+            .with_augment(Augment {
+                geometry: Geometry::random_resized_crop(self.image_size),
+                flip: 0.5,
+                antialias: false,
+            })
+            .with_output(output)
+            .with_batch_size(self.batch_size)
+            .with_seed(self.seed)
+            .with_jpeg_decode(self.jpeg)
+            .with_last_batch(match self.drop_last {
+                true => LastBatch::Drop,
+                false => LastBatch::Keep,
+            })
+            .with_on_error(match self.skip_corrupt {
+                true => OnError::Skip,
+                false => OnError::Fail,
+            });
+        if let Some(threads) = self.threads {
+            builder = builder.with_threads(threads);
+        }
+        builder
+    }
+
+    /// Builds the pipeline.
+    pub fn pipeline(&self) -> Result<ImagePipeline> {
+        Ok(self.builder().build()?)
+    }
+}
+
+/// The kind of an image pipeline error: bytes that are not a usable image are corrupt data,
+/// a bad setting is invalid input.
+pub fn image_kind(err: &bucketload_image::Error) -> ErrorKind {
+    use bucketload_image::Error as E;
+    match err {
+        E::InvalidConfig { .. } => ErrorKind::InvalidInput,
+        E::ThreadPool(_) => ErrorKind::Other,
+        _ => ErrorKind::Corrupt,
+    }
+}
+
+/// The loader's sample as the image pipeline's: its image member (the first `.jpg`, `.jpeg`
+/// or `.png`), its label (-1 when the dataset has none) and its dataset-wide index, which
+/// fixes its random crop.
+pub fn image_sample(sample: &Sample) -> Result<bucketload_image::Sample> {
+    let Some(bytes) = sample.image() else {
+        let found: Vec<&str> = sample.members.iter().map(|(e, _)| e.as_str()).collect();
+        return Err(Error::invalid_input(format!(
+            "sample {} has no .jpg, .jpeg or .png member (it has {found:?}); decoding needs \
+             one image per sample: read the samples undecoded instead",
+            sample.key
+        )));
+    };
+    Ok(bucketload_image::Sample {
+        key: sample.key.clone(),
+        index: sample.dataset_index(),
+        label: sample.label.map_or(-1, i64::from),
+        bytes: bytes.clone(),
+    })
+}
+
+/// What decoding did in one epoch.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct DecodeEpoch {
+    /// Images in the batches.
+    pub images: u64,
+    /// Batches produced.
+    pub batches: u64,
+    /// Images left out because they could not be decoded (`skip_corrupt`).
+    pub skipped: u64,
+    /// Images per second of the epoch's wall time (set by the caller, who knows that time).
+    pub images_per_s: f64,
+    /// Thread time spent decoding, seconds (all decode threads).
+    pub decode_s: f64,
+    /// Thread time spent cropping, resizing and normalising, seconds.
+    pub augment_s: f64,
+}
+
+/// Where a decoding epoch's batches go: `false` when the consumer stopped (decoding stops).
+pub type BatchSink = Box<dyn FnMut(Batch) -> bool + Send>;
+
+/// An image pipeline that decodes epochs of the loader's samples.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    pipeline: Arc<ImagePipeline>,
+}
+
+impl Decoder {
+    /// Builds the pipeline of `config`.
+    pub fn new(config: &DecodeConfig) -> Result<Decoder> {
+        Ok(Decoder::from_pipeline(config.pipeline()?))
+    }
+
+    /// A decoder over a pipeline built elsewhere.
+    pub fn from_pipeline(pipeline: ImagePipeline) -> Decoder {
+        Decoder {
+            pipeline: Arc::new(pipeline),
+        }
+    }
+
+    /// The pipeline.
+    pub fn pipeline(&self) -> &Arc<ImagePipeline> {
+        &self.pipeline
+    }
+
+    /// Starts decoding epoch `epoch`: samples pushed to the returned [`EpochDecode`] come out
+    /// as batches on a blocking thread, which recycles them (for a reader that only measures).
+    pub fn start(&self, epoch: u64) -> EpochDecode {
+        self.start_with_sink(epoch, None)
+    }
+
+    /// Like [`Decoder::start`], but every batch is handed to `sink` on the batch thread
+    /// instead of being recycled (the receiver gives it back with [`Decoder::recycle`]).
+    /// Call from inside a Tokio runtime.
+    pub fn start_with_sink(&self, epoch: u64, mut sink: Option<BatchSink>) -> EpochDecode {
+        let capacity = 2 * self.pipeline.batch_size().max(1);
+        let (tx, mut rx) = mpsc::channel::<bucketload_image::Sample>(capacity);
+        let pipeline = Arc::clone(&self.pipeline);
+        let before = pipeline.stats();
+        let worker = tokio::task::spawn_blocking(move || {
+            let samples = std::iter::from_fn(|| rx.blocking_recv());
+            let mut done = DecodeEpoch::default();
+            for batch in pipeline.batches(epoch, samples) {
+                let batch = batch?;
+                done.images += batch.len() as u64;
+                done.batches += 1;
+                done.skipped += batch.skipped.len() as u64;
+                match &mut sink {
+                    Some(sink) => {
+                        if !sink(batch) {
+                            break;
+                        }
+                    }
+                    None => pipeline.recycle(batch),
+                }
+            }
+            thread_times(&mut done, &before, &pipeline.stats());
+            Ok(done)
+        });
+        EpochDecode {
+            tx: Some(tx),
+            worker: Some(worker),
+        }
+    }
+
+    /// Decodes epoch `epoch` of `samples` for a consumer outside the runtime: a task on
+    /// `runtime` drives the stream, and the batches wait in a channel of
+    /// [`PREFETCH_BATCHES`]. The first error (the loader's, a sample without an image, the
+    /// pipeline's, a panic) ends the batches. Dropping the result stops the epoch.
+    pub fn batches<S>(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        samples: S,
+        epoch: u64,
+    ) -> DecodedBatches
+    where
+        S: Stream<Item = Result<Sample>> + Send + Unpin + 'static,
+    {
+        let (out, rx) = sync_channel::<Result<Batch>>(PREFETCH_BATCHES);
+        let decoder = self.clone();
+        let report = out.clone();
+        let feeder = runtime.spawn(async move {
+            let feed = drive(decoder, samples, epoch, out);
+            // A panic is the epoch's failure, never an early end of the batches.
+            if let Err(e) = panics::catch("the sample feeder", feed).await {
+                let _ = report.send(Err(e));
+            }
+        });
+        DecodedBatches {
+            rx: Mutex::new(rx),
+            feeder,
+        }
+    }
+
+    /// Returns a batch's buffers to the pipeline for reuse.
+    pub fn recycle(&self, batch: Batch) {
+        self.pipeline.recycle(batch);
+    }
+
+    /// Decode and augment thread time so far, seconds.
+    pub fn busy_s(&self) -> f64 {
+        let s = self.pipeline.stats();
+        (s.decode_nanos + s.augment_nanos) as f64 / 1e9
+    }
+
+    /// Decode threads.
+    pub fn threads(&self) -> usize {
+        self.pipeline.threads()
+    }
+}
+
+/// Pushes `samples` through an epoch whose batches go to `out`; the first error goes there
+/// too, after the batches of the samples pushed before it.
+async fn drive<S>(
+    decoder: Decoder,
+    mut samples: S,
+    epoch: u64,
+    out: SyncSender<Result<Batch>>,
+) -> Result<()>
+where
+    S: Stream<Item = Result<Sample>> + Send + Unpin + 'static,
+{
+    let to_consumer = out.clone();
+    let sink: BatchSink = Box::new(move |batch| to_consumer.send(Ok(batch)).is_ok());
+    let mut decode = decoder.start_with_sink(epoch, Some(sink));
+    let mut failed = None;
+    while let Some(item) = samples.next().await {
+        let image = item.and_then(|sample| image_sample(&sample));
+        let image = match image {
+            Ok(image) => image,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        };
+        if let Err(e) = decode.push_image(image).await {
+            // The batch thread failed: it has sent every batch it made.
+            let _ = out.send(Err(e));
+            return Ok(());
+        }
+    }
+    let finished = decode.finish().await;
+    if let Some(e) = failed.or(finished.err()) {
+        let _ = out.send(Err(e));
+    }
+    Ok(())
+}
+
+fn thread_times(done: &mut DecodeEpoch, before: &PipelineStats, after: &PipelineStats) {
+    let seconds = |a: u64, b: u64| b.saturating_sub(a) as f64 / 1e9;
+    done.decode_s = seconds(before.decode_nanos, after.decode_nanos);
+    done.augment_s = seconds(before.augment_nanos, after.augment_nanos);
+}
+
+/// One epoch being decoded; see [`Decoder::start`].
+#[derive(Debug)]
+pub struct EpochDecode {
+    tx: Option<mpsc::Sender<bucketload_image::Sample>>,
+    /// The batch thread; `None` once its failure was returned.
+    worker: Option<tokio::task::JoinHandle<bucketload_image::Result<DecodeEpoch>>>,
+}
+
+impl EpochDecode {
+    /// Hands a sample to the batch thread, waiting while two batches' samples are queued.
+    /// After an error, the epoch is over: do not call [`EpochDecode::finish`].
+    pub async fn push(&mut self, sample: &Sample) -> Result<()> {
+        self.push_image(image_sample(sample)?).await
+    }
+
+    async fn push_image(&mut self, image: bucketload_image::Sample) -> Result<()> {
+        let sent = match &self.tx {
+            Some(tx) => tx.send(image).await.is_ok(),
+            None => false,
+        };
+        if !sent {
+            // The batch thread stopped early: its error says why.
+            self.tx = None;
+            return Err(match self.worker.take() {
+                Some(worker) => ended_early(worker.await),
+                None => already_failed(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Waits for the last batch.
+    pub async fn finish(mut self) -> Result<DecodeEpoch> {
+        self.tx = None;
+        let worker = self.worker.take().ok_or_else(already_failed)?;
+        match worker.await {
+            Err(e) => Err(panics::join_error("the batch thread", e)),
+            Ok(done) => Ok(done?),
+        }
+    }
+}
+
+type Joined = std::result::Result<bucketload_image::Result<DecodeEpoch>, tokio::task::JoinError>;
+
+/// Why a batch thread that stopped taking samples stopped.
+fn ended_early(joined: Joined) -> Error {
+    match joined {
+        Err(e) => panics::join_error("the batch thread", e),
+        Ok(Err(e)) => e.into(),
+        Ok(Ok(_)) => Error::Task {
+            reason: "the batch thread stopped before the epoch ended".to_owned(),
+        },
+    }
+}
+
+fn already_failed() -> Error {
+    Error::Task {
+        reason: "the epoch's decoding already failed".to_owned(),
+    }
+}
+
+/// The batches of one epoch for a consumer outside the runtime; see [`Decoder::batches`].
+#[derive(Debug)]
+pub struct DecodedBatches {
+    rx: Mutex<Receiver<Result<Batch>>>,
+    feeder: tokio::task::JoinHandle<()>,
+}
+
+impl DecodedBatches {
+    /// The next batch, waiting for it; `None` after the last one (or after an error was
+    /// returned).
+    pub fn next_blocking(&self) -> Option<Result<Batch>> {
+        self.rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .recv()
+            .ok()
+    }
+}
+
+impl Drop for DecodedBatches {
+    fn drop(&mut self) {
+        self.feeder.abort();
+    }
+}
