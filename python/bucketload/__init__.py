@@ -1,7 +1,8 @@
 """bucketload: keeps accelerators fed from object storage.
 
 - :class:`Loader` — batches of decoded, augmented images from a dataset in S3 (one object per
-  sample, or tar shards), as torch tensors without copies.
+  sample, or tar shards), as torch tensors without copies (:class:`Batch`,
+  :class:`IndexedBatch`).
 - :mod:`bucketload.checkpoint` — ``save``/``load`` of checkpoints with parallel multipart
   transfers, atomically, optionally in the background.
 - :mod:`bucketload.s3torch` — drop-in ``S3MapDataset``, ``S3IterableDataset`` and
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from . import checkpoint, errors
 from ._native import __version__
+from ._types import Batch, IndexedBatch
 from .errors import (
     BucketloadError,
     ConfigError,
@@ -29,9 +31,11 @@ from .loader import Loader
 from .s3torch import S3Checkpoint, S3IterableDataset, S3MapDataset, S3Reader, S3Writer
 
 __all__ = [
+    "Batch",
     "BucketloadError",
     "ConfigError",
     "CorruptDataError",
+    "IndexedBatch",
     "Loader",
     "NotFoundError",
     "PermissionDeniedError",

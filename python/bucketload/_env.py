@@ -75,7 +75,7 @@ def distributed() -> tuple[int, int]:
 
         context = ray.train.get_context()
         return context.get_world_rank(), context.get_world_size()
-    except Exception:  # not installed, or not inside a Train worker
+    except Exception:  # noqa: BLE001, S110 - not installed, or not inside a Train worker
         pass
     if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
         raise ConfigError(

@@ -109,7 +109,7 @@ class Epochs:
             with self._lock:
                 epoch = self._shared[_NEXT]
                 self._shared[_NEXT] = epoch + 1
-            return epoch
+            return int(epoch)
         # Nonzero, and the same in every worker of this iteration.
         key = (hash((worker[1], self._begun)) & 0x7FFF_FFFF_FFFF_FFFF) or 1
         self._begun += 1

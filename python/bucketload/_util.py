@@ -27,6 +27,6 @@ def parse_size(size: int | str) -> int:
 def split_uri(uri: str) -> tuple[str, str]:
     """``("s3://bucket/dir", "name")`` from ``"s3://bucket/dir/name"``."""
     head, sep, name = uri.rstrip("/").rpartition("/")
-    if not sep or not name or head.endswith(":/") or head.endswith(":"):
+    if not sep or not name or head.endswith((":/", ":")):
         raise ValueError(f"{uri!r} names no object; write e.g. s3://bucket/checkpoints/epoch-1.pt")
     return head, name

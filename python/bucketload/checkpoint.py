@@ -19,11 +19,16 @@ from __future__ import annotations
 import errno
 import io
 import operator
-from typing import Any
+from types import TracebackType
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from . import _native
+from ._types import Saved
 
-_STORES: dict[tuple[Any, ...], Any] = {}
+if TYPE_CHECKING:  # typing_extensions is only needed to check types, never imported to run
+    from typing_extensions import Buffer
+
+_STORES: dict[tuple[int, str, str | None, str | None], _native.NativeCheckpoints] = {}
 
 
 def _split(uri: str) -> tuple[str, str]:
@@ -32,7 +37,7 @@ def _split(uri: str) -> tuple[str, str]:
     the URI again (``s3://b/a//x.pt`` → ``s3://b/a``, ``/x.pt``; ``s3://b/a/x/`` → ``s3://b/a``,
     ``x/``): on S3 the key is the URI's, byte for byte."""
     head, sep, _ = uri.rstrip("/").rpartition("/")
-    if not sep or head.endswith(":") or head.endswith(":/"):
+    if not sep or head.endswith((":", ":/")):
         raise ValueError(f"{uri!r} names no object; write e.g. s3://bucket/checkpoints/epoch-1.pt")
     prefix = head.rstrip("/")
     if not prefix:
@@ -40,7 +45,9 @@ def _split(uri: str) -> tuple[str, str]:
     return prefix, uri[len(prefix) + 1 :]
 
 
-def _checkpoints(prefix: str, endpoint: str | None, region: str | None) -> Any:
+def _checkpoints(
+    prefix: str, endpoint: str | None, region: str | None
+) -> _native.NativeCheckpoints:
     import os
 
     key = (os.getpid(), prefix, endpoint, region)
@@ -54,7 +61,7 @@ def _checkpoints(prefix: str, endpoint: str | None, region: str | None) -> Any:
 class SaveHandle:
     """A checkpoint being saved in the background."""
 
-    def __init__(self, native: Any) -> None:
+    def __init__(self, native: _native.NativeSaveHandle) -> None:
         self._native = native
 
     @property
@@ -66,7 +73,7 @@ class SaveHandle:
         """Whether the save ended, successfully or not (``wait()`` tells which)."""
         return self._native.done()
 
-    def wait(self) -> dict[str, Any] | None:
+    def wait(self) -> Saved | None:
         """Waits until the checkpoint is visible; raises the save's error. Returns
         ``{"uri", "bytes", "seconds", ...}`` (``None`` when called again)."""
         return self._native.wait()
@@ -79,7 +86,7 @@ def save(
     background: bool = False,
     endpoint: str | None = None,
     region: str | None = None,
-) -> SaveHandle | dict[str, Any]:
+) -> SaveHandle | Saved:
     """Saves ``obj`` with ``torch.save`` at ``uri`` (``s3://bucket/run/epoch-3.pt``, a
     ``file://`` URI or a path).
 
@@ -97,10 +104,10 @@ def save(
         store = _checkpoints(prefix, endpoint, region)
         # The snapshot: torch.save's bytes, copied once into memory bucketload owns.
         snapshot = store.snapshot()
-        torch.save(obj, snapshot)
+        torch.save(obj, cast("IO[bytes]", snapshot))
         return SaveHandle(store.save_background(name, snapshot))
     with Writer(uri, endpoint=endpoint, region=region) as writer:
-        torch.save(obj, writer)
+        torch.save(obj, cast("IO[bytes]", writer))
     assert writer.saved is not None  # closed without an exception
     return writer.saved
 
@@ -118,7 +125,7 @@ def load(
     import torch
 
     with Reader(uri, endpoint=endpoint, region=region) as reader:
-        return torch.load(reader, **torch_load_args)
+        return torch.load(cast("IO[bytes]", reader), **torch_load_args)
 
 
 def wait(prefix: str, *, endpoint: str | None = None, region: str | None = None) -> None:
@@ -135,12 +142,12 @@ class Writer(io.BufferedIOBase):
         prefix, name = _split(uri)
         self.uri = uri
         self._native = _checkpoints(prefix, endpoint, region).writer(name)
-        self.saved: dict[str, Any] | None = None
+        self.saved: Saved | None = None
 
     def writable(self) -> bool:
         return True
 
-    def write(self, data: Any) -> int:  # type: ignore[override]
+    def write(self, data: Buffer) -> int:
         if self.closed:
             raise ValueError(f"write to a closed checkpoint writer ({self.uri})")
         return self._native.write(data)
@@ -168,7 +175,12 @@ class Writer(io.BufferedIOBase):
             finally:
                 super().close()
 
-    def __exit__(self, kind: Any, value: Any, tb: Any) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if kind is not None:
             self.abort()
         else:
@@ -202,7 +214,7 @@ class Reader(io.BufferedIOBase):
     def read1(self, size: int = -1) -> bytes:
         return self.read(size)
 
-    def readinto(self, buffer: Any) -> int:
+    def readinto(self, buffer: Buffer) -> int:
         return self._native.readinto(buffer)
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:

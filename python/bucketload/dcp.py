@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import pickle
 import posixpath
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from torch.distributed.checkpoint.filesystem import (
     FileSystemBase,
@@ -36,8 +37,8 @@ from torch.distributed.checkpoint.filesystem import (
 from torch.distributed.checkpoint.metadata import Metadata
 
 from . import _native
-from .checkpoint import Reader, Writer
 from ._util import split_uri
+from .checkpoint import Reader, Writer
 
 _METADATA = ".metadata"
 #: The DCP format version this writer declares (torch's own ``CURRENT_DCP_VERSION``).
@@ -116,7 +117,8 @@ class _ObjectWriter(FileSystemWriter):
     """A ``FileSystemWriter`` whose ``fs`` is an :class:`_ObjectFileSystem`; ``.metadata``
     is written straight to its final name (it appears whole or not at all)."""
 
-    fs: _ObjectFileSystem
+    # torch annotates ``fs`` as its local ``FileSystem`` but uses it as a ``FileSystemBase``.
+    fs: _ObjectFileSystem  # type: ignore[assignment]
 
     def finish(self, metadata: Metadata, results: list[list[Any]]) -> None:
         metadata.version = DCP_VERSION
@@ -156,7 +158,8 @@ class S3StorageReader(FileSystemReader):
     def __init__(self, path: str, *, endpoint: str | None = None, region: str | None = None,
                  **kwargs: Any) -> None:
         super().__init__(path, **kwargs)
-        self.fs = _ObjectFileSystem(endpoint, region)
+        # torch annotates ``fs`` as its local ``FileSystem`` but uses it as a ``FileSystemBase``.
+        self.fs = _ObjectFileSystem(endpoint, region)  # type: ignore[assignment]
         self.path = self.fs.init_path(path)
 
     @classmethod

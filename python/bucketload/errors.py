@@ -56,10 +56,10 @@ class PermissionDeniedError(StoreError, PermissionError):
 
 __all__ = [
     "BucketloadError",
-    "NotFoundError",
     "ConfigError",
     "CorruptDataError",
-    "StoreError",
+    "NotFoundError",
     "PermissionDeniedError",
     "S3Exception",
+    "StoreError",
 ]

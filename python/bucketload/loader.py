@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from . import _env, _native
 from ._epochs import Epochs
+from ._types import Batch, DType, Format, IndexedBatch, JpegDecode
 from ._util import parse_size
 from .errors import ConfigError
 
 try:
     import torch
-    from torch.utils.data import IterableDataset as _Base
 except ImportError:  # the loader also works without torch: batches are buffers then
-    torch = None
+    torch = None  # type: ignore[assignment]
+
+if TYPE_CHECKING:
+    from torch.utils.data import IterableDataset
+
+    _Base = IterableDataset[Batch | IndexedBatch]
+elif torch is not None:
+    from torch.utils.data import IterableDataset as _Base
+else:
     _Base = object
 
 
@@ -27,18 +36,19 @@ def _tensor(buffer: Any, dtype: Any) -> Any:
     return torch.frombuffer(buffer, dtype=dtype).view(tuple(buffer.shape))
 
 
-class Loader(_Base):  # type: ignore[misc,valid-type]
+class Loader(_Base):
     """Batches of images from a dataset in object storage, decoded and augmented natively.
 
     ``uri`` is a dataset root: one object per sample (``s3://bucket/train`` with class
     folders), or tar shards (with a bucketload manifest, or indexed, or plain tar).
-    Iterating yields ``(images, labels)``: ``images`` a ``float32`` tensor ``[N, 3, H, W]``
+    Iterating yields :class:`Batch` tuples ``(images, labels)``: ``images`` a ``float32`` tensor ``[N, 3, H, W]``
     normalised with ImageNet's mean and std (``dtype="float32"``) or a ``uint8`` tensor
     ``[N, 3, H, W]`` in ``torch.channels_last`` memory format (``dtype="uint8"``: the pixels
     as decoded, stored HWC), ``labels`` an ``int64`` tensor ``[N]`` (-1 when the
     dataset has no labels). The tensors share the memory bucketload wrote (no copy). With
-    ``return_indices=True`` a third tensor holds each image's sample index in the dataset (the
-    object's position in key order; for shards ``shard << 32 | sample``).
+    ``return_indices=True`` the batches are :class:`IndexedBatch` tuples, whose third tensor
+    holds each image's sample index in the dataset (the object's position in key order; for
+    shards ``shard << 32 | sample``).
 
     Each image is decoded, cropped with torchvision's RandomResizedCrop sampling (scale
     0.08–1, ratio 3/4–4/3), resized to ``image_size``, flipped with probability 0.5 and
@@ -70,7 +80,7 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
         self,
         uri: str,
         *,
-        format: str = "auto",
+        format: Format = "auto",
         batch_size: int = 64,
         image_size: int = 224,
         shuffle: bool = True,
@@ -82,26 +92,27 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
         rank: int | None = None,
         world_size: int | None = None,
         drop_last: bool = False,
-        dtype: str = "float32",
+        dtype: DType = "float32",
         skip_corrupt: bool = False,
         shuffle_buffer: int | None = None,
         endpoint: str | None = None,
         region: str | None = None,
         return_indices: bool = False,
-        jpeg_decode: str = "region",
+        jpeg_decode: JpegDecode = "region",
     ) -> None:
         if (rank is None) != (world_size is None):
             raise ConfigError("give both rank and world_size, or neither")
         if dtype not in ("float32", "uint8"):
             raise ConfigError(f"dtype {dtype!r} is not 'float32' or 'uint8'")
-        self._settings: dict[str, Any] = dict(
-            format=format, batch_size=batch_size, image_size=image_size, shuffle=shuffle,
-            seed=seed, cache_dir=None if cache_dir is None else os.fspath(cache_dir),
-            cache_size=parse_size(cache_size), concurrency=concurrency,
-            decode_threads=decode_threads, drop_last=drop_last, dtype=dtype,
-            skip_corrupt=skip_corrupt, shuffle_buffer=shuffle_buffer, endpoint=endpoint,
-            region=region, jpeg_decode=jpeg_decode,
-        )
+        self._settings: dict[str, Any] = {
+            "format": format, "batch_size": batch_size, "image_size": image_size,
+            "shuffle": shuffle, "seed": seed,
+            "cache_dir": None if cache_dir is None else os.fspath(cache_dir),
+            "cache_size": parse_size(cache_size), "concurrency": concurrency,
+            "decode_threads": decode_threads, "drop_last": drop_last, "dtype": dtype,
+            "skip_corrupt": skip_corrupt, "shuffle_buffer": shuffle_buffer,
+            "endpoint": endpoint, "region": region, "jpeg_decode": jpeg_decode,
+        }
         self.uri = uri
         self._return_indices = return_indices
         self._rank = rank
@@ -111,9 +122,9 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
         self._group = _env.captured() if rank is None else None
         self._epochs = Epochs()
         self._resume: str | None = None
-        self._native: Any = None
+        self._native: _native.NativeLoader | None = None
         self._native_for: tuple[int, int, int] | None = None
-        self._current: Any = None
+        self._current: _native.NativeEpoch | None = None
         # A DataLoader worker's part of its last epoch, read to the end: (epoch, state).
         self._finished: tuple[int, str] | None = None
         self.skipped: list[tuple[str, str]] = []
@@ -140,7 +151,7 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
         worker, workers = _env.worker()
         return rank, world, worker, workers
 
-    def _open(self) -> Any:
+    def _open(self) -> _native.NativeLoader:
         rank, world, worker, workers = self._placement()
         key = (os.getpid(), worker, workers)
         if self._native is None or self._native_for != key:
@@ -166,7 +177,7 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
         self._epochs.set(epoch)
         self._resume = None
 
-    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+    def __iter__(self) -> Iterator[Batch | IndexedBatch]:
         """Starts the next epoch (each iteration reads a new one, also when it is left before
         the end) and returns its batches."""
         native = self._open()
@@ -176,7 +187,7 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
         self._finished = None
         return self._batches(epoch)
 
-    def _batches(self, epoch: Any) -> Iterator[tuple[Any, ...]]:
+    def _batches(self, epoch: _native.NativeEpoch) -> Iterator[Batch | IndexedBatch]:
         images_dtype = None
         if torch is not None:
             images_dtype = torch.float32 if self._settings["dtype"] == "float32" else torch.uint8
@@ -193,9 +204,9 @@ class Loader(_Base):  # type: ignore[misc,valid-type]
             if torch is not None and images_dtype == torch.uint8:
                 images = images.permute(0, 3, 1, 2)  # NCHW view of NHWC memory: channels_last
             if self._return_indices:
-                yield images, _tensor(labels, int64), _tensor(_indices, int64)
+                yield IndexedBatch(images, _tensor(labels, int64), _tensor(_indices, int64))
             else:
-                yield images, _tensor(labels, int64)
+                yield Batch(images, _tensor(labels, int64))
         if self._current is epoch:
             self._finished = (epoch.epoch, epoch.state())
             self._current = None

@@ -22,7 +22,8 @@ from __future__ import annotations
 import functools
 import json
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +32,7 @@ from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
 from . import _native
+from ._types import DType, Format, JpegDecode, LabelFrom
 
 _ROWS_PER_BLOCK = 256
 # Each read task opens the dataset (one GET of its manifest, or a listing without one), so a
@@ -71,17 +73,19 @@ class BucketloadDatasource(Datasource):
     shard`` wrote one) that is one GET, without one a listing. Tasks therefore get at least
     ``MIN_SAMPLES_PER_TASK`` samples each, unless ``tasks`` fixes their number."""
 
-    def __init__(self, uri: str, *, format: str = "auto", shuffle: bool = False, seed: int = 0,
+    def __init__(self, uri: str, *, format: Format = "auto", shuffle: bool = False, seed: int = 0,
                  epoch: int = 0, concurrency: int | None = None, endpoint: str | None = None,
                  region: str | None = None, tasks: int | None = None) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         if tasks is not None and tasks < 1:
             raise ValueError("tasks must be at least 1")
         self._uri = uri
         self._epoch = epoch
         self._tasks = tasks
-        self._settings = dict(format=format, shuffle=shuffle, seed=seed, concurrency=concurrency,
-                              endpoint=endpoint, region=region)
+        self._settings: dict[str, Any] = {
+            "format": format, "shuffle": shuffle, "seed": seed, "concurrency": concurrency,
+            "endpoint": endpoint, "region": region,
+        }
         self._samples = _native.NativeLoader(uri, decode=False, **self._settings).dataset_samples()
 
     def estimate_inmemory_data_size(self) -> int | None:
@@ -104,9 +108,9 @@ class BucketloadDatasource(Datasource):
         return tasks
 
 
-def read_dataset(uri: str, *, format: str = "auto", shuffle: bool = False, seed: int = 0,
+def read_dataset(uri: str, *, format: Format = "auto", shuffle: bool = False, seed: int = 0,
                  epoch: int = 0, concurrency: int | None = None, endpoint: str | None = None,
-                 region: str | None = None, override_num_blocks: int | None = None) -> "ray.data.Dataset":
+                 region: str | None = None, override_num_blocks: int | None = None) -> ray.data.Dataset:
     """A ``ray.data.Dataset`` of the samples of ``uri`` read by bucketload's engine; see
     :class:`BucketloadDatasource`. ``shuffle=True`` visits the permutation of ``(seed, epoch)``
     (each read task a slice of it). ``override_num_blocks`` sets the number of read tasks;
@@ -114,20 +118,23 @@ def read_dataset(uri: str, *, format: str = "auto", shuffle: bool = False, seed:
     source = BucketloadDatasource(uri, format=format, shuffle=shuffle, seed=seed, epoch=epoch,
                                   concurrency=concurrency, endpoint=endpoint, region=region,
                                   tasks=override_num_blocks)
-    return ray.data.read_datasource(source, override_num_blocks=override_num_blocks)
+    dataset: ray.data.Dataset = ray.data.read_datasource(
+        source, override_num_blocks=override_num_blocks)
+    return dataset
 
 
 @functools.lru_cache(maxsize=8)
-def _decoder(pid: int, image_size: int, seed: int, dtype: str, decode_threads: int | None,
-             skip_corrupt: bool, jpeg_decode: str) -> Any:
+def _decoder(pid: int, image_size: int, seed: int, dtype: DType, decode_threads: int | None,
+             skip_corrupt: bool, jpeg_decode: JpegDecode) -> _native.NativeDecoder:
     return _native.NativeDecoder(image_size=image_size, seed=seed, dtype=dtype,
                                  decode_threads=decode_threads, skip_corrupt=skip_corrupt,
                                  jpeg_decode=jpeg_decode)
 
 
 def decode_batch(batch: dict[str, np.ndarray], *, image_size: int = 224, seed: int = 0,
-                 epoch: int = 0, dtype: str = "float32", decode_threads: int | None = None,
-                 skip_corrupt: bool = False, jpeg_decode: str = "region") -> dict[str, np.ndarray]:
+                 epoch: int = 0, dtype: DType = "float32", decode_threads: int | None = None,
+                 skip_corrupt: bool = False,
+                 jpeg_decode: JpegDecode = "region") -> dict[str, np.ndarray]:
     """bucketload's native decode and augmentation as a ``map_batches`` function
     (``batch_format="numpy"``): RandomResizedCrop to ``image_size``, flip, and for
     ``float32`` ImageNet normalisation into ``[N, 3, H, W]`` (``uint8``: ``[N, H, W, 3]``).
@@ -140,21 +147,29 @@ def decode_batch(batch: dict[str, np.ndarray], *, image_size: int = 224, seed: i
     images, labels, indices, _skipped = decoder.decode(
         epoch, [bytes(b) for b in batch["image"]], [int(i) for i in batch["index"]],
         [int(label) for label in batch["label"]], keys)
-    pixels = np.frombuffer(images, dtype=np.float32 if dtype == "float32" else np.uint8)
+    pixels = _array(images, np.float32 if dtype == "float32" else np.uint8)
     return {
         "image": pixels.reshape(images.shape),
-        "label": np.frombuffer(labels, dtype=np.int64),
-        "index": np.frombuffer(indices, dtype=np.int64),
+        "label": _array(labels, np.int64),
+        "index": _array(indices, np.int64),
     }
+
+
+def _array(buffer: _native.Buffer, dtype: type[np.generic]) -> np.ndarray:
+    """A flat array over the buffer's memory (no copy). numpy's stubs name the buffer
+    types they take rather than the buffer protocol, hence the cast."""
+    return np.frombuffer(cast("bytes", buffer), dtype=dtype)
 
 
 @ray.remote
 def _shard_part(src: str, dst: str, part: int, parts: int, options: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(_native.shard(src, dst, part=(part, parts), **options))
+    report: dict[str, Any] = json.loads(_native.shard(src, dst, part=(part, parts), **options))
+    return report
 
 
 def shard(src: str, dst: str, *, parts: int, shard_size: int | None = None,
-          samples_per_shard: int | None = None, seed: int | None = None, label_from: str = "auto",
+          samples_per_shard: int | None = None, seed: int | None = None,
+          label_from: LabelFrom = "auto",
           md5: bool = False, endpoint: str | None = None, region: str | None = None,
           num_cpus: float = 1) -> dict[str, Any]:
     """``bucketload shard SRC DST --part i/N`` for every ``i`` as Ray tasks, then the merge:
@@ -163,8 +178,8 @@ def shard(src: str, dst: str, *, parts: int, shard_size: int | None = None,
     Returns ``{"parts": [report, ...], "merge": report}``."""
     if parts < 1:
         raise ValueError("parts must be at least 1")
-    options = dict(shard_size=shard_size, samples_per_shard=samples_per_shard, seed=seed,
-                   label_from=label_from, md5=md5, endpoint=endpoint, region=region)
+    options = {"shard_size": shard_size, "samples_per_shard": samples_per_shard, "seed": seed,
+               "label_from": label_from, "md5": md5, "endpoint": endpoint, "region": region}
     task = _shard_part.options(num_cpus=num_cpus)
     reports = ray.get([task.remote(src, dst, i, parts, options) for i in range(parts)])
     merged = json.loads(_native.merge(dst, endpoint=endpoint, region=region))

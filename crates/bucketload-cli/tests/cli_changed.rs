@@ -8,20 +8,8 @@ mod common;
 
 use bucketload_format::{MANIFEST_PATH, Manifest};
 use bucketload_store::Store;
-use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
-use common::{Fixture, Run};
-
-fn put(fx: &Fixture, store: &Store, key: &str, data: &[u8]) {
-    let payload = PutPayload::from(data.to_vec());
-    fx.block_on(store.object_store().put(&Path::from(key), payload))
-        .unwrap();
-}
-
-fn get(fx: &Fixture, store: &Store, key: &str) -> Vec<u8> {
-    let os = store.object_store();
-    let bytes = fx.block_on(async { os.get(&Path::from(key)).await?.bytes().await });
-    bytes.unwrap().to_vec()
-}
+use bucketload_store::object_store::{ObjectStoreExt, path::Path};
+use common::{Fixture, get, json, put};
 
 /// The same JPEG with one byte of its entropy-coded data changed: same size, still decodes.
 fn altered(jpeg: &[u8]) -> Vec<u8> {
@@ -42,10 +30,6 @@ fn dataset(fx: &Fixture, uri: &str) -> (Store, String, Vec<u8>) {
     let key = manifest.files[0].key.clone();
     let original = get(fx, &store, &key);
     (store, key, original)
-}
-
-fn json(run: &Run) -> serde_json::Value {
-    serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {run:#?}"))
 }
 
 #[test]

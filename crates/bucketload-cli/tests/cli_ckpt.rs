@@ -10,15 +10,8 @@ use std::time::Duration;
 
 use bucketload_server::LatencySpec;
 use bucketload_store::object_store::ObjectStoreExt;
+use bucketload_test_support::pattern as bytes;
 use common::Fixture;
-
-fn bytes(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[(i + seed as usize) % 4] ^ seed
-        })
-        .collect()
-}
 
 fn get(fx: &Fixture, bucket_uri: &str, key: &str) -> Option<Vec<u8>> {
     let store = fx.store(bucket_uri);

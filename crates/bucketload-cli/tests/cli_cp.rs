@@ -4,13 +4,8 @@
 mod common;
 
 use bucketload_server::FaultKind;
+use bucketload_test_support::pattern;
 use common::Fixture;
-
-fn pattern(len: usize, salt: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt) ^ (i >> 9) as u8)
-        .collect()
-}
 
 #[test]
 fn tree_round_trip_is_byte_exact() {

@@ -305,19 +305,9 @@ print(" ".join(o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents
 "#;
 
 fn python(script: &str, args: &[&str]) -> String {
-    let python = bucketload_test_support::workspace_root().join(".venv/bin/python");
-    let out = Command::new(python)
-        .arg("-c")
-        .arg(script)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    bucketload_test_support::run_python(script, args)
+        .trim()
+        .to_owned()
 }
 
 /// moto with IAM set up (see [`MOTO_IAM`]): the server, a scratch home, the trainer's keys

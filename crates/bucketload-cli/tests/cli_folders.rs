@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use bucketload_server::{DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY};
-use bucketload_test_support::{MotoServer, unique_bucket, workspace_root};
+use bucketload_test_support::{MotoServer, run_python, unique_bucket, venv_bin, venv_python};
 use common::{Fixture, Run};
 
 /// An S3 server the test talks to: its endpoint and credentials.
@@ -51,18 +51,10 @@ impl Backend {
         let prelude = "import boto3, sys\n\
                        s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', \
                        aws_access_key_id=sys.argv[2], aws_secret_access_key=sys.argv[3])\n";
-        let out = Command::new(workspace_root().join(".venv/bin/python"))
-            .arg("-c")
-            .arg(format!("{prelude}{script}"))
-            .args([&self.endpoint, self.key, self.secret])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "python failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        run_python(
+            &format!("{prelude}{script}"),
+            [&self.endpoint, self.key, self.secret],
+        )
     }
 
     /// PUTs each key with `bytes` through boto3.
@@ -79,8 +71,8 @@ impl Backend {
 
     /// `aws s3 ls --recursive s3://BUCKET/PREFIX/`: (size, key relative to the prefix).
     fn aws_ls_recursive(&self, bucket: &str, prefix: &str) -> Vec<(u64, String)> {
-        let out = Command::new(workspace_root().join(".venv/bin/python"))
-            .arg(workspace_root().join(".venv/bin/aws"))
+        let out = Command::new(venv_python())
+            .arg(venv_bin("aws"))
             .args(["--endpoint-url", &self.endpoint, "s3", "ls", "--recursive"])
             .arg(format!("s3://{bucket}/{prefix}/"))
             .env("HOME", self.work.path())

@@ -11,9 +11,9 @@ use std::process::Command;
 
 use bucketload_format::{DatasetKind, MANIFEST_PATH, Manifest, ShardIndex};
 use bucketload_server::{DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY, FaultKind};
-use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
+use bucketload_store::object_store::{ObjectStoreExt, path::Path};
 use bucketload_store::{Store, StoreConfig};
-use common::Fixture;
+use common::{Fixture, put, try_get};
 
 /// A directory name that makes member names longer than the 100 bytes of a ustar name field.
 const LONG_DIR: &str = "a-folder-name-long-enough-that-the-member-path-exceeds-the-hundred-bytes-of-a-ustar-name-field";
@@ -95,25 +95,9 @@ fn make_shards(fx: &Fixture) -> (Members, Vec<(String, Vec<u8>)>) {
     (members, shards)
 }
 
-fn put(fx: &Fixture, store: &Store, key: &str, data: &[u8]) {
-    let payload = PutPayload::from(data.to_vec());
-    fx.block_on(store.object_store().put(&Path::from(key), payload))
-        .unwrap();
-}
-
-fn get(fx: &Fixture, store: &Store, key: &str) -> Option<Vec<u8>> {
-    let os = store.object_store();
-    let result = fx.block_on(async { os.get(&Path::from(key)).await?.bytes().await });
-    match result {
-        Ok(bytes) => Some(bytes.to_vec()),
-        Err(bucketload_store::object_store::Error::NotFound { .. }) => None,
-        Err(e) => panic!("GET {key}: {e}"),
-    }
-}
-
 /// Parses `<shard>.idx` and checks every member by a ranged GET of its (offset, size).
 fn check_index(fx: &Fixture, store: &Store, shard: &str, data: &[u8], want: &Members) {
-    let bytes = get(fx, store, &format!("{shard}.idx")).expect("the index exists");
+    let bytes = try_get(fx, store, &format!("{shard}.idx")).expect("the index exists");
     let index = ShardIndex::parse(shard, &bytes).unwrap();
     assert_eq!(index.shard_size, data.len() as u64, "{shard}");
     assert_eq!(index.shard_crc32c, crc32c::crc32c(data), "{shard}");
@@ -216,8 +200,8 @@ fn corrupt_shards_get_no_index_and_the_good_one_still_does() {
     assert!(run.stderr.contains("2 of 3 shards failed"), "{run:#?}");
     assert!(!run.stderr.contains("panicked"), "{run:#?}");
     assert!(run.stdout.contains("indexed 1 shards"), "{run:#?}");
-    assert!(get(&fx, &store, "b-truncated.tar.idx").is_none());
-    assert!(get(&fx, &store, "c-garbage.tar.idx").is_none());
+    assert!(try_get(&fx, &store, "b-truncated.tar.idx").is_none());
+    assert!(try_get(&fx, &store, "c-garbage.tar.idx").is_none());
     check_index(&fx, &store, "a-good.tar", good, &members);
 }
 
@@ -245,14 +229,14 @@ fn manifest_lists_every_file_with_its_checksum_and_is_written_last() {
     let run = fx.run(&["--max-retries", "0", "manifest", uri]);
     assert_ne!(run.code, 0, "{run:#?}");
     fx.server().faults().clear();
-    assert!(get(&fx, &store, MANIFEST_PATH).is_none(), "{run:#?}");
+    assert!(try_get(&fx, &store, MANIFEST_PATH).is_none(), "{run:#?}");
 
     let run = fx.run(&["manifest", uri]).ok();
     assert!(run.stdout.contains("(24 files, "), "{run:#?}");
     assert!(run.stdout.contains(", 3 classes)"), "{run:#?}");
     // Run twice: the manifest itself is never part of the dataset.
     fx.run(&["manifest", uri]).ok();
-    let json = get(&fx, &store, MANIFEST_PATH).expect("the manifest exists");
+    let json = try_get(&fx, &store, MANIFEST_PATH).expect("the manifest exists");
     let manifest = Manifest::from_json(MANIFEST_PATH, &json).unwrap();
     assert_eq!(manifest.kind, DatasetKind::Files);
     assert_eq!(manifest.files.len(), 24);
@@ -264,7 +248,7 @@ fn manifest_lists_every_file_with_its_checksum_and_is_written_last() {
     for file in &manifest.files {
         let key = Path::from(file.key.as_str());
         let head = fx.block_on(os.head(&key)).unwrap();
-        let data = get(&fx, &store, &file.key).unwrap();
+        let data = try_get(&fx, &store, &file.key).unwrap();
         assert_eq!(file.size, data.len() as u64, "{}", file.key);
         let crc = format!("{:08x}", crc32c::crc32c(&data));
         assert_eq!(file.crc32c.as_deref(), Some(crc.as_str()), "{}", file.key);

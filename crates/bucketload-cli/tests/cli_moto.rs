@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use bucketload_test_support::{MotoServer, unique_bucket, workspace_root};
+use bucketload_test_support::{MotoServer, unique_bucket, venv_bin};
 use common::Run;
 
 fn bucketload(moto: &MotoServer, work: &std::path::Path, args: &[&str]) -> Run {
@@ -35,12 +35,7 @@ fn aws_list(
     bucket: &str,
     prefix: &str,
 ) -> Vec<(String, u64)> {
-    let aws = workspace_root().join(".venv/bin/aws");
-    assert!(
-        aws.exists(),
-        "the AWS CLI is missing at {}; run scripts/test.sh",
-        aws.display()
-    );
+    let aws = venv_bin("aws");
     let out = Command::new(aws)
         .args([
             "--endpoint-url",

@@ -11,13 +11,8 @@ use std::process::{Child, Command, Stdio};
 
 use bucketload_store::object_store::ObjectStoreExt;
 use bucketload_store::object_store::path::Path as Key;
+use bucketload_test_support::{pattern, venv_python};
 use common::{Fixture, ServeProcess, free_port, wait_until};
-
-fn pattern(len: usize, salt: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt) ^ (i >> 11) as u8)
-        .collect()
-}
 
 fn require_fuse() {
     assert!(
@@ -368,8 +363,6 @@ fn object(fx: &Fixture, store: &bucketload_store::Store, key: &str) -> Option<Ve
     })
 }
 
-const VENV_PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../.venv/bin/python");
-
 /// Shell redirection, dd, tee and Python write exactly the bytes written; an existing file is
 /// replaced only by the complete new content.
 #[test]
@@ -436,7 +429,7 @@ fn shell_redirection_dd_tee_and_python_write_exactly_the_bytes() {
     bash_ok(&dir, "printf tee-data | tee tee.txt > /dev/null");
     assert_eq!(get("tee.txt").unwrap(), b"tee-data");
     let py = "open('py.txt', 'w').write('python\\n')";
-    let out = Command::new(VENV_PYTHON)
+    let out = Command::new(venv_python())
         .args(["-c", py])
         .current_dir(&dir)
         .output()
@@ -607,7 +600,7 @@ fn a_writer_killed_mid_write_leaves_the_old_object() {
                   f.flush()\n\
                   print('written', flush=True)\n\
                   time.sleep(600)\n";
-    let mut child = Command::new(VENV_PYTHON)
+    let mut child = Command::new(venv_python())
         .args(["-c", script])
         .current_dir(&m.dir)
         .stdout(Stdio::piped())
@@ -648,7 +641,7 @@ fn a_threaded_program_exiting_normally_completes_its_output() {
                       threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n\
                   sys.stdout.write('x' * 100)\n";
     for i in 0..5 {
-        let cmd = format!("{VENV_PYTHON} -c \"$SCRIPT\" > out{i}.txt");
+        let cmd = format!("{} -c \"$SCRIPT\" > out{i}.txt", venv_python().display());
         let out = Command::new("bash")
             .args(["-c", &cmd])
             .env("SCRIPT", script)

@@ -10,11 +10,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use bucketload_test_support::pattern;
 use common::{Fixture, ServeProcess, free_port, wait_until};
-
-fn pattern(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i * 7 % 251) as u8).collect()
-}
 
 /// Files below `dir`, at any depth.
 fn file_count(dir: &Path) -> usize {
@@ -41,7 +38,7 @@ fn an_upload_rides_out_a_server_restart() {
     let endpoint = format!("http://127.0.0.1:{port}");
     let slow = ["--bandwidth", "1MB"];
     let mut server = ServeProcess::start(&root, port, &slow);
-    let data = pattern(12 << 20);
+    let data = pattern(12 << 20, 0);
     let (src, back) = (fx.work_path("big.bin"), fx.work_path("back.bin"));
     std::fs::write(&src, &data).unwrap();
     let args = |cmd: &mut Command| {
@@ -129,7 +126,7 @@ fn an_interrupted_upload_is_aborted_before_the_process_ends() {
     let fx = Fixture::start_with(|b| b.with_latency(latency));
     let store = fx.store("s3://interrupted");
     let src = fx.work_path("big.bin");
-    std::fs::write(&src, pattern(24 << 20)).unwrap();
+    std::fs::write(&src, pattern(24 << 20, 0)).unwrap();
     for signal in ["INT", "TERM"] {
         let dst = format!("s3://interrupted/{signal}.bin");
         let mut cp = fx.command();

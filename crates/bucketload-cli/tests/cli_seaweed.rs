@@ -13,8 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bucketload_test_support::{SEAWEED_COLLEAGUE, SEAWEED_OWNER, SeaweedServer, unique_bucket};
-use common::Run;
+use bucketload_test_support::{
+    SEAWEED_COLLEAGUE, SEAWEED_OWNER, SeaweedServer, pattern, unique_bucket, venv_python,
+};
+use common::{Run, json};
 
 /// `bucketload ARGS` as [`SEAWEED_OWNER`], with a clean AWS environment.
 fn bucketload(weed: &SeaweedServer, work: &Path, args: &[&str]) -> Run {
@@ -76,7 +78,7 @@ struct Boto3 {
 
 impl Boto3 {
     fn start(weed: &SeaweedServer, bucket: &str, identity: (&str, &str)) -> Boto3 {
-        let python = bucketload_test_support::workspace_root().join(".venv/bin/python");
+        let python = venv_python();
         let mut child = Command::new(&python)
             .arg("-c")
             .arg(BOTO3)
@@ -85,7 +87,10 @@ impl Boto3 {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| {
-                panic!("cannot run {}: {e}; run scripts/test.sh", python.display())
+                panic!(
+                    "cannot run {}: {e}; run scripts/setup.sh --python",
+                    python.display()
+                )
             });
         let stdin = child.stdin.take();
         let stdout = BufReader::new(child.stdout.take().unwrap());
@@ -130,12 +135,6 @@ impl Drop for Boto3 {
     }
 }
 
-fn pattern(len: usize, salt: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt) ^ (i >> 11) as u8)
-        .collect()
-}
-
 /// Every file below `dir` as (relative path, bytes), sorted.
 fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
@@ -158,10 +157,6 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     walk(dir, dir, &mut out);
     out.sort();
     out
-}
-
-fn json(run: &Run) -> serde_json::Value {
-    serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {run:#?}"))
 }
 
 #[test]

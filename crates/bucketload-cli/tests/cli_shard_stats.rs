@@ -10,8 +10,8 @@ use bucketload_format::{
     ShardIndexBuilder, TarWriter,
 };
 use bucketload_store::Store;
-use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
-use common::{Fixture, Run};
+use bucketload_store::object_store::{ObjectStoreExt, path::Path};
+use common::{Fixture, Run, json, put};
 use serde_json::Value;
 
 /// Samples of each shard: (class folder, sample number). 10 samples: `cat` 6, `dog` 4.
@@ -99,12 +99,6 @@ fn manifest(shards: &[Built]) -> Manifest {
     }
 }
 
-fn put(fx: &Fixture, store: &Store, key: &str, data: &[u8]) {
-    let payload = PutPayload::from(data.to_vec());
-    fx.block_on(store.object_store().put(&Path::from(key), payload))
-        .unwrap();
-}
-
 /// Puts the shards (and their indexes unless `missing_index` names one) below `uri`.
 fn upload(fx: &Fixture, uri: &str, shards: &[Built], missing_index: Option<usize>) -> Store {
     let store = fx.store(uri);
@@ -132,10 +126,6 @@ fn run_counted(fx: &Fixture, args: &[&str]) -> (Run, Vec<(&'static str, u64)>) {
         .collect();
     requests.sort();
     (run, requests)
-}
-
-fn json(run: &Run) -> Value {
-    serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {run:#?}"))
 }
 
 fn total_bytes(shards: &[Built]) -> u64 {

@@ -11,21 +11,8 @@ use std::process::Command;
 use bucketload_format::{
     DatasetKind, MANIFEST_PATH, MANIFEST_VERSION, Manifest, Parameters, ShardEntry, ShardIndex,
 };
-use bucketload_store::Store;
-use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
-use common::{Fixture, Run};
-
-fn put(fx: &Fixture, store: &Store, key: &str, data: &[u8]) {
-    let payload = PutPayload::from(data.to_vec());
-    fx.block_on(store.object_store().put(&Path::from(key), payload))
-        .unwrap();
-}
-
-fn get(fx: &Fixture, store: &Store, key: &str) -> Vec<u8> {
-    let os = store.object_store();
-    let bytes = fx.block_on(async { os.get(&Path::from(key)).await?.bytes().await });
-    bytes.unwrap().to_vec()
-}
+use bucketload_store::object_store::{ObjectStoreExt, path::Path};
+use common::{Fixture, Run, get, put};
 
 /// Runs `verify` and returns the run with the number of GETs the server received.
 fn verify(fx: &Fixture, uri: &str) -> (Run, u64) {

@@ -1,21 +1,10 @@
 //! Compatibility with GNU tar and Python's `tarfile`, both ways.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use bucketload_format::{TarReader, TarWriter, read_members};
-
-const PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../.venv/bin/python");
-
-fn python() -> PathBuf {
-    let path = PathBuf::from(PYTHON);
-    assert!(
-        path.exists(),
-        "{} is missing: create the dev virtualenv (python3 -m venv .venv && .venv/bin/pip install -r requirements-dev.txt)",
-        path.display()
-    );
-    path
-}
+use bucketload_test_support::venv_python;
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd
@@ -105,7 +94,10 @@ fn python_tarfile_reads_our_shards() {
     let shard = dir.path().join("shard-000000.tar");
     let members = sample_members();
     write_shard(&shard, &members);
-    let listing = run(Command::new(python()).arg("-c").arg(PY_LIST).arg(&shard));
+    let listing = run(Command::new(venv_python())
+        .arg("-c")
+        .arg(PY_LIST)
+        .arg(&shard));
     let expected: Vec<String> = members
         .iter()
         .map(|(n, d)| format!("{n}\t{}\t420\t0\t{}", d.len(), sha256_hex(d)))
@@ -199,7 +191,7 @@ fn we_read_python_tarfile_gnu_and_pax_formats() {
     let files = make_tree(&tree);
     for format in ["gnu", "pax"] {
         let shard = dir.path().join(format!("py-{format}.tar"));
-        run(Command::new(python())
+        run(Command::new(venv_python())
             .arg("-c")
             .arg(PY_WRITE)
             .arg(&shard)
@@ -233,7 +225,10 @@ fn webdataset_reads_our_shards_with_our_keys() {
         (format!("{}/long.seg.png", "l".repeat(150)), vec![0; 3]),
     ];
     write_shard(&shard, &members);
-    let listing = run(Command::new(python()).arg("-c").arg(PY_WDS).arg(&shard));
+    let listing = run(Command::new(venv_python())
+        .arg("-c")
+        .arg(PY_WDS)
+        .arg(&shard));
     let mut grouper = bucketload_format::Grouper::new();
     let mut ours = Vec::new();
     for (name, data) in &members {

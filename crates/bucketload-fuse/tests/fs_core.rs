@@ -10,16 +10,10 @@ use bucketload_server::FaultKind;
 use bucketload_store::object_store::ObjectStoreExt;
 use bucketload_store::object_store::path::Path;
 use bucketload_store::{Store, StoreConfig};
-use bucketload_test_support::EmbeddedServer;
+use bucketload_test_support::{EmbeddedServer, pattern};
 use bytes::Bytes;
 
 const MIB: usize = 1 << 20;
-
-fn pattern(len: usize, salt: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt) ^ (i >> 11) as u8)
-        .collect()
-}
 
 struct Bucket {
     server: EmbeddedServer,
@@ -867,13 +861,10 @@ async fn folder_markers_are_directories_and_empty_segments_are_hidden() {
                   s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', \
                   aws_access_key_id='testing', aws_secret_access_key='testing')\n\
                   for k in sys.argv[3:]: s3.put_object(Bucket=sys.argv[2], Key=k, Body=b'')\n";
-    let python = bucketload_test_support::workspace_root().join(".venv/bin/python");
-    let status = std::process::Command::new(python)
-        .args(["-c", script, moto.endpoint(), &bucket])
-        .args(keys)
-        .status()
-        .unwrap();
-    assert!(status.success(), "boto3 failed");
+    let args = [moto.endpoint(), bucket.as_str()]
+        .into_iter()
+        .chain(keys.iter().copied());
+    bucketload_test_support::run_python(script, args);
     let store = Store::open(&format!("s3://{bucket}/data"), &moto.store_config()).unwrap();
     let fs = Fs::new(store, MountConfig::default()).await.unwrap();
     let mut root = names(&fs, ROOT).await;

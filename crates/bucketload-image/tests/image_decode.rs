@@ -39,7 +39,11 @@ fn pil_decode(names: &[&str]) -> Vec<RgbImage> {
     let mut args = vec![dir.path().as_os_str().to_owned()];
     args.extend(names.iter().map(|n| common::data(n).into_os_string()));
     let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
-    let version = common::run_python(&common::python(), "pil_decode.py", &args);
+    let version = common::run_python(
+        &bucketload_test_support::venv_python(),
+        "pil_decode.py",
+        &args,
+    );
     eprintln!("reference: Pillow with {}", version.trim());
     names
         .iter()

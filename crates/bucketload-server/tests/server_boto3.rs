@@ -1,29 +1,16 @@
 //! Bucket operations, multipart listings and S3 error codes, verified with an independent
-//! client: boto3 from the workspace virtualenv (`python -m venv .venv && .venv/bin/pip
-//! install -r requirements-dev.txt`, or set `BUCKETLOAD_PYTHON`).
+//! client: boto3 from the workspace virtualenv (`scripts/setup.sh --python`, or set
+//! `BUCKETLOAD_PYTHON`).
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use common::TestServer;
 
-fn python() -> std::path::PathBuf {
-    if let Some(path) = std::env::var_os("BUCKETLOAD_PYTHON") {
-        return path.into();
-    }
-    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    workspace.join(".venv/bin/python")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn boto3_sees_s3_semantics() {
     let t = TestServer::start().await;
-    let python = python();
-    assert!(
-        python.exists(),
-        "{} not found: create the virtualenv (python -m venv .venv && .venv/bin/pip install -r requirements-dev.txt) or set BUCKETLOAD_PYTHON",
-        python.display()
-    );
+    let python = bucketload_test_support::venv_python();
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/boto3_checks.py");
     let output = tokio::process::Command::new(&python)
         .arg(&script)

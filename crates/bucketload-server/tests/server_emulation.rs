@@ -6,7 +6,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use bucketload_server::{FaultConfig, FaultKind, LatencySpec};
-use common::{TestServer, pattern, raw_request};
+use bucketload_test_support::pattern;
+use common::{TestServer, raw_request};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
 

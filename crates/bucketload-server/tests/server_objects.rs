@@ -3,8 +3,9 @@
 
 mod common;
 
+use bucketload_test_support::pattern;
 use bytes::Bytes;
-use common::{TestServer, md5_hex, pattern};
+use common::{TestServer, md5_hex};
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};

@@ -10,7 +10,8 @@ mod common;
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use common::{TestServer, pattern};
+use bucketload_test_support::pattern;
+use common::TestServer;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
 use tokio::io::AsyncWriteExt;

@@ -9,7 +9,8 @@ use std::path::Path as FsPath;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bucketload_server::{Error, ServerConfig};
-use common::{TestServer, pattern};
+use bucketload_test_support::pattern;
+use common::TestServer;
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};

@@ -7,7 +7,8 @@ mod common;
 use std::time::Duration;
 
 use bucketload_server::ServerBuilder;
-use common::{TestServer, pattern};
+use bucketload_test_support::pattern;
+use common::TestServer;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -16,10 +16,7 @@ use std::time::{Duration, Instant};
 const MIB5: u64 = 5 << 20;
 
 fn data(len: usize, seed: u8) -> Bytes {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect::<Vec<u8>>()
-        .into()
+    bucketload_test_support::pattern(len, seed).into()
 }
 
 async fn read(store: &Arc<dyn ObjectStore>, key: &str) -> Bytes {
@@ -307,17 +304,7 @@ async fn create_bucket_is_idempotent(f: Fixture) {
         .unwrap();
 }
 
-macro_rules! on_every_backend {
-    ($($body:ident),* $(,)?) => {
-        mod mem { $( #[tokio::test] async fn $body() { super::$body(bucketload_test_support::Backend::Mem.setup().await).await } )* }
-        mod file { $( #[tokio::test] async fn $body() { super::$body(bucketload_test_support::Backend::File.setup().await).await } )* }
-        mod embedded { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $body() { super::$body(bucketload_test_support::Backend::Embedded.setup().await).await } )* }
-        mod moto { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $body() { super::$body(bucketload_test_support::Backend::Moto.setup().await).await } )* }
-        mod seaweed { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $body() { super::$body(bucketload_test_support::Backend::Seaweed.setup().await).await } )* }
-    };
-}
-
-on_every_backend!(
+bucketload_test_support::on_every_backend!(
     put_get_head,
     prefix_is_relative,
     list_with_delimiter,

@@ -6,36 +6,18 @@
 use bucketload_store::object_store::ObjectStoreExt;
 use bucketload_store::object_store::path::Path;
 use bucketload_store::{MultipartOptions, MultipartWriter, Store};
-use bucketload_test_support::{MotoServer, workspace_root};
+use bucketload_test_support::{MotoServer, run_python};
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
-use std::process::Command;
 
 /// Runs a boto3 snippet against moto; `args` become `sys.argv[1:]`.
 fn boto3(moto: &MotoServer, script: &str, args: &[&str]) -> String {
-    let python = workspace_root().join(".venv/bin/python");
     let prelude = format!(
         "import sys, hashlib, boto3\ns3 = boto3.client('s3', endpoint_url='{}', region_name='us-east-1', \
          aws_access_key_id='testing', aws_secret_access_key='testing')\n",
         moto.endpoint()
     );
-    let out = Command::new(&python)
-        .arg("-c")
-        .arg(prelude + script)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run {}: {e}; run `scripts/test.sh`",
-                python.display()
-            )
-        });
-    assert!(
-        out.status.success(),
-        "boto3 failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    run_python(&(prelude + script), args).trim().to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,8 +12,12 @@
 //!   written once and run on each; [`Backend::setup`] returns a fresh bucket
 //!   or directory as a [`Fixture`].
 //!
+//! - [`on_every_backend!`]: one test per backend from one test body.
+//! - [`venv_python`], [`venv_bin`]: the workspace virtualenv's tools.
+//! - [`pattern`]: deterministic test bytes.
+//!
 //! Fixtures panic with a message saying what to do when they cannot start:
-//! a test that cannot reach its backend must fail, never skip.
+//! a test that cannot reach its backend or tool must fail, never skip.
 
 use bucketload_server::{
     Counters, DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY, FaultControl, RunningServer, ServerBuilder,
@@ -27,8 +31,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tempfile::TempDir;
 
+mod backends;
+mod data;
 mod seaweed;
+mod venv;
+pub use data::pattern;
 pub use seaweed::{SEAWEED_COLLEAGUE, SEAWEED_OWNER, SEAWEED_WRITER, SeaweedServer};
+pub use venv::{SETUP_HINT, run_python, venv, venv_bin, venv_python};
 
 /// A bucket name no other test of any process uses: `bl-<pid>-<n>-<nanos>`.
 pub fn unique_bucket() -> String {
@@ -141,7 +150,7 @@ pub struct MotoServer {
 const MOTO_START_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl MotoServer {
-    /// Spawns `$BUCKETLOAD_MOTO_SERVER` or `<workspace>/.venv/bin/moto_server`
+    /// Spawns `$BUCKETLOAD_MOTO_SERVER` or `bin/moto_server` of the [`venv`]
     /// on a free loopback port and waits until it accepts connections.
     pub fn start() -> MotoServer {
         MotoServer::start_binary(&moto_binary())
@@ -214,7 +223,7 @@ impl Drop for MotoServer {
 fn moto_binary() -> PathBuf {
     match std::env::var_os("BUCKETLOAD_MOTO_SERVER") {
         Some(p) => PathBuf::from(p),
-        None => workspace_root().join(".venv/bin/moto_server"),
+        None => venv().join("bin/moto_server"),
     }
 }
 

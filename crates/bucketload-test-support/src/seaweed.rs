@@ -19,7 +19,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
-use crate::{create_bucket, free_port, s3_config, unique_bucket, workspace_root};
+use crate::{create_bucket, free_port, s3_config, unique_bucket};
 
 /// The identity [`SeaweedServer::store_config`] signs as: may do everything.
 pub const SEAWEED_OWNER: (&str, &str) = ("bucketload", "bucketload-seaweed-secret");
@@ -276,9 +276,7 @@ fn weed_binary() -> PathBuf {
     if let Some(p) = std::env::var_os("BUCKETLOAD_WEED") {
         return PathBuf::from(p);
     }
-    let venv = std::env::var_os("BUCKETLOAD_VENV")
-        .map_or_else(|| workspace_root().join(".venv"), PathBuf::from);
-    venv.join("bin/weed")
+    crate::venv().join("bin/weed")
 }
 
 #[cfg(test)]

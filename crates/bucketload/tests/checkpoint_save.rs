@@ -1,5 +1,5 @@
-//! Checkpoints on every backend (memory, local directory, the embedded server, moto): the bytes
-//! come back exact, whole and through Read + Seek; retention keeps the newest; faults injected by
+//! Checkpoints on every backend (memory, local directory, the embedded server, moto, SeaweedFS),
+//! one test each: the bytes come back exact, whole and through Read + Seek; retention keeps the newest; faults injected by
 //! the embedded server are retried; a failed or dropped save leaves the previous checkpoint and
 //! no upload behind; a background failure is reported by the next save.
 #![allow(clippy::unwrap_used)]
@@ -10,23 +10,14 @@ use std::time::Duration;
 use bucketload::checkpoint::{CheckpointConfig, Checkpoints};
 use bucketload_server::FaultKind;
 use bucketload_store::object_store::ObjectStoreExt;
-use bucketload_test_support::{Backend, Fixture};
+use bucketload_test_support::{Backend, Fixture, on_every_backend, pattern};
 use bytes::Bytes;
 
 const MIB: usize = 1 << 20;
 
 /// Deterministic bytes that differ everywhere (a repeated pattern would hide misplaced parts).
-fn data(len: usize, seed: u64) -> Bytes {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    Bytes::from(out)
+fn data(len: usize, seed: u8) -> Bytes {
+    pattern(len, seed).into()
 }
 
 fn config() -> CheckpointConfig {
@@ -43,55 +34,51 @@ fn open(fx: &Fixture, suffix: &str, store: bucketload_store::StoreConfig) -> Che
     Checkpoints::open(&uri, &store, config()).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn checkpoints_round_trip_on_every_backend() {
-    for backend in Backend::ALL {
-        let fx = backend.setup().await;
-        let ckpt = open(&fx, "run", fx.config.clone());
-        let first = data(23 * MIB + 7, 1);
-        let saved = ckpt.save("step-1.pt", first.clone()).await.unwrap();
-        assert_eq!(saved.bytes, first.len() as u64, "{backend:?}");
-        assert_eq!(ckpt.load("step-1.pt").await.unwrap(), first, "{backend:?}");
+/// Save, load, Read + Seek, overwrite, list and retention on one backend.
+async fn checkpoints_round_trip(fx: Fixture) {
+    let ckpt = open(&fx, "run", fx.config.clone());
+    let first = data(23 * MIB + 7, 1);
+    let saved = ckpt.save("step-1.pt", first.clone()).await.unwrap();
+    assert_eq!(saved.bytes, first.len() as u64);
+    assert_eq!(ckpt.load("step-1.pt").await.unwrap(), first);
 
-        // Read + Seek from a thread outside the runtime, as torch.load does.
-        let reader = ckpt.reader("step-1.pt").await.unwrap();
-        let handle = tokio::runtime::Handle::current();
-        let expected = first.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut r = reader.into_blocking(handle);
-            let mut tail = [0u8; 100];
-            r.seek(SeekFrom::End(-100)).unwrap();
-            r.read_exact(&mut tail).unwrap();
-            assert_eq!(&tail[..], &expected[expected.len() - 100..]);
-            r.seek(SeekFrom::Start(5 * MIB as u64 - 3)).unwrap();
-            let mut across = [0u8; 10];
-            r.read_exact(&mut across).unwrap();
-            assert_eq!(&across[..], &expected[5 * MIB - 3..5 * MIB + 7]);
-            r.seek(SeekFrom::Start(0)).unwrap();
-            let mut all = Vec::new();
-            r.read_to_end(&mut all).unwrap();
-            assert_eq!(all, expected);
-        })
-        .await
-        .unwrap();
+    // Read + Seek from a thread outside the runtime, as torch.load does.
+    let reader = ckpt.reader("step-1.pt").await.unwrap();
+    let handle = tokio::runtime::Handle::current();
+    let expected = first.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut r = reader.into_blocking(handle);
+        let mut tail = [0u8; 100];
+        r.seek(SeekFrom::End(-100)).unwrap();
+        r.read_exact(&mut tail).unwrap();
+        assert_eq!(&tail[..], &expected[expected.len() - 100..]);
+        r.seek(SeekFrom::Start(5 * MIB as u64 - 3)).unwrap();
+        let mut across = [0u8; 10];
+        r.read_exact(&mut across).unwrap();
+        assert_eq!(&across[..], &expected[5 * MIB - 3..5 * MIB + 7]);
+        r.seek(SeekFrom::Start(0)).unwrap();
+        let mut all = Vec::new();
+        r.read_to_end(&mut all).unwrap();
+        assert_eq!(all, expected);
+    })
+    .await
+    .unwrap();
 
-        // Small checkpoints (one part) and overwrites; retention keeps the newest.
-        ckpt.save("step-2.pt", data(1000, 2)).await.unwrap();
-        let newer = data(6 * MIB, 3);
-        ckpt.save("step-2.pt", newer.clone()).await.unwrap();
-        assert_eq!(ckpt.load("step-2.pt").await.unwrap(), newer, "{backend:?}");
-        let listed = ckpt.list().await.unwrap();
-        let names: Vec<&str> = listed.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, ["step-1.pt", "step-2.pt"], "{backend:?}");
-        assert_eq!(listed[0].bytes, first.len() as u64);
-        assert_eq!(ckpt.keep_last(1).await.unwrap(), ["step-1.pt"]);
-        assert!(ckpt.reader("step-1.pt").await.is_err(), "{backend:?}");
-        assert!(
-            ckpt.orphaned_uploads().await.unwrap().is_empty(),
-            "{backend:?}"
-        );
-    }
+    // Small checkpoints (one part) and overwrites; retention keeps the newest.
+    ckpt.save("step-2.pt", data(1000, 2)).await.unwrap();
+    let newer = data(6 * MIB, 3);
+    ckpt.save("step-2.pt", newer.clone()).await.unwrap();
+    assert_eq!(ckpt.load("step-2.pt").await.unwrap(), newer);
+    let listed = ckpt.list().await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["step-1.pt", "step-2.pt"]);
+    assert_eq!(listed[0].bytes, first.len() as u64);
+    assert_eq!(ckpt.keep_last(1).await.unwrap(), ["step-1.pt"]);
+    assert!(ckpt.reader("step-1.pt").await.is_err());
+    assert!(ckpt.orphaned_uploads().await.unwrap().is_empty());
 }
+
+on_every_backend!(checkpoints_round_trip);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn injected_faults_are_retried_and_the_bytes_are_exact() {

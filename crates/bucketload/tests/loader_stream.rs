@@ -41,16 +41,7 @@ async fn put(location: &Location, key: &str, data: Bytes) -> Path {
 
 /// Bytes no two offsets of which repeat within a few KiB, so a shifted chunk cannot pass.
 fn pattern(len: usize) -> Bytes {
-    let mut x = 0x9E37_79B9u32;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect::<Vec<u8>>()
-        .into()
+    bucketload_test_support::pattern(len, 0).into()
 }
 
 async fn read_all(

@@ -32,12 +32,12 @@ connector"):
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from .. import _native
+from .._util import split_uri
 from ..checkpoint import Reader as _CheckpointReader
 from ..checkpoint import Writer as _CheckpointWriter
-from .._util import split_uri
 from ..errors import S3Exception
 from ._client import S3ClientConfig
 from .iterable_dataset import S3IterableDataset, Sample
@@ -51,8 +51,8 @@ class S3Writer(_CheckpointWriter):
     """The connector's ``S3Writer``: a checkpoint being written; visible whole on close.
     ``part_size`` (bytes) sets the multipart upload's parts, else bucketload's default."""
 
-    def __init__(self, uri: str, *, endpoint: Optional[str] = None,
-                 region: Optional[str] = None, part_size: Optional[int] = None) -> None:
+    def __init__(self, uri: str, *, endpoint: str | None = None,
+                 region: str | None = None, part_size: int | None = None) -> None:
         super().__init__(uri, endpoint=endpoint, region=region)
         if part_size is not None:
             self._native.abort()  # nothing written yet: the writer of the default part size
@@ -69,8 +69,8 @@ class S3Checkpoint:
     ``part_size``; the other settings come from the environment (bucketload's checkpoint
     objects take no client settings)."""
 
-    def __init__(self, region: Optional[str] = None, endpoint: Optional[str] = None,
-                 s3client_config: Optional[S3ClientConfig] = None) -> None:
+    def __init__(self, region: str | None = None, endpoint: str | None = None,
+                 s3client_config: S3ClientConfig | None = None) -> None:
         self.region = region
         self.endpoint = endpoint
         self.s3client_config = s3client_config
@@ -85,14 +85,14 @@ class S3Checkpoint:
 
 
 __all__ = [
+    "S3Checkpoint",
+    "S3ClientConfig",
+    "S3Exception",
     "S3IterableDataset",
     "S3MapDataset",
-    "S3Checkpoint",
     "S3Reader",
     "S3ReaderConstructor",
     "S3Writer",
-    "S3Exception",
-    "S3ClientConfig",
     "Sample",
     "__version__",
 ]

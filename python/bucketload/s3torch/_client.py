@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 from .. import _native
 from .s3reader._types import ObjectInfo
@@ -32,7 +33,7 @@ class S3ClientConfig:
     unsigned: bool = False
     force_path_style: bool = False
     max_attempts: int = 10
-    profile: Optional[str] = None
+    profile: str | None = None
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:

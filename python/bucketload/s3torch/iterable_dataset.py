@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Any
 
 from .. import _env, _native
 from .._epochs import Epochs
+from .._types import DatasetFormat, Format
 from ._client import S3ClientConfig, Stores, parse_s3_uri, prefetched
 from .map_dataset import _from_objects, _from_prefix, identity
 from .s3reader import S3Reader, S3ReaderConstructor
 from .s3reader._types import ObjectInfo
 from .s3reader.protocol import S3ReaderConstructorProtocol
 
-try:
-    from torch.utils.data import IterableDataset as _IterBase
-except ImportError:
-    _IterBase = object
+if TYPE_CHECKING:
+    from torch.utils.data import IterableDataset
+
+    _IterBase = IterableDataset[Any]
+else:
+    try:
+        from torch.utils.data import IterableDataset as _IterBase
+    except ImportError:
+        _IterBase = object
 
 # Objects fetched ahead per DataLoader worker when the dataset lists objects itself (from_objects,
 # a partial key prefix): GETs release the GIL, so this many are in flight at once.
@@ -43,7 +50,7 @@ class Sample:
         return f"Sample({self.key!r}, label={self.label}, members={sorted(self.members)})"
 
 
-class S3IterableDataset(_IterBase):  # type: ignore[misc,valid-type]
+class S3IterableDataset(_IterBase):
     """Streams objects through ``transform``, each as an :class:`S3Reader` made by
     ``reader_constructor`` (the connector's ``S3IterableDataset``).
 
@@ -64,13 +71,13 @@ class S3IterableDataset(_IterBase):  # type: ignore[misc,valid-type]
     plain, and yields a :class:`Sample` per WebDataset sample instead; ``"auto"`` does that
     when the folder holds shards."""
 
-    def __init__(self, s3_uri: Optional[str] = None, *, region: Optional[str] = None,
-                 endpoint: Optional[str] = None, transform: Callable[[Any], Any] = identity,
+    def __init__(self, s3_uri: str | None = None, *, region: str | None = None,
+                 endpoint: str | None = None, transform: Callable[[Any], Any] = identity,
                  enable_sharding: bool = False, shuffle: bool = False, seed: int = 0,
-                 format: str = "objects", concurrency: Optional[int] = None,
-                 s3client_config: Optional[S3ClientConfig] = None,
-                 reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
-                 object_uris: Union[str, Iterable[str], None] = None) -> None:
+                 format: DatasetFormat = "objects", concurrency: int | None = None,
+                 s3client_config: S3ClientConfig | None = None,
+                 reader_constructor: S3ReaderConstructorProtocol | None = None,
+                 object_uris: str | Iterable[str] | None = None) -> None:
         if (s3_uri is None) == (object_uris is None):
             raise ValueError("give either s3_uri (a prefix) or object_uris")
         if format not in _OBJECTS + _SAMPLES:
@@ -90,7 +97,7 @@ class S3IterableDataset(_IterBase):  # type: ignore[misc,valid-type]
         self._reader_constructor = reader_constructor or S3ReaderConstructor.default()
         self._objects = _from_objects(object_uris) if object_uris is not None else None
         self._stores = Stores(endpoint, region, s3client_config)
-        self._folder: Optional[bool] = None
+        self._folder: bool | None = None
         self._epochs = Epochs()
         # The process group of the process building the dataset: DataLoader workers never
         # have torch.distributed initialised, so they use this.
@@ -99,12 +106,12 @@ class S3IterableDataset(_IterBase):  # type: ignore[misc,valid-type]
             self._bucket, self._key_prefix = parse_s3_uri(s3_uri)
 
     @classmethod
-    def from_prefix(cls, s3_uri: str, *, region: Optional[str] = None,
-                    endpoint: Optional[str] = None, transform: Callable[[Any], Any] = identity,
-                    s3client_config: Optional[S3ClientConfig] = None,
+    def from_prefix(cls, s3_uri: str, *, region: str | None = None,
+                    endpoint: str | None = None, transform: Callable[[Any], Any] = identity,
+                    s3client_config: S3ClientConfig | None = None,
                     enable_sharding: bool = False,
-                    reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
-                    **bucketload_options: Any) -> "S3IterableDataset":
+                    reader_constructor: S3ReaderConstructorProtocol | None = None,
+                    **bucketload_options: Any) -> S3IterableDataset:
         """Every object whose key starts with the URI's key prefix (``s3://b/train/class_0``
         matches ``train/class_0/a.jpg`` and ``train/class_01.jpg``), in key order, folder
         markers left out. Extra keywords: ``shuffle``, ``seed``, ``format``,
@@ -114,13 +121,13 @@ class S3IterableDataset(_IterBase):  # type: ignore[misc,valid-type]
                    reader_constructor=reader_constructor, **bucketload_options)
 
     @classmethod
-    def from_objects(cls, object_uris: Union[str, Iterable[str]], *,
-                     region: Optional[str] = None, endpoint: Optional[str] = None,
+    def from_objects(cls, object_uris: str | Iterable[str], *,
+                     region: str | None = None, endpoint: str | None = None,
                      transform: Callable[[Any], Any] = identity,
-                     s3client_config: Optional[S3ClientConfig] = None,
+                     s3client_config: S3ClientConfig | None = None,
                      enable_sharding: bool = False,
-                     reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
-                     **bucketload_options: Any) -> "S3IterableDataset":
+                     reader_constructor: S3ReaderConstructorProtocol | None = None,
+                     **bucketload_options: Any) -> S3IterableDataset:
         """The objects named by ``object_uris`` (one URI or many), in that order. Extra
         keywords: ``shuffle``, ``seed``, ``concurrency``."""
         return cls(region=region, endpoint=endpoint, transform=transform,
@@ -157,15 +164,14 @@ class S3IterableDataset(_IterBase):  # type: ignore[misc,valid-type]
         if engine_uri is None:
             return _Listed(self)
         rank, world, worker, workers = self._placement()
-        format = "files" if self._format in _OBJECTS else self._format
         return _native.NativeLoader(
-            engine_uri, format=format, decode=False, shuffle=self._shuffle,
+            engine_uri, format=_engine_format(self._format), decode=False, shuffle=self._shuffle,
             seed=self._seed, rank=rank, world_size=world, worker=worker, num_workers=workers,
             concurrency=self._concurrency, endpoint=self.endpoint, region=self.region,
             client=self._s3client_config,
         )
 
-    def _engine_uri(self) -> Optional[str]:
+    def _engine_uri(self) -> str | None:
         """The folder URI the engine reads, or ``None`` when the objects are listed here: a list
         of URIs, a reader other than the sequential one, or a key prefix that is not a
         folder."""
@@ -218,6 +224,11 @@ class S3IterableDataset(_IterBase):  # type: ignore[misc,valid-type]
         return self._reader_constructor(self._bucket, full, lambda: info, prefetched(data))
 
 
+def _engine_format(format: DatasetFormat) -> Format:
+    """The engine's name of ``format``: ``"objects"`` is its ``"files"``."""
+    return "files" if format == "objects" else format
+
+
 class _Listed:
     """The objects of a list of URIs or of a key prefix, listed here, with this rank's and
     worker's share: positions ``rank, rank + world, ...`` of the (shuffled) order, padded from
@@ -226,11 +237,12 @@ class _Listed:
     def __init__(self, dataset: S3IterableDataset) -> None:
         self.dataset = dataset
 
-    def epoch(self, epoch: int) -> "_ListedEpoch":
+    def epoch(self, epoch: int) -> _ListedEpoch:
         ds = self.dataset
         if ds._objects is not None:
             objects = ds._objects(ds._stores)
         else:
+            assert ds.s3_uri is not None  # the constructor takes s3_uri or object_uris
             objects = _from_prefix(ds.s3_uri)(ds._stores)
         order = list(range(len(objects)))
         if ds._shuffle:
@@ -269,12 +281,16 @@ class _ListedEpoch:
                     ahead.append(pool.submit(ds._stores.get(b).get, i.key))
                 data = ahead.pop(0).result()
                 got = ObjectInfo(info.key, len(data))
-                yield ds._reader_constructor(bucket, info.key, lambda got=got: got,
-                                             prefetched(data))
+                yield ds._reader_constructor(bucket, info.key, _constant(got), prefetched(data))
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 
     def _info(self, bucket: str, info: ObjectInfo) -> Callable[[], ObjectInfo]:
         if info.size >= 0:
-            return lambda: info
+            return _constant(info)
         return self.dataset._stores.object_info(bucket, info.key)
+
+
+def _constant(info: ObjectInfo) -> Callable[[], ObjectInfo]:
+    """A ``get_object_info`` that answers ``info`` without a request."""
+    return lambda: info

@@ -49,8 +49,10 @@ class S3LightningCheckpoint(CheckpointIO):
         self._validate_path(path)
         if weights_only is None and _lightning_before_2_6():
             weights_only = False
-        return _checkpoint.load(path, endpoint=self.endpoint, region=self.region,
-                                map_location=map_location, weights_only=weights_only)
+        loaded: dict[str, Any] = _checkpoint.load(
+            path, endpoint=self.endpoint, region=self.region, map_location=map_location,
+            weights_only=weights_only)
+        return loaded
 
     def remove_checkpoint(self, path: str) -> None:  # type: ignore[override]
         """Deletes the checkpoint object at ``path``."""

@@ -157,14 +157,43 @@ impl Run {
     }
 }
 
-/// Writes `out` with Python's `tarfile` (the checkout's `.venv`), holding `dir/<name>` as
+/// PUTs `data` at `key` of `store`, which must succeed.
+pub fn put(fx: &Fixture, store: &bucketload_store::Store, key: &str, data: &[u8]) {
+    use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path as Key};
+    let payload = PutPayload::from(data.to_vec());
+    fx.block_on(store.object_store().put(&Key::from(key), payload))
+        .unwrap_or_else(|e| panic!("PUT {key}: {e}"));
+}
+
+/// The bytes of `key` in `store`, or `None` when there is no such object.
+pub fn try_get(fx: &Fixture, store: &bucketload_store::Store, key: &str) -> Option<Vec<u8>> {
+    use bucketload_store::object_store::{Error, ObjectStoreExt, path::Path as Key};
+    let os = store.object_store();
+    let result = fx.block_on(async { os.get(&Key::from(key)).await?.bytes().await });
+    match result {
+        Ok(bytes) => Some(bytes.to_vec()),
+        Err(Error::NotFound { .. }) => None,
+        Err(e) => panic!("GET {key}: {e}"),
+    }
+}
+
+/// The bytes of `key` in `store`, which must exist.
+pub fn get(fx: &Fixture, store: &bucketload_store::Store, key: &str) -> Vec<u8> {
+    try_get(fx, store, key).unwrap_or_else(|| panic!("{key} is not in {store}"))
+}
+
+/// The stdout of a `--json` run, parsed.
+pub fn json(run: &Run) -> serde_json::Value {
+    serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {run:#?}"))
+}
+
+/// Writes `out` with Python's `tarfile` (the workspace virtualenv's), holding `dir/<name>` as
 /// `<name>` for each name, in order.
 pub fn python_tar(dir: &Path, out: &Path, names: &[impl AsRef<std::ffi::OsStr>]) {
     let script = "import sys, tarfile\n\
                   with tarfile.open(sys.argv[1], 'w') as t:\n    \
                       for n in sys.argv[3:]: t.add(sys.argv[2] + '/' + n, arcname=n)\n";
-    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/../../.venv/bin/python");
-    let status = Command::new(python)
+    let status = Command::new(bucketload_test_support::venv_python())
         .arg("-c")
         .arg(script)
         .arg(out)

@@ -14,21 +14,6 @@ pub fn read(name: &str) -> Vec<u8> {
     std::fs::read(data(name)).unwrap()
 }
 
-/// The Python of the workspace virtualenv: `$BUCKETLOAD_VENV/bin/python`, else `.venv`.
-pub fn python() -> PathBuf {
-    let venv = std::env::var_os("BUCKETLOAD_VENV").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv"),
-        PathBuf::from,
-    );
-    let python = venv.join("bin/python");
-    assert!(
-        python.exists(),
-        "{} not found: run scripts/setup.sh --python (or set BUCKETLOAD_VENV)",
-        python.display()
-    );
-    python
-}
-
 /// Runs `python script args...`, failing the test with its output if it fails; returns stdout.
 pub fn run_python(python: &Path, script: &str, args: &[&std::ffi::OsStr]) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -132,10 +132,3 @@ pub fn md5_hex(bytes: &[u8]) -> String {
     use md5::{Digest, Md5};
     hex::encode(Md5::digest(bytes))
 }
-
-/// Deterministic test bytes.
-pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
-        .collect()
-}

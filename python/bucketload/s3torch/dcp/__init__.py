@@ -23,12 +23,12 @@ from .s3_prefix_strategy import (
 )
 
 __all__ = [
+    "BinaryPrefixStrategy",
+    "DefaultPrefixStrategy",
+    "HexPrefixStrategy",
+    "NumericPrefixStrategy",
     "S3FileSystem",
+    "S3PrefixStrategyBase",
     "S3StorageReader",
     "S3StorageWriter",
-    "S3PrefixStrategyBase",
-    "DefaultPrefixStrategy",
-    "NumericPrefixStrategy",
-    "BinaryPrefixStrategy",
-    "HexPrefixStrategy",
 ]

@@ -47,19 +47,19 @@ class S3FileSystem(_ObjectFileSystem):
             raise TypeError("s3_client: bucketload uses its own client; pass region (and "
                             "endpoint) instead")
         super().__init__(endpoint, region)
-        self._path: str | os.PathLike = ""
+        self._path: str | os.PathLike[str] = ""
         self._s3client_config = s3client_config
         self._reader_constructor = reader_constructor
 
-    def init_path(self, path: str | os.PathLike) -> str | os.PathLike:
+    def init_path(self, path: str | os.PathLike[str]) -> str | os.PathLike[str]:
         self._path = path
         return path
 
-    def concat_path(self, path: str | os.PathLike, suffix: str) -> str:
+    def concat_path(self, path: str | os.PathLike[str], suffix: str) -> str:
         return os.path.join(os.fspath(path), suffix)
 
     @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike) -> bool:
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
         if isinstance(checkpoint_id, Path):
             return True
         try:
@@ -98,7 +98,7 @@ class S3StorageWriter(_ObjectWriter):
                 for i, plan in enumerate(plans)]
 
     @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike) -> bool:
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
         return S3FileSystem.validate_checkpoint_id(checkpoint_id)
 
 
@@ -109,7 +109,7 @@ class S3StorageReader(FileSystemReader):
     Each rank reads its items in file-offset order, so every file is read front to back with
     read-ahead. ``reader_constructor`` is accepted and not applied."""
 
-    def __init__(self, region: str | None, path: str | os.PathLike, s3client_config: Any = None,
+    def __init__(self, region: str | None, path: str | os.PathLike[str], s3client_config: Any = None,
                  reader_constructor: Any = None, *, endpoint: str | None = None) -> None:
         super().__init__(path)
         self._reader_constructor = reader_constructor
@@ -124,7 +124,7 @@ class S3StorageReader(FileSystemReader):
         return plan
 
     @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike) -> bool:
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
         return S3FileSystem.validate_checkpoint_id(checkpoint_id)
 
 

@@ -5,21 +5,27 @@
 #  under the BSD 3-Clause License in LICENSE beside this file. Changed for bucketload: the
 #  object metadata and stream types come from ._types instead of the CRT client.
 
-from .s3reader import S3Reader
-from .constructor import S3ReaderConstructor, DCPOptimizedConstructor
-from .sequential import SequentialS3Reader
-from .ranged import RangedS3Reader
+from .constructor import DCPOptimizedConstructor, S3ReaderConstructor
 from .dcp_optimized import DCPOptimizedS3Reader, ItemRange, RangeGroup
 from .protocol import (
+    DCPS3ReaderConstructorProtocol,
     GetStreamCallable,
     S3ReaderConstructorProtocol,
-    DCPS3ReaderConstructorProtocol,
 )
+from .ranged import RangedS3Reader
+from .s3reader import S3Reader
+from .sequential import SequentialS3Reader
 
 __all__ = [
+    "DCPOptimizedConstructor",
+    "DCPOptimizedS3Reader",
+    "DCPS3ReaderConstructorProtocol",
+    "GetStreamCallable",
+    "ItemRange",
+    "RangeGroup",
+    "RangedS3Reader",
     "S3Reader",
     "S3ReaderConstructor",
+    "S3ReaderConstructorProtocol",
     "SequentialS3Reader",
-    "RangedS3Reader",
-    "DCPOptimizedS3Reader",
 ]

@@ -6,7 +6,8 @@ chunks that together make the requested range."""
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple, Optional
+from collections.abc import Iterator
+from typing import NamedTuple
 
 
 class ObjectInfo(NamedTuple):
@@ -15,7 +16,7 @@ class ObjectInfo(NamedTuple):
 
     key: str
     size: int
-    etag: Optional[str] = None
+    etag: str | None = None
 
 
 # The connector's HEAD result carries the same fields the readers use.

@@ -7,28 +7,31 @@
 
 import logging
 import os
-from functools import partial
-from typing import TYPE_CHECKING, Optional, List, Dict, Union
 from collections import defaultdict
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
 
-from .s3reader import S3Reader
-from .protocol import (
-    S3ReaderConstructorProtocol,
-    DCPS3ReaderConstructorProtocol,
-)
-from .sequential import SequentialS3Reader
-from .ranged import RangedS3Reader
+from ._types import HeadObjectResult, ObjectInfo
 from .dcp_optimized import (
-    DCPOptimizedS3Reader,
-    ItemRange,
     DEFAULT_MAX_GAP_SIZE,
     FALLBACK_GUIDANCE,
+    DCPOptimizedS3Reader,
+    ItemRange,
 )
+from .protocol import (
+    DCPS3ReaderConstructorProtocol,
+    GetStreamCallable,
+    S3ReaderConstructorProtocol,
+)
+from .ranged import RangedS3Reader
+from .s3reader import S3Reader
+from .sequential import SequentialS3Reader
 
 if TYPE_CHECKING:
-    from torch.distributed.checkpoint.planner import ReadItem
-    from torch.distributed.checkpoint.metadata import MetadataIndex
     from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+    from torch.distributed.checkpoint.planner import ReadItem
 
 log = logging.getLogger(__name__)
 
@@ -57,19 +60,19 @@ class DCPOptimizedConstructor:
                     -> .distcp:   DCPOptimizedS3Reader(item_ranges) ranges from _item_ranges_by_file
     """
 
-    def __init__(self, max_gap_size: Union[int, float] = DEFAULT_MAX_GAP_SIZE) -> None:
+    def __init__(self, max_gap_size: float = DEFAULT_MAX_GAP_SIZE) -> None:
 
         if max_gap_size < 0:
             raise ValueError("max_gap_size must be non-negative")
 
-        self._item_ranges_by_file: Dict[str, List[ItemRange]] = {}
-        self._max_gap_size: Union[int, float] = max_gap_size
+        self._item_ranges_by_file: dict[str, list[ItemRange]] = {}
+        self._max_gap_size: int | float = max_gap_size
 
     def set_item_ranges_by_file(
         self,
-        plan_items: "List[ReadItem]",
-        storage_data: "Dict[MetadataIndex, _StorageInfo]",
-        base_path: Union[str, os.PathLike],
+        plan_items: "list[ReadItem]",
+        storage_data: "dict[MetadataIndex, _StorageInfo]",
+        base_path: str | os.PathLike[str],
     ) -> None:
         """Extract and store item ranges from DCP load plan.
         Called by S3StorageReader.prepare_local_plan() to inject range metadata.
@@ -98,7 +101,9 @@ class DCPOptimizedConstructor:
                 ItemRange(item_md.offset, item_md.offset + item_md.length)
             )
 
-    def __call__(self, bucket: str, key: str, get_object_info, get_stream) -> S3Reader:
+    def __call__(self, bucket: str, key: str,
+                 get_object_info: Callable[[], ObjectInfo | HeadObjectResult],
+                 get_stream: GetStreamCallable) -> S3Reader:
         """Match key to corresponding List[ItemRange] in _item_ranges_by_file.
         Fallback when reading .metadata file if ranges are unavailable.
         """
@@ -160,7 +165,7 @@ class S3ReaderConstructor:
         return partial(SequentialS3Reader)
 
     @staticmethod
-    def range_based(buffer_size: Optional[int] = None) -> S3ReaderConstructorProtocol:
+    def range_based(buffer_size: int | None = None) -> S3ReaderConstructorProtocol:
         """Creates a constructor for range-based readers
 
         Args:
@@ -202,7 +207,7 @@ class S3ReaderConstructor:
 
     @staticmethod
     def dcp_optimized(
-        max_gap_size: Union[int, float] = DEFAULT_MAX_GAP_SIZE,
+        max_gap_size: float = DEFAULT_MAX_GAP_SIZE,
     ) -> DCPS3ReaderConstructorProtocol:
         """Creates a constructor for DCP-optimized readers for faster checkpoint loading.
 
@@ -256,7 +261,7 @@ class S3ReaderConstructor:
 
     @staticmethod
     def get_reader_type_string(
-        constructor: Optional[S3ReaderConstructorProtocol],
+        constructor: S3ReaderConstructorProtocol | None,
     ) -> str:
         """Returns the reader type string for the given constructor."""
         if constructor is None:

@@ -32,11 +32,12 @@ Data Flow Overview:
 
 import bisect
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import List, Optional, Callable, Union, Iterator, Dict, cast
-from io import SEEK_SET, SEEK_CUR, SEEK_END
+from io import SEEK_CUR, SEEK_END, SEEK_SET
+from typing import Any
 
-from ._types import ObjectInfo, GetObjectStream, HeadObjectResult
+from ._types import GetObjectStream, HeadObjectResult, ObjectInfo
 from .s3reader import S3Reader
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ class RangeGroup:
 
     start: int  # First byte of the group (= first item's start)
     end: int  # Last byte of the group (= last item's end)
-    item_ranges: List[ItemRange]  # Items within this group, in order
+    item_ranges: list[ItemRange]  # Items within this group, in order
 
 
 @dataclass
@@ -87,11 +88,11 @@ class _StreamState:
         2. any leftover bytes from the previous chunk that belong to the next item.
     """
 
-    stream: Optional[GetObjectStream] = None  # Current S3 stream for active RangeGroup
+    stream: GetObjectStream | None = None  # Current S3 stream for active RangeGroup
     stream_position: int = (
         -1
     )  # Current byte position in S3 stream; -1 as dummy init value
-    leftover: Optional[memoryview] = None  # Unused bytes from end of last chunk read
+    leftover: memoryview | None = None  # Unused bytes from end of last chunk read
 
 
 # TODO: extend buffer for use in other S3Reader implementations after extensive testing
@@ -107,12 +108,12 @@ class _ItemViewBuffer:
     multiple segments, similar to the file-access interface in io.BytesIO.
     """
 
-    __slots__ = ("_segments", "_offsets", "_lengths", "_size", "_pos")
+    __slots__ = ("_lengths", "_offsets", "_pos", "_segments", "_size")
 
     def __init__(self) -> None:
-        self._segments: List[memoryview] = []  # memoryview segments
-        self._offsets: List[int] = []  # start offset (within the item) of each segment
-        self._lengths: List[int] = (
+        self._segments: list[memoryview] = []  # memoryview segments
+        self._offsets: list[int] = []  # start offset (within the item) of each segment
+        self._lengths: list[int] = (
             []
         )  # length of each segment (avoid recalculations from offset)
         self._size: int = 0  # total item length (sum of _lengths)
@@ -151,7 +152,7 @@ class _ItemViewBuffer:
         """Return the current pos position (like BytesIO.tell)."""
         return self._pos
 
-    def read(self, size: Optional[int] = None) -> bytes:
+    def read(self, size: int | None = None) -> bytes:
         """Returns byte copy of data from the buffer, using readinto() logic.
 
         Note that in DCP, only PyTorch's serialization.py:: _is_zipfile() magic
@@ -176,7 +177,7 @@ class _ItemViewBuffer:
         n = self.readinto(out)
         return bytes(out) if n == size else memoryview(out)[:n].tobytes()
 
-    def readinto(self, buf) -> int:
+    def readinto(self, buf: Any) -> int:
         """Read into pre-allocated buffer, copying across segment boundaries as needed."""
         # Avoid creating new memoryview if input already is one
         dest = buf if isinstance(buf, memoryview) else memoryview(buf)
@@ -268,10 +269,10 @@ class DCPOptimizedS3Reader(S3Reader):
         self,
         bucket: str,
         key: str,
-        item_ranges: List[ItemRange],
-        get_object_info: Callable[[], Union[ObjectInfo, HeadObjectResult]],
-        get_stream: Callable[[Optional[int], Optional[int]], GetObjectStream],
-        max_gap_size: Union[int, float] = DEFAULT_MAX_GAP_SIZE,
+        item_ranges: list[ItemRange],
+        get_object_info: Callable[[], ObjectInfo | HeadObjectResult],
+        get_stream: Callable[[int | None, int | None], GetObjectStream],
+        max_gap_size: float = DEFAULT_MAX_GAP_SIZE,
         # added float type to allow float("inf") / sys.maxsize for max_gap_size
     ):
         if not bucket:
@@ -297,7 +298,7 @@ class DCPOptimizedS3Reader(S3Reader):
         # --- Range Processing ---
 
         # Filter zero-length ranges
-        self._item_ranges: List[ItemRange] = [
+        self._item_ranges: list[ItemRange] = [
             r for r in item_ranges if r.end != r.start
         ]
         if not self._item_ranges:
@@ -305,8 +306,8 @@ class DCPOptimizedS3Reader(S3Reader):
 
         # Coalesce nearby ranges into range groups that share S3 streams
         # _group_start_to_group: lookup dict for O(1) "is this item first in its group?" check
-        self._group_start_to_group: Dict[int, RangeGroup] = {}
-        self._range_groups: List[RangeGroup] = self._validate_and_coalesce_ranges(
+        self._group_start_to_group: dict[int, RangeGroup] = {}
+        self._range_groups: list[RangeGroup] = self._validate_and_coalesce_ranges(
             self._item_ranges, self._max_gap_size
         )
 
@@ -320,7 +321,7 @@ class DCPOptimizedS3Reader(S3Reader):
             self._item_ranges
         )  # sequential access
         self._current_item: ItemRange = next(self._item_iter)
-        self._current_item_buffer: Optional[_ItemViewBuffer] = None
+        self._current_item_buffer: _ItemViewBuffer | None = None
 
         # Current position in the overall S3 object
         self._position: int = 0
@@ -343,9 +344,9 @@ class DCPOptimizedS3Reader(S3Reader):
 
     def _validate_and_coalesce_ranges(
         self,
-        ranges: List[ItemRange],
-        max_gap_size: Union[int, float],
-    ) -> List[RangeGroup]:
+        ranges: list[ItemRange],
+        max_gap_size: float,
+    ) -> list[RangeGroup]:
         """Validate ranges and coalesce nearby ranges into RangeGroups.
 
         - Validate: 1/ start<=end, 2/ non-negative, 3/ sorted by start position, 4/ non-overlapping
@@ -354,8 +355,8 @@ class DCPOptimizedS3Reader(S3Reader):
         if not ranges:
             return []
 
-        groups: List[RangeGroup] = []
-        items: List[ItemRange] = [ranges[0]]
+        groups: list[RangeGroup] = []
+        items: list[ItemRange] = [ranges[0]]
 
         if not 0 <= ranges[0].start <= ranges[0].end:
             raise ValueError(f"Invalid range: {ranges[0].start}-{ranges[0].end}")
@@ -635,7 +636,7 @@ class DCPOptimizedS3Reader(S3Reader):
         self._stream_state.leftover = leftover
         return buffer
 
-    def read(self, size: Optional[int] = None) -> bytes:
+    def read(self, size: int | None = None) -> bytes:
         """
         Read up to size bytes from the current position.
 
@@ -681,7 +682,7 @@ class DCPOptimizedS3Reader(S3Reader):
         self._position += len(data)
         return data
 
-    def readinto(self, buf) -> int:
+    def readinto(self, buf: Any) -> int:
         """
         Read up to len(buf) bytes into a pre-allocated, writable bytes-like object buf.
         Return the number of bytes read. If no bytes are available, zero is returned.

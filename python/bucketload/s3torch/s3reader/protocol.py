@@ -6,29 +6,26 @@
 #  object metadata and stream types come from ._types instead of the CRT client.
 
 import os
+from collections.abc import Callable
 from typing import (
     TYPE_CHECKING,
     Protocol,
-    Callable,
-    Optional,
-    Union,
-    List,
-    Dict,
     runtime_checkable,
 )
-from .s3reader import S3Reader
+
+from ._types import GetObjectStream, HeadObjectResult, ObjectInfo
 from .dcp_optimized import ItemRange
-from ._types import ObjectInfo, GetObjectStream, HeadObjectResult
+from .s3reader import S3Reader
 
 if TYPE_CHECKING:
-    from torch.distributed.checkpoint.planner import ReadItem
-    from torch.distributed.checkpoint.metadata import MetadataIndex
     from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+    from torch.distributed.checkpoint.planner import ReadItem
 
 
 class GetStreamCallable(Protocol):
     def __call__(
-        self, start: Optional[int] = None, end: Optional[int] = None
+        self, start: int | None = None, end: int | None = None
     ) -> GetObjectStream: ...
 
 
@@ -38,26 +35,26 @@ class S3ReaderConstructorProtocol(Protocol):
         self,
         bucket: str,
         key: str,
-        get_object_info: Callable[[], Union[ObjectInfo, HeadObjectResult]],
+        get_object_info: Callable[[], ObjectInfo | HeadObjectResult],
         get_stream: GetStreamCallable,
     ) -> S3Reader: ...
 
 
 @runtime_checkable
 class DCPS3ReaderConstructorProtocol(Protocol):
-    _item_ranges_by_file: Dict[str, List[ItemRange]]
+    _item_ranges_by_file: dict[str, list[ItemRange]]
 
     def __call__(
         self,
         bucket: str,
         key: str,
-        get_object_info: Callable[[], Union[ObjectInfo, HeadObjectResult]],
+        get_object_info: Callable[[], ObjectInfo | HeadObjectResult],
         get_stream: GetStreamCallable,
     ) -> S3Reader: ...
 
     def set_item_ranges_by_file(
         self,
-        plan_items: "List[ReadItem]",
-        storage_data: "Dict[MetadataIndex, _StorageInfo]",
-        base_path: Union[str, os.PathLike],
+        plan_items: "list[ReadItem]",
+        storage_data: "dict[MetadataIndex, _StorageInfo]",
+        base_path: str | os.PathLike[str],
     ) -> None: ...

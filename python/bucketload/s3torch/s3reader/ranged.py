@@ -7,13 +7,12 @@
 #  writable buffer (a view of its bytes); a closed reader raises ValueError; a whence
 #  that is not an int raises TypeError (1.0 was taken for SEEK_CUR).
 
-import io
+from collections.abc import Callable
 from functools import cached_property
 from io import SEEK_CUR, SEEK_END, SEEK_SET
-from typing import Callable, Optional, Iterator, Union
+from typing import Any
 
-from ._types import ObjectInfo, GetObjectStream, HeadObjectResult
-
+from ._types import GetObjectStream, HeadObjectResult, ObjectInfo
 from .s3reader import S3Reader, writable_bytes
 
 DEFAULT_BUFFER_SIZE = 8 * 1024 * 1024  # 8MB
@@ -47,9 +46,9 @@ class RangedS3Reader(S3Reader):
         self,
         bucket: str,
         key: str,
-        get_object_info: Callable[[], Union[ObjectInfo, HeadObjectResult]],
-        get_stream: Callable[[Optional[int], Optional[int]], GetObjectStream],
-        buffer_size: Optional[int] = None,
+        get_object_info: Callable[[], ObjectInfo | HeadObjectResult],
+        get_stream: Callable[[int | None, int | None], GetObjectStream],
+        buffer_size: int | None = None,
     ):
         if not bucket:
             raise ValueError("Bucket should be specified")
@@ -57,7 +56,7 @@ class RangedS3Reader(S3Reader):
         self._key = key
         self._get_object_info = get_object_info
         self._get_stream = get_stream
-        self._size: Optional[int] = None
+        self._size: int | None = None
         self._position: int = 0
 
         # Buffer Parameters
@@ -70,10 +69,10 @@ class RangedS3Reader(S3Reader):
             self._buffer_size = buffer_size
             self._enable_buffering = buffer_size > 0
         # Create reusable buffer
-        self._buffer: Optional[bytearray] = (
+        self._buffer: bytearray | None = (
             bytearray(self._buffer_size) if self._enable_buffering else None
         )
-        self._buffer_view: Optional[memoryview] = (
+        self._buffer_view: memoryview | None = (
             memoryview(self._buffer) if self._buffer else None
         )
         # Track buffer byte range
@@ -89,10 +88,10 @@ class RangedS3Reader(S3Reader):
         return self._key
 
     @cached_property
-    def _object_info(self):
+    def _object_info(self) -> ObjectInfo:
         return self._get_object_info()
 
-    def _load_buffer(self, start: int):
+    def _load_buffer(self, start: int) -> None:
         """Load self._buffer with ranged request
 
         Args:
@@ -200,7 +199,7 @@ class RangedS3Reader(S3Reader):
         self._position += bytes_read
         return bytes_read
 
-    def readinto(self, buf) -> int:
+    def readinto(self, buf: Any) -> int:
         """Read up to len(buf) bytes into a pre-allocated, writable bytes-like object buf.
         Return the number of bytes read. If no bytes are available, zero is returned.
 
@@ -229,7 +228,7 @@ class RangedS3Reader(S3Reader):
 
         return self._read_range(view, start, end)
 
-    def read(self, size: Optional[int] = None) -> bytes:
+    def read(self, size: int | None = None) -> bytes:
         """Read up to size bytes from the current position.
 
         If size is zero or positive, read that many bytes from S3, or until the end of the object.

@@ -6,12 +6,12 @@
 #  object metadata and stream types come from ._types instead of the CRT client; writable_bytes added.
 
 import io
-from io import SEEK_SET
 from abc import ABC, abstractmethod
-from typing import Optional
+from io import SEEK_SET
+from typing import Any
 
 
-def writable_bytes(buf) -> memoryview:
+def writable_bytes(buf: Any) -> memoryview:
     """``buf`` as a writable view of bytes, whatever its item format (``readinto`` fills
     ``len(buf) * itemsize`` bytes, as ``io`` files do)."""
     try:
@@ -46,7 +46,7 @@ class S3Reader(ABC, io.BufferedIOBase):
         pass
 
     @abstractmethod
-    def read(self, size: Optional[int] = None) -> bytes:
+    def read(self, size: int | None = None) -> bytes:
         pass
 
     @abstractmethod
@@ -58,7 +58,7 @@ class S3Reader(ABC, io.BufferedIOBase):
         pass
 
     @abstractmethod
-    def readinto(self, buf) -> int:
+    def readinto(self, buf: Any) -> int:
         pass
 
     def seekable(self) -> bool:

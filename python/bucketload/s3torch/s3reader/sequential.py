@@ -8,11 +8,12 @@
 #  that is not an int raises TypeError (1.0 was taken for SEEK_CUR).
 
 import io
+from collections.abc import Callable, Iterator
 from functools import cached_property
 from io import SEEK_CUR, SEEK_END, SEEK_SET
-from typing import Callable, Optional, Iterator, Union
+from typing import Any
 
-from ._types import ObjectInfo, GetObjectStream, HeadObjectResult
+from ._types import GetObjectStream, HeadObjectResult, ObjectInfo
 from .s3reader import S3Reader, writable_bytes
 
 
@@ -27,7 +28,7 @@ class SequentialS3Reader(S3Reader):
         self,
         bucket: str,
         key: str,
-        get_object_info: Callable[[], Union[ObjectInfo, HeadObjectResult]],
+        get_object_info: Callable[[], ObjectInfo | HeadObjectResult],
         get_stream: Callable[[], GetObjectStream],
     ):
         if not bucket:
@@ -36,9 +37,9 @@ class SequentialS3Reader(S3Reader):
         self._key = key
         self._get_object_info = get_object_info
         self._get_stream = get_stream
-        self._stream: Optional[Iterator[bytes]] = None
+        self._stream: Iterator[bytes] | None = None
         self._buffer = io.BytesIO()
-        self._size: Optional[int] = None
+        self._size: int | None = None
         # Invariant: _position == _buffer._tell() unless _position_at_end()
         self._position = 0
 
@@ -51,7 +52,7 @@ class SequentialS3Reader(S3Reader):
         return self._key
 
     @cached_property
-    def _object_info(self):
+    def _object_info(self) -> ObjectInfo:
         return self._get_object_info()
 
     def prefetch(self) -> None:
@@ -64,7 +65,7 @@ class SequentialS3Reader(S3Reader):
         if self._stream is None:
             self._stream = self._get_stream()
 
-    def readinto(self, buf) -> int:
+    def readinto(self, buf: Any) -> int:
         """Read up to len(buf) bytes into a pre-allocated, writable bytes-like object buf.
         Return the number of bytes read. If no bytes are available, zero is returned.
 
@@ -94,7 +95,7 @@ class SequentialS3Reader(S3Reader):
 
         return size
 
-    def read(self, size: Optional[int] = None) -> bytes:
+    def read(self, size: int | None = None) -> bytes:
         """Read up to size bytes from the object and return them.
 
         If size is zero or positive, read that many bytes from S3, or until the end of the object.
