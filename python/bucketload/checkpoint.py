@@ -24,25 +24,12 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 from . import _native
 from ._types import Saved
+from ._util import split_uri
 
 if TYPE_CHECKING:  # typing_extensions is only needed to check types, never imported to run
     from typing_extensions import Buffer
 
 _STORES: dict[tuple[int, str, str | None, str | None], _native.NativeCheckpoints] = {}
-
-
-def _split(uri: str) -> tuple[str, str]:
-    """``("s3://bucket/dir", "name")`` from ``"s3://bucket/dir/name"``: the prefix up to the
-    ``/`` before the name, and the rest of the URI as it is, so that prefix + ``/`` + name is
-    the URI again (``s3://b/a//x.pt`` → ``s3://b/a``, ``/x.pt``; ``s3://b/a/x/`` → ``s3://b/a``,
-    ``x/``): on S3 the key is the URI's, byte for byte."""
-    head, sep, _ = uri.rstrip("/").rpartition("/")
-    if not sep or head.endswith((":", ":/")):
-        raise ValueError(f"{uri!r} names no object; write e.g. s3://bucket/checkpoints/epoch-1.pt")
-    prefix = head.rstrip("/")
-    if not prefix:
-        return "/", uri.lstrip("/")
-    return prefix, uri[len(prefix) + 1 :]
 
 
 def _checkpoints(
@@ -100,7 +87,7 @@ def save(
     import torch
 
     if background:
-        prefix, name = _split(uri)
+        prefix, name = split_uri(uri)
         store = _checkpoints(prefix, endpoint, region)
         # The snapshot: torch.save's bytes, copied once into memory bucketload owns.
         snapshot = store.snapshot()
@@ -139,7 +126,7 @@ class Writer(io.BufferedIOBase):
 
     def __init__(self, uri: str, *, endpoint: str | None = None, region: str | None = None):
         super().__init__()
-        prefix, name = _split(uri)
+        prefix, name = split_uri(uri)
         self.uri = uri
         self._native = _checkpoints(prefix, endpoint, region).writer(name)
         self.saved: Saved | None = None
@@ -193,7 +180,7 @@ class Reader(io.BufferedIOBase):
 
     def __init__(self, uri: str, *, endpoint: str | None = None, region: str | None = None):
         super().__init__()
-        prefix, name = _split(uri)
+        prefix, name = split_uri(uri)
         self.uri = uri
         self._native = _checkpoints(prefix, endpoint, region).reader(name)
 

@@ -86,7 +86,7 @@ class Loader(_Base):
         shuffle: bool = True,
         seed: int = 0,
         cache_dir: str | os.PathLike[str] | None = None,
-        cache_size: int | str = "20GiB",
+        cache_size: int | str | None = None,
         concurrency: int | None = None,
         decode_threads: int | None = None,
         rank: int | None = None,
@@ -108,7 +108,9 @@ class Loader(_Base):
             "format": format, "batch_size": batch_size, "image_size": image_size,
             "shuffle": shuffle, "seed": seed,
             "cache_dir": None if cache_dir is None else os.fspath(cache_dir),
-            "cache_size": parse_size(cache_size), "concurrency": concurrency,
+            "cache_size": (
+                _native.DEFAULT_CACHE_SIZE if cache_size is None else parse_size(cache_size)
+            ), "concurrency": concurrency,
             "decode_threads": decode_threads, "drop_last": drop_last, "dtype": dtype,
             "skip_corrupt": skip_corrupt, "shuffle_buffer": shuffle_buffer,
             "endpoint": endpoint, "region": region, "jpeg_decode": jpeg_decode,

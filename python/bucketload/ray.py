@@ -170,16 +170,18 @@ def _shard_part(src: str, dst: str, part: int, parts: int, options: dict[str, An
 def shard(src: str, dst: str, *, parts: int, shard_size: int | None = None,
           samples_per_shard: int | None = None, seed: int | None = None,
           label_from: LabelFrom = "auto",
-          md5: bool = False, endpoint: str | None = None, region: str | None = None,
-          num_cpus: float = 1) -> dict[str, Any]:
+          md5: bool = False, concurrency: int | None = None, endpoint: str | None = None,
+          region: str | None = None, num_cpus: float = 1) -> dict[str, Any]:
     """``bucketload shard SRC DST --part i/N`` for every ``i`` as Ray tasks, then the merge:
     the same shards and manifest as one ``bucketload shard`` run. A failed part leaves no
     partial shard and no manifest; call again to finish (finished shards are kept).
+    ``concurrency``: GETs in flight per task (default: the engine's, as the CLI's ``shard``).
     Returns ``{"parts": [report, ...], "merge": report}``."""
     if parts < 1:
         raise ValueError("parts must be at least 1")
     options = {"shard_size": shard_size, "samples_per_shard": samples_per_shard, "seed": seed,
-               "label_from": label_from, "md5": md5, "endpoint": endpoint, "region": region}
+               "label_from": label_from, "md5": md5, "concurrency": concurrency,
+               "endpoint": endpoint, "region": region}
     task = _shard_part.options(num_cpus=num_cpus)
     reports = ray.get([task.remote(src, dst, i, parts, options) for i in range(parts)])
     merged = json.loads(_native.merge(dst, endpoint=endpoint, region=region))
