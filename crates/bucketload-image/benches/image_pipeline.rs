@@ -25,6 +25,7 @@ use std::time::Instant;
 
 use bucketload::dataset::synth::{ImageShape, NoiseTable, encode_sample};
 use bucketload_image::{ImagePipeline, JpegDecode, Sample};
+use bucketload_test_support::venv_python;
 use bytes::Bytes;
 
 const IMAGES: usize = 64;
@@ -68,14 +69,6 @@ fn noise_corpus(dir: &Path) -> Corpus {
         })
         .collect();
     load("noise 261x261 4:4:4 (bucketload gen)", files)
-}
-
-fn venv_python() -> PathBuf {
-    let venv = std::env::var_os("BUCKETLOAD_VENV").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv"),
-        PathBuf::from,
-    );
-    venv.join("bin/python")
 }
 
 /// `count` photo-like JPEGs of `width` x `height` from `benches/make_corpus.py`.

@@ -170,43 +170,18 @@ async fn background_saves_report_failures_once() {
     assert!(ckpt.reader("b.pt").await.is_err() && ckpt.reader("d.pt").await.is_err());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_blocking_writer_is_a_file_for_torch_save() {
+/// Saves `len` bytes as `name` through the blocking writer (as `torch.save` writes, from a
+/// thread outside the runtime), in pieces of `sizes` in turn, and checks they read back exact.
+async fn save_through_blocking_writer(dir: &str, len: usize, sizes: &'static [usize]) {
     let fx = Backend::Embedded.setup().await;
-    let ckpt = open(&fx, "io", fx.config.clone());
+    let ckpt = open(&fx, dir, fx.config.clone());
     let writer = ckpt.writer("w.pt").await.unwrap();
     let handle = tokio::runtime::Handle::current();
-    let bytes = data(9 * MIB + 3, 11);
+    let bytes = data(len, (len % 251) as u8);
     let expected = bytes.clone();
     let saved = tokio::task::spawn_blocking(move || {
         use std::io::Write;
         let mut w = writer.into_blocking(handle);
-        for chunk in bytes.chunks(64 * 1024 + 1) {
-            w.write_all(chunk).unwrap();
-        }
-        w.finish().unwrap()
-    })
-    .await
-    .unwrap();
-    assert_eq!(saved.bytes, expected.len() as u64);
-    assert_eq!(ckpt.load("w.pt").await.unwrap(), expected);
-}
-
-/// The blocking writer hands its chunk buffers back and forth with the upload: a checkpoint
-/// many times what the upload holds in flight, written in pieces smaller and larger than a
-/// chunk, reads back exact (a buffer reused before its part was sent would show here).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_blocking_writer_reuses_its_buffers_without_mixing_bytes() {
-    let fx = Backend::Embedded.setup().await;
-    let ckpt = open(&fx, "reuse", fx.config.clone());
-    let writer = ckpt.writer("big.pt").await.unwrap();
-    let handle = tokio::runtime::Handle::current();
-    let bytes = data(61 * MIB + 5, 12);
-    let expected = bytes.clone();
-    let saved = tokio::task::spawn_blocking(move || {
-        use std::io::Write;
-        let mut w = writer.into_blocking(handle);
-        let sizes = [1, 64 * 1024 + 1, 9 * MIB + 3, 4 * MIB, 17];
         let mut rest = &bytes[..];
         for size in sizes.iter().cycle() {
             if rest.is_empty() {
@@ -221,5 +196,19 @@ async fn a_blocking_writer_reuses_its_buffers_without_mixing_bytes() {
     .await
     .unwrap();
     assert_eq!(saved.bytes, expected.len() as u64);
-    assert_eq!(ckpt.load("big.pt").await.unwrap(), expected);
+    assert_eq!(ckpt.load("w.pt").await.unwrap(), expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_writer_is_a_file_for_torch_save() {
+    save_through_blocking_writer("io", 9 * MIB + 3, &[64 * 1024 + 1]).await;
+}
+
+/// The blocking writer hands its chunk buffers back and forth with the upload: a checkpoint
+/// many times what the upload holds in flight, written in pieces smaller and larger than a
+/// chunk, reads back exact (a buffer reused before its part was sent would show here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_writer_reuses_its_buffers_without_mixing_bytes() {
+    let sizes = &[1, 64 * 1024 + 1, 9 * MIB + 3, 4 * MIB, 17];
+    save_through_blocking_writer("reuse", 61 * MIB + 5, sizes).await;
 }

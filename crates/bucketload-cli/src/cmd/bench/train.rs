@@ -19,10 +19,7 @@ use super::ckpt::Checkpointer;
 use super::log::{EpochLog, StageSeconds, WaitPercentiles};
 use super::prom::Live;
 use crate::progress::Bar;
-use bucketload::decode::Decoder;
-
-/// Batches queued ahead of the training step (a DataLoader's default prefetch factor).
-pub const PREFETCH_BATCHES: usize = 2;
+use bucketload::decode::{Decoder, PREFETCH_BATCHES};
 
 /// A batch as the training step receives it.
 enum Item {
