@@ -136,7 +136,7 @@ class NativeDecoder:
 def shard(src: str, dst: str, *, shard_size: int | None = None,
           samples_per_shard: int | None = None, seed: int | None = None,
           label_from: LabelFrom = "auto", part: tuple[int, int] | None = None, md5: bool = False,
-          concurrency: int | None = None, endpoint: str | None = None,
+          overwrite: bool = False, concurrency: int | None = None, endpoint: str | None = None,
           region: str | None = None) -> str:
     """``bucketload shard src dst`` (slice ``part = (i, n)`` only, when given); the report as JSON."""
 

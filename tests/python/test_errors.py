@@ -66,3 +66,17 @@ def test_corrupt_shards_and_manifests_are_corrupt_data(bucketload_bin, env, s3):
     s3.put_object(Bucket="errors-corrupt", Key="img/_bucketload/manifest.json", Body=b'{"bad": ')
     with pytest.raises(errors.CorruptDataError, match="manifest.json"):
         opened("s3://errors-corrupt/img")
+
+
+def test_engine_advice_names_pythons_arguments_not_cli_flags(env, s3):
+    # A file outside any class folder cannot be labelled by folder: the remedy names the
+    # keyword argument a Python caller passes, never the CLI's flag.
+    s3.create_bucket(Bucket="errors-labels")
+    s3.put_object(Bucket="errors-labels", Key="src/cats/a.jpg", Body=b"a")
+    s3.put_object(Bucket="errors-labels", Key="src/top.jpg", Body=b"b")
+    with pytest.raises(errors.ConfigError) as caught:
+        bucketload._native.shard("s3://errors-labels/src", "s3://errors-labels/dst",
+                                 label_from="folder")
+    message = str(caught.value)
+    assert "top.jpg" in message and "`label_from`" in message, message
+    assert "--label-from" not in message, message

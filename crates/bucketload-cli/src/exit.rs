@@ -17,7 +17,7 @@
 
 use std::io::Write;
 
-use bucketload::{ErrorKind, Hint};
+use bucketload::{ErrorKind, Hint, Setting};
 use std::process::ExitCode;
 
 /// Other errors.
@@ -102,7 +102,25 @@ pub fn one_line(err: &anyhow::Error) -> String {
 /// (`SignatureDoesNotMatch: ...`), and line breaks become spaces.
 /// `text` tidied, its hints in the CLI's words.
 fn say(text: &str, hints: &[Hint]) -> String {
-    tidy(&bucketload::reword(text, hints, words))
+    let worded = bucketload::reword(text, hints, words);
+    tidy(&Setting::reword(&worded, |s| Some(flag(s).to_owned())))
+}
+
+/// The CLI's flag for a setting an engine message names.
+fn flag(setting: Setting) -> &'static str {
+    match setting {
+        Setting::Format => "--format",
+        Setting::LabelFrom => "--label-from",
+        Setting::ShardSize => "--shard-size",
+        Setting::SamplesPerShard => "--samples-per-shard",
+        Setting::Part => "--part",
+        Setting::Overwrite => "--overwrite",
+        Setting::Md5 => "--md5",
+        Setting::Samples => "--samples",
+        Setting::Classes => "--classes",
+        Setting::Size => "--size",
+        Setting::Concurrency => "--concurrency",
+    }
 }
 
 /// The CLI's words for what the user can do: its flags and commands.

@@ -30,7 +30,7 @@ fn open_with(uri: &str, config: StoreConfig) -> PyResult<Store> {
 #[pyfunction]
 #[pyo3(signature = (
     src, dst, *, shard_size=None, samples_per_shard=None, seed=None, label_from="auto",
-    part=None, md5=false, concurrency=None, endpoint=None, region=None,
+    part=None, md5=false, overwrite=false, concurrency=None, endpoint=None, region=None,
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn shard(
@@ -43,6 +43,7 @@ pub fn shard(
     label_from: &str,
     part: Option<(u32, u32)>,
     md5: bool,
+    overwrite: bool,
     concurrency: Option<usize>,
     endpoint: Option<String>,
     region: Option<String>,
@@ -78,6 +79,7 @@ pub fn shard(
         .with_label_from(label_from)
         .with_part(part.map(|(index, count)| PartSpec { index, count }))
         .with_md5(md5)
+        .with_overwrite(overwrite)
         .with_gets_in_flight(gets)
         .build()
         .map_err(errors::engine)?;

@@ -47,9 +47,11 @@ pub mod fuzzing;
 pub mod io;
 pub mod loader;
 pub mod panics;
+mod setting;
 pub mod shards;
 pub mod source;
 
 #[cfg(feature = "image")]
 pub use error::image_kind;
 pub use error::{BoxError, Error, ErrorKind, Hint, Result, format_kind, hints, reword};
+pub use setting::Setting;

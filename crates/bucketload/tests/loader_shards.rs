@@ -132,7 +132,10 @@ async fn a_files_dataset_cannot_be_read_as_shards() {
     let data = TestData::files(3, true).await;
     let config = data.loader("src").with_format(Format::Shards);
     let err = Loader::open(config.build().unwrap()).await.unwrap_err();
-    assert!(err.to_string().contains("use --format auto"), "{err}");
+    assert!(
+        err.to_string().contains("set `format` to \"auto\""),
+        "{err}"
+    );
 }
 
 #[tokio::test]

@@ -15,6 +15,7 @@ use tokio::sync::Semaphore;
 
 use super::pad_width;
 use super::synth::{ImageShape, NoiseTable, encode_sample};
+use crate::Setting;
 use crate::base::{Location, Progress};
 use crate::error::{Error, Result};
 
@@ -108,27 +109,31 @@ impl GenSpecBuilder {
         let s = &self.spec;
         let mut problems = Vec::new();
         if s.samples == 0 {
-            problems.push("--samples must be at least 1".to_string());
+            problems.push(format!("{} must be at least 1", Setting::Samples));
         }
         if s.classes == 0 {
-            problems.push("--classes must be at least 1".to_string());
+            problems.push(format!("{} must be at least 1", Setting::Classes));
         }
         if s.classes as u64 > s.samples.max(1) {
             problems.push(format!(
-                "--classes ({}) must not exceed --samples ({})",
-                s.classes, s.samples
+                "{} ({}) must not exceed {} ({})",
+                Setting::Classes,
+                s.classes,
+                Setting::Samples,
+                s.samples
             ));
         }
         // Below ~1 KB the JPEG headers alone exceed the budget; above 64 MiB one image would
         // need more than 16,384 pixels a side.
         if !(1_000..=64 << 20).contains(&s.size) {
             problems.push(format!(
-                "--size must be between 1KB and 64MiB, not {} bytes",
+                "{} must be between 1KB and 64MiB, not {} bytes",
+                Setting::Size,
                 s.size
             ));
         }
         if s.concurrency == 0 {
-            problems.push("--concurrency must be at least 1".to_string());
+            problems.push(format!("{} must be at least 1", Setting::Concurrency));
         }
         if problems.is_empty() {
             Ok(self.spec)
@@ -280,7 +285,7 @@ mod tests {
             .unwrap_err();
         let text = err.to_string();
         assert!(
-            text.contains("--samples") && text.contains("--classes") && text.contains("--size"),
+            text.contains("`samples`") && text.contains("`classes`") && text.contains("`size`"),
             "{text}"
         );
         assert!(

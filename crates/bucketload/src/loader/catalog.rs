@@ -14,7 +14,7 @@ use crate::shards::{
     IndexOptions, SHARD_EXT, ShardObject, index_key, index_shard, read_all_indexes, shards_in,
 };
 use crate::source::Plan;
-use crate::{Error, Result};
+use crate::{Error, Result, Setting};
 use futures::{StreamExt, TryStreamExt};
 
 /// Prefix of bucketload's own objects at a dataset root (never samples).
@@ -143,7 +143,8 @@ fn mismatch(location: &Location, kind: DatasetKind, format: Format) -> Error {
         _ => "tar shards",
     };
     Error::invalid_input(format!(
-        "{location} holds {kind}, which cannot be read as {format:?}; use --format auto"
+        "{location} holds {kind}, which cannot be read as {format:?}; set {} to \"auto\"",
+        Setting::Format
     ))
 }
 

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::write::Finished;
 use super::{PARTS_DIR, Plan, RUN_PATH, ShardOptions};
+use crate::Setting;
 use crate::base::Location;
 use crate::error::{Error, Result};
 use crate::shards::index_key;
@@ -154,7 +155,10 @@ async fn read_run(dst: &Store) -> Result<Option<RunFile>> {
         .map(Some)
         .map_err(|e| Error::Corrupt {
             uri: location.uri_of(&key),
-            reason: format!("{e}; delete it, or run with --overwrite to start over"),
+            reason: format!(
+                "{e}; delete it, or set {} to start over",
+                Setting::Overwrite
+            ),
         })
 }
 
@@ -168,9 +172,10 @@ fn other_plan(dst: &Store, run: Option<&RunFile>, digest: &str) -> Error {
     };
     Error::invalid_input(format!(
         "the destination {} holds {what}, but this run's plan is {digest}: the source listing or \
-         the options changed since. Shard into an empty prefix, or pass --overwrite to delete \
-         those shards and start over",
-        dst.uri()
+         the options changed since. Shard into an empty prefix, or set {} to delete those \
+         shards and start over",
+        dst.uri(),
+        Setting::Overwrite
     ))
 }
 
@@ -303,7 +308,7 @@ async fn check_shard(
     if md5 && index.md5().is_none() {
         tracing::info!(
             shard = name,
-            "has no MD5 and --md5 asks for one; it is redone"
+            "has no MD5 and the run asks for one; it is redone"
         );
         return Ok(None);
     }

@@ -31,6 +31,7 @@ use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
 use bucketload_store::{ETag, Store, key_path};
 
 use super::manifest::now_rfc3339;
+use crate::Setting;
 use crate::base::{Location, Progress, list_all};
 use crate::error::{Error, Result};
 
@@ -209,8 +210,10 @@ impl ShardOptionsBuilder {
             && (p.count == 0 || p.index >= p.count)
         {
             return Err(Error::invalid_input(format!(
-                "--part {}/{} is not a slice: use i/N with 0 <= i < N",
-                p.index, p.count
+                "{} {}/{} is not a slice: slice i of N needs 0 <= i < N",
+                Setting::Part,
+                p.index,
+                p.count
             )));
         }
         Ok(self.inner)
@@ -480,8 +483,9 @@ pub async fn merge_parts(dst: &Store) -> Result<MergeReport> {
     keys.sort();
     if keys.is_empty() {
         return Err(Error::invalid_input(format!(
-            "no slice manifests under {}/{PARTS_DIR}; run `bucketload shard --part i/N` first",
-            dst.uri()
+            "no slice manifests under {}/{PARTS_DIR}; shard each slice first (a run with {} i/N)",
+            dst.uri(),
+            Setting::Part
         )));
     }
     let mut parts = Vec::with_capacity(keys.len());

@@ -15,6 +15,7 @@ use bucketload_store::ETag;
 use sha2::{Digest, Sha256};
 
 use super::{Cut, LabelFrom, ShardOptions};
+use crate::Setting;
 use crate::error::{Error, Result};
 use crate::source::permute::SplitMix64;
 
@@ -175,9 +176,11 @@ fn label(samples: &mut [PlannedSample], policy: LabelFrom) -> Result<Vec<String>
     for sample in samples.iter_mut() {
         let Some(folder) = folder_of(sample) else {
             return Err(Error::invalid_input(format!(
-                "{:?} is not in a class folder, so --label-from folder cannot label it; \
-                 move it into one or use --label-from none",
-                sample.members[0].key
+                "{:?} is not in a class folder, so {} \"folder\" cannot label it; \
+                 move it into one or set {} to \"none\"",
+                sample.members[0].key,
+                Setting::LabelFrom,
+                Setting::LabelFrom
             )));
         };
         if let Some(m) = sample
@@ -186,8 +189,9 @@ fn label(samples: &mut [PlannedSample], policy: LabelFrom) -> Result<Vec<String>
             .find(|m| split_key(&m.key).1 == LABEL_EXT)
         {
             return Err(Error::invalid_input(format!(
-                "{:?} already is a label member; use --label-from none to keep the source's labels",
-                m.key
+                "{:?} already is a label member; set {} to \"none\" to keep the source's labels",
+                m.key,
+                Setting::LabelFrom
             )));
         }
         let index = classes.binary_search(&folder).unwrap_or_default();
@@ -238,10 +242,10 @@ fn cut(samples: &[PlannedSample], how: Cut) -> Result<(Vec<Range<usize>>, Vec<u6
 fn too_large(sample: &PlannedSample, need: u64, limit: u64) -> Error {
     let biggest = sample.members.iter().max_by_key(|m| m.size);
     let name = biggest.map_or(sample.key.as_str(), |m| m.key.as_str());
+    let (size, count) = (Setting::ShardSize, Setting::SamplesPerShard);
     Error::invalid_input(format!(
-        "sample {:?} ({name:?} and its other members) needs a {need}-byte shard but --shard-size \
-         is {limit}; raise --shard-size to at least {need}, or cut by count with \
-         --samples-per-shard",
+        "sample {:?} ({name:?} and its other members) needs a {need}-byte shard but {size} \
+         is {limit}; raise {size} to at least {need}, or cut by count with {count}",
         sample.key
     ))
 }
@@ -330,7 +334,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("a/big.jpg") && err.contains("--shard-size"),
+            err.contains("a/big.jpg") && err.contains("`shard_size`"),
             "{err}"
         );
     }
@@ -374,7 +378,7 @@ mod tests {
             .build()
             .unwrap();
         let err = make_plan(top.clone(), &o).unwrap_err().to_string();
-        assert!(err.contains("top.jpg") && err.contains("--label-from none"));
+        assert!(err.contains("top.jpg") && err.contains("`label_from` to \"none\""));
         let auto = make_plan(top, &options(Cut::Samples(5))).unwrap();
         assert!(auto.classes.is_empty() && auto.samples.iter().all(|s| s.class.is_none()));
         let labelled = objects(&[("a/1.jpg", 1), ("a/1.cls", 1)]);
