@@ -62,17 +62,7 @@ pub fn shard(
         (Some(bytes), None) => Cut::Bytes(bytes),
         (None, None) => Cut::Bytes(bucketload::shards::DEFAULT_SHARD_SIZE),
     };
-    let label_from = match label_from {
-        "auto" => LabelFrom::Auto,
-        "folder" => LabelFrom::Folder,
-        "none" => LabelFrom::None,
-        other => {
-            return Err(errors::raise(
-                ErrorKind::InvalidInput,
-                format!("label_from {other:?} is not 'auto', 'folder' or 'none'"),
-            ));
-        }
-    };
+    let label_from: LabelFrom = label_from.parse().map_err(errors::engine)?;
     let options = ShardOptions::builder()
         .with_cut(cut)
         .with_seed(seed)

@@ -62,6 +62,23 @@ pub enum LabelFrom {
     None,
 }
 
+impl std::str::FromStr for LabelFrom {
+    type Err = Error;
+
+    /// `auto`, `folder` or `none`.
+    fn from_str(s: &str) -> Result<LabelFrom> {
+        match s {
+            "auto" => Ok(LabelFrom::Auto),
+            "folder" => Ok(LabelFrom::Folder),
+            "none" => Ok(LabelFrom::None),
+            other => Err(Error::invalid_input(format!(
+                "{} {other:?} is not \"auto\", \"folder\" or \"none\"",
+                Setting::LabelFrom
+            ))),
+        }
+    }
+}
+
 impl LabelFrom {
     fn name(self) -> &'static str {
         match self {
