@@ -17,8 +17,11 @@ def parse_size(size: int | str) -> int:
 
 
 def split_uri(uri: str) -> tuple[str, str]:
-    """``("s3://bucket/dir", "name")`` from ``"s3://bucket/dir/name"``, as the engine splits a
-    checkpoint URI: prefix + ``/`` + name is the URI again, so on S3 the key is the URI's byte
-    for byte (``s3://b/a//x.pt`` → ``s3://b/a``, ``/x.pt``). Raises ``ConfigError`` (a
-    ``ValueError``) when the URI names a bucket or the root."""
-    return _native.split_uri(uri)
+    """``("s3://bucket/dir", "name")`` from ``"s3://bucket/dir/name"``, for ``NativeStore``:
+    the prefix as written (``s3://b/end//.metadata`` → ``s3://b/end/``, ``.metadata``), the
+    name its last segment, which a store name must be (no empty segment). Checkpoint URIs
+    split differently (``_native.split_uri``: the name keeps the slashes)."""
+    head, sep, name = uri.rstrip("/").rpartition("/")
+    if not sep or not name or head.endswith((":/", ":")):
+        raise ValueError(f"{uri!r} names no object; write e.g. s3://bucket/checkpoints/epoch-1.pt")
+    return head, name

@@ -24,7 +24,6 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 from . import _native
 from ._types import Saved
-from ._util import split_uri
 
 if TYPE_CHECKING:  # typing_extensions is only needed to check types, never imported to run
     from typing_extensions import Buffer
@@ -87,7 +86,7 @@ def save(
     import torch
 
     if background:
-        prefix, name = split_uri(uri)
+        prefix, name = _native.split_uri(uri)
         store = _checkpoints(prefix, endpoint, region)
         # The snapshot: torch.save's bytes, copied once into memory bucketload owns.
         snapshot = store.snapshot()
@@ -126,7 +125,7 @@ class Writer(io.BufferedIOBase):
 
     def __init__(self, uri: str, *, endpoint: str | None = None, region: str | None = None):
         super().__init__()
-        prefix, name = split_uri(uri)
+        prefix, name = _native.split_uri(uri)
         self.uri = uri
         self._native = _checkpoints(prefix, endpoint, region).writer(name)
         self.saved: Saved | None = None
@@ -180,7 +179,7 @@ class Reader(io.BufferedIOBase):
 
     def __init__(self, uri: str, *, endpoint: str | None = None, region: str | None = None):
         super().__init__()
-        prefix, name = split_uri(uri)
+        prefix, name = _native.split_uri(uri)
         self.uri = uri
         self._native = _checkpoints(prefix, endpoint, region).reader(name)
 
