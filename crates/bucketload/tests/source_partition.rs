@@ -76,7 +76,11 @@ fn order() -> impl Strategy<Value = Order> {
 }
 
 fn case() -> impl Strategy<Value = Case> {
-    let remainder = prop_oneof![Just(Remainder::Pad), Just(Remainder::Drop)];
+    let remainder = prop_oneof![
+        Just(Remainder::Pad),
+        Just(Remainder::Drop),
+        Just(Remainder::Exact)
+    ];
     (shape(), 1u32..7, 1u32..5, order(), remainder, 0u64..4).prop_map(
         |(shape, world, workers, order, remainder, epoch)| Case {
             shape,
@@ -113,7 +117,9 @@ proptest! {
             counts.push(got.len());
             all.extend(got);
         }
-        prop_assert!(counts.windows(2).all(|w| w[0] == w[1]), "unequal ranks {:?}", counts);
+        let spread = counts.iter().max().unwrap() - counts.iter().min().unwrap();
+        let most = usize::from(case.remainder == Remainder::Exact);
+        prop_assert!(spread <= most, "unequal ranks {:?}", counts);
         let mut seen: HashMap<SampleRef, usize> = HashMap::new();
         for s in &all {
             *seen.entry(*s).or_default() += 1;
@@ -124,6 +130,10 @@ proptest! {
             Remainder::Drop => {
                 prop_assert!(seen.values().all(|&c| c == 1), "a sample twice");
                 prop_assert_eq!(all.len(), n / world * world);
+            }
+            Remainder::Exact => {
+                prop_assert!(seen.values().all(|&c| c == 1), "a sample twice");
+                prop_assert_eq!(all.len(), n);
             }
             _ => {
                 prop_assert_eq!(seen.len(), n, "a sample missing");

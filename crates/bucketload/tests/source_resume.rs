@@ -23,7 +23,11 @@ fn source() -> impl Strategy<Value = Source> {
         Just(Order::sequential()),
         (any::<u64>(), 0u64..25).prop_map(|(seed, b)| Order::shuffled(seed).with_shuffle_buffer(b)),
     ];
-    let remainder = prop_oneof![Just(Remainder::Pad), Just(Remainder::Drop)];
+    let remainder = prop_oneof![
+        Just(Remainder::Pad),
+        Just(Remainder::Drop),
+        Just(Remainder::Exact)
+    ];
     (plan(), order, 1u32..7, 0u32..7, remainder).prop_map(|(plan, order, world, rank, rem)| {
         let partition = Partition::new(rank % world, world).with_remainder(rem);
         Source::new(plan, order, partition).unwrap()
