@@ -143,6 +143,20 @@ fn ranks_read_equal_shares_and_the_text_report_names_the_stages() {
         let report = read_json(&fx, &args);
         assert_eq!(epoch(&report, 0)["samples"], 8, "rank {rank}");
     }
+    // Every sample exactly once: 9, 8 and 8.
+    for (rank, samples) in [("0", 9), ("1", 8), ("2", 8)] {
+        let args = [
+            "s3://read-ranks/train",
+            "--rank",
+            rank,
+            "--world-size",
+            "3",
+            "--remainder",
+            "exact",
+        ];
+        let report = read_json(&fx, &args);
+        assert_eq!(epoch(&report, 0)["samples"], samples, "rank {rank}");
+    }
     let run = fx.run(&["read", "s3://read-ranks/train"]).ok();
     assert!(run.stdout.contains("epoch 0  25 samples"), "{}", run.stdout);
     assert!(run.stdout.contains("consumer waiting"), "{}", run.stdout);
