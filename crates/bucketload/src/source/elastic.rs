@@ -22,17 +22,22 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::partition::{Place, Positions, RankSeq, cyclic, rank_seq};
+use super::partition::{EpochOrder, Place, Positions, RankSeq, cyclic};
 use super::state::{Keys, PastWorld, Replay, SourceState};
 use super::{Kind, Plan};
 use crate::Result;
 
 /// The epoch positions left to the current world after the changes of world size in
 /// `state`; `None` when there was none (every position).
-pub(crate) fn positions_left(plan: &Plan, state: &SourceState) -> Result<Option<Arc<Positions>>> {
+pub(crate) fn positions_left(
+    order: &EpochOrder<'_>,
+    plan: &Plan,
+    state: &SourceState,
+) -> Result<Option<Arc<Positions>>> {
     let mut left: Option<Arc<Positions>> = None;
     for (index, past) in state.past_worlds.iter().enumerate() {
         let world = World {
+            order,
             plan,
             state,
             index: index as u64,
@@ -101,6 +106,7 @@ pub(crate) fn replay_aligned(
 
 /// One past world: its size, its place among the changes, and the positions it shared.
 struct World<'a> {
+    order: &'a EpochOrder<'a>,
     plan: &'a Plan,
     state: &'a SourceState,
     index: u64,
@@ -123,9 +129,7 @@ impl World<'_> {
     }
 
     fn seq(&self, rank: u64) -> Arc<RankSeq> {
-        let (seed, epoch) = (self.state.seed, self.state.epoch);
-        let place = self.place(rank);
-        Arc::new(rank_seq(self.plan, seed, epoch, place, self.left))
+        Arc::new(self.order.rank(self.place(rank), self.left))
     }
 
     fn keys(&self, rank: u64) -> Keys {

@@ -95,7 +95,7 @@ use bucketload_format::{DatasetKind, Manifest};
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
-use partition::{Place, RankSeq};
+use partition::{EpochOrder, Place, RankSeq};
 pub use permute::Permutation;
 use permute::derive_key;
 pub use state::{EpochProgress, STATE_VERSION, SourceState};
@@ -594,10 +594,9 @@ impl Source {
             world: u64::from(state.world_size),
             remainder: state.remainder,
         };
-        let left = elastic::positions_left(&self.plan, state)?;
-        let seed = self.order.seed();
-        let seq = partition::rank_seq(&self.plan, seed, state.epoch, place, left.as_ref());
-        Ok(Arc::new(seq))
+        let order = EpochOrder::new(&self.plan, self.order.seed(), state.epoch);
+        let left = elastic::positions_left(&order, &self.plan, state)?;
+        Ok(Arc::new(order.rank(place, left.as_ref())))
     }
 }
 

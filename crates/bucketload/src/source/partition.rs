@@ -130,43 +130,53 @@ pub(crate) fn epoch_permutation(n: u64, shuffle: Option<u64>, tag: u64, epoch: u
     }
 }
 
-/// Rank `place`'s samples of one epoch of `plan`, drawn from `left` (all positions when
-/// `None`).
-pub(crate) fn rank_seq(
-    plan: &Plan,
-    seed: Option<u64>,
-    epoch: u64,
-    place: Place,
-    left: Option<&Arc<Positions>>,
-) -> RankSeq {
-    let total = left.map_or(plan.total, |l| l.len());
-    let len = place.len(total);
-    match plan.kind {
-        Kind::Files | Kind::Indexed => RankSeq::Random(RandomRank {
-            total,
-            world: place.world,
-            rank: place.rank,
-            len,
-            perm: epoch_permutation(plan.total, seed, TAG_SAMPLES, epoch),
-            left: left.cloned(),
-            layout: match plan.kind {
-                Kind::Files => Layout::Files,
-                _ => Layout::Indexed(plan.starts.clone()),
-            },
-        }),
-        Kind::Shards => {
-            let shards = plan.counts.len() as u64;
-            let perm = epoch_permutation(shards, seed, TAG_SHARDS, epoch);
-            let start = place.start(total);
-            let run = start..start + len;
-            let spans = match left {
-                None => vec![run],
-                Some(left) => cyclic(run, total)
-                    .into_iter()
-                    .flat_map(|piece| left.slice(piece.start, piece.end))
-                    .collect(),
-            };
-            RankSeq::Stream(StreamRank::new(&plan.counts, &perm, &spans))
+/// The order of one epoch of a plan, shared by its ranks: the permutation of samples (random
+/// access) or of shards (streams).
+#[derive(Debug, Clone)]
+pub(crate) struct EpochOrder<'a> {
+    plan: &'a Plan,
+    perm: Permutation,
+}
+
+impl EpochOrder<'_> {
+    pub(crate) fn new(plan: &Plan, seed: Option<u64>, epoch: u64) -> EpochOrder<'_> {
+        let perm = match plan.kind {
+            Kind::Files | Kind::Indexed => epoch_permutation(plan.total, seed, TAG_SAMPLES, epoch),
+            Kind::Shards => epoch_permutation(plan.counts.len() as u64, seed, TAG_SHARDS, epoch),
+        };
+        EpochOrder { plan, perm }
+    }
+
+    /// Rank `place`'s samples, drawn from `left` (all positions when `None`).
+    pub(crate) fn rank(&self, place: Place, left: Option<&Arc<Positions>>) -> RankSeq {
+        let plan = self.plan;
+        let total = left.map_or(plan.total, |l| l.len());
+        let len = place.len(total);
+        match plan.kind {
+            Kind::Files | Kind::Indexed => RankSeq::Random(RandomRank {
+                total,
+                world: place.world,
+                rank: place.rank,
+                len,
+                perm: self.perm.clone(),
+                left: left.cloned(),
+                layout: match plan.kind {
+                    Kind::Files => Layout::Files,
+                    _ => Layout::Indexed(plan.starts.clone()),
+                },
+            }),
+            Kind::Shards => {
+                let start = place.start(total);
+                let run = start..start + len;
+                let spans = match left {
+                    None => vec![run],
+                    Some(left) => cyclic(run, total)
+                        .into_iter()
+                        .flat_map(|piece| left.slice(piece.start, piece.end))
+                        .collect(),
+                };
+                RankSeq::Stream(StreamRank::new(&plan.counts, &self.perm, &spans))
+            }
         }
     }
 }
