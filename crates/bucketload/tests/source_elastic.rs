@@ -5,6 +5,8 @@
 //! `Remainder::Drop` leaves out).
 #![allow(clippy::unwrap_used)]
 
+mod source_support;
+
 use std::collections::HashMap;
 
 use bucketload::source::{
@@ -12,29 +14,7 @@ use bucketload::source::{
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
-
-fn plan() -> impl Strategy<Value = Plan> {
-    prop_oneof![
-        (0u64..300).prop_map(Plan::files),
-        vec(0u64..40, 0..16).prop_map(|c| Plan::indexed(&c)),
-        vec(0u64..40, 0..16).prop_map(|c| Plan::shards(&c)),
-    ]
-}
-
-fn order() -> impl Strategy<Value = Order> {
-    prop_oneof![
-        Just(Order::sequential()),
-        (any::<u64>(), 0u64..25).prop_map(|(seed, b)| Order::shuffled(seed).with_shuffle_buffer(b)),
-    ]
-}
-
-fn remainder() -> impl Strategy<Value = Remainder> {
-    prop_oneof![
-        Just(Remainder::Pad),
-        Just(Remainder::Drop),
-        Just(Remainder::Exact)
-    ]
-}
+use source_support::{order, plan, remainder};
 
 /// A world size and the workers of each of its ranks.
 fn world() -> impl Strategy<Value = (u32, u32)> {
@@ -148,7 +128,7 @@ fn check_balance(run: &Run, ranks: &[EpochProgress]) -> Result<(), TestCaseError
 }
 
 fn run() -> impl Strategy<Value = Run> {
-    (plan(), order(), remainder(), 0u64..3).prop_map(|(plan, order, remainder, epoch)| Run {
+    (plan(16), order(), remainder(), 0u64..3).prop_map(|(plan, order, remainder, epoch)| Run {
         plan,
         order,
         remainder,
@@ -221,13 +201,13 @@ fn a_state_of_the_first_version_still_resumes() {
         "digest":"48410c16fead434b"},"seed":7,"shuffle_buffer":0,"rank":1,"world_size":2,
         "remainder":"pad","epoch":0,"history":[[1]],"consumed":[1,0]}"#;
     let state: SourceState = serde_json::from_str(saved).unwrap();
-    let source = Run {
+    let run = Run {
         plan: Plan::files(10),
         order: Order::shuffled(7),
         remainder: Remainder::Pad,
         epoch: 0,
-    }
-    .source(1, 2);
+    };
+    let source = run.source(1, 2);
     let mut progress = source.begin(0, 1).unwrap();
     progress.record(0, 1).unwrap();
     let mut again = source.resume(&progress.state(), 2).unwrap();
@@ -239,12 +219,5 @@ fn a_state_of_the_first_version_still_resumes() {
     let want: Vec<SampleRef> = (0..2).flat_map(|w| again.worker(w).unwrap()).collect();
     assert_eq!(tail, want);
     // Another world size: rank 0 of 3 takes its share of what the two ranks left.
-    let other = Run {
-        plan: Plan::files(10),
-        order: Order::shuffled(7),
-        remainder: Remainder::Pad,
-        epoch: 0,
-    }
-    .source(0, 3);
-    assert_eq!(other.resume(&state, 1).unwrap().remaining(), 2);
+    assert_eq!(run.source(0, 3).resume(&state, 1).unwrap().remaining(), 2);
 }

@@ -2,11 +2,14 @@
 //! count on every rank, determinism, new orders per epoch, and the stream read plan.
 #![allow(clippy::unwrap_used)]
 
+mod source_support;
+
 use std::collections::{HashMap, VecDeque};
 
 use bucketload::source::{EpochProgress, Order, Partition, Plan, Remainder, SampleRef, Source};
 use proptest::collection::vec;
 use proptest::prelude::*;
+use source_support::{order, remainder};
 
 #[derive(Debug, Clone)]
 enum Shape {
@@ -68,20 +71,8 @@ impl Case {
     }
 }
 
-fn order() -> impl Strategy<Value = Order> {
-    prop_oneof![
-        Just(Order::sequential()),
-        (any::<u64>(), 0u64..25).prop_map(|(seed, b)| Order::shuffled(seed).with_shuffle_buffer(b)),
-    ]
-}
-
 fn case() -> impl Strategy<Value = Case> {
-    let remainder = prop_oneof![
-        Just(Remainder::Pad),
-        Just(Remainder::Drop),
-        Just(Remainder::Exact)
-    ];
-    (shape(), 1u32..7, 1u32..5, order(), remainder, 0u64..4).prop_map(
+    (shape(), 1u32..7, 1u32..5, order(), remainder(), 0u64..4).prop_map(
         |(shape, world, workers, order, remainder, epoch)| Case {
             shape,
             world,
