@@ -145,7 +145,7 @@ impl World<'_> {
         let generations: Vec<&Vec<u64>> = past.generations().collect();
         let saver = u64::from(past.rank);
         let lens = saved_lens(self.seq(saver), self.keys(saver), &generations)?;
-        let mut consumed = Vec::with_capacity(self.world as usize);
+        let mut consumed = Vec::new();
         for rank in 0..self.world {
             let seq = self.seq(rank);
             let len = seq.len();
