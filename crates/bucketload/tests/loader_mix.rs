@@ -292,7 +292,7 @@ async fn bad_mixtures_are_refused() {
         }
     };
     assert!(err(&[1.0]).await.contains("2 datasets but 1 weights"));
-    assert!(err(&[1.0, -1.0]).await.contains("weight -1 of dataset 1"));
+    assert!(err(&[1.0, -1.0]).await.contains("weights[1] is -1"));
     assert!(err(&[0.0, 0.0]).await.contains("add up to 0"));
     let mut configs = sets.configs(|b| b);
     configs[1] = LoaderConfig::for_store(sets.stores[1].clone())

@@ -51,7 +51,7 @@ impl Weights {
         for (i, &w) in weights.iter().enumerate() {
             if !w.is_finite() || w < 0.0 {
                 problems.push(format!(
-                    "weight {w} of dataset {i} must be a finite number, 0 or more"
+                    "weights[{i}] is {w}; a weight must be a finite number, 0 or more"
                 ));
             }
         }
@@ -319,8 +319,8 @@ mod tests {
     #[test]
     fn bad_weights_are_refused_with_every_problem() {
         let err = Weights::new(&[-1.0, f64::NAN]).unwrap_err().to_string();
-        assert!(err.contains("weight -1 of dataset 0"), "{err}");
-        assert!(err.contains("weight NaN of dataset 1"), "{err}");
+        assert!(err.contains("weights[0] is -1"), "{err}");
+        assert!(err.contains("weights[1] is NaN"), "{err}");
         let err = Weights::new(&[0.0, 0.0]).unwrap_err().to_string();
         assert!(err.contains("add up to 0"), "{err}");
         assert!(Weights::new(&[]).is_err());
