@@ -28,7 +28,8 @@
 //! against the manifest); `streamed_shards.rs` (a worker's shards streamed several at once and
 //! reordered), each stream a `shard_stream.rs` ([`shard_samples`]: the tar of one shard span
 //! parsed as bytes arrive from [`read_range`](crate::io::read_range)). The cache is a
-//! [`DiskCache`], shared with the mount.
+//! [`DiskCache`], shared with the mount. `mixture.rs` ([`Mixture`]) reads several datasets,
+//! each through its own `Loader`, as one weighted stream.
 //!
 //! Back-pressure: nothing is requested that the memory budget (files, indexed) or the prefetch
 //! windows and channels (shards) cannot hold; a consumer that stops polling stops new requests.
