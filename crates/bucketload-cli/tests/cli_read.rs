@@ -348,20 +348,19 @@ fn bad_weights_are_refused_with_a_clear_error() {
     let fx = Fixture::start();
     fx.generate("s3://read-mix-bad/a", 4, 1, "1KB");
     fx.generate("s3://read-mix-bad/b", 4, 1, "1KB");
-    let datasets = [
-        "read",
-        "s3://read-mix-bad/a",
-        "s3://read-mix-bad/b",
-        "--weights",
-    ];
     for (weights, says) in [
         ("-0.5,1", "weights[0] is -0.5"),
         ("0,0", "the weights add up to 0"),
         ("1", "2 datasets but 1 weights"),
         ("1,2,3", "2 datasets but 3 weights"),
     ] {
-        let mut args = datasets.to_vec();
-        args.push(weights);
+        let args = [
+            "read",
+            "s3://read-mix-bad/a",
+            "s3://read-mix-bad/b",
+            "--weights",
+            weights,
+        ];
         let run = fx.run(&args);
         assert_eq!(run.code, 6, "invalid input: {run:#?}");
         assert!(
