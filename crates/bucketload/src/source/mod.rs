@@ -83,6 +83,7 @@
 #![allow(clippy::single_range_in_vec_init)]
 
 mod elastic;
+pub mod mix;
 mod partition;
 pub(crate) mod permute;
 mod state;
