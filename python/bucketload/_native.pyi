@@ -95,7 +95,7 @@ class NativeLoader:
                  cache_dir: str | None = None, cache_size: int = 20 << 30,
                  concurrency: int | None = None, decode_threads: int | None = None,
                  rank: int = 0, world_size: int = 1, worker: int = 0, num_workers: int = 1,
-                 drop_last: bool = False, skip_corrupt: bool = False,
+                 drop_last: bool = False, pad: bool = True, skip_corrupt: bool = False,
                  endpoint: str | None = None, region: str | None = None,
                  jpeg_decode: JpegDecode = "region",
                  client: ClientConfig | None = None) -> None: ...

@@ -73,14 +73,19 @@ class Loader(_Base):
     ``RANK`` and ``WORLD_SIZE``, else Ray Train's context; a process that cannot tell its rank
     raises :class:`ConfigError` (docs/PYTHON.md). Every rank gets the same number of samples
     (padded by repeating samples, or with ``drop_last=True`` trimmed; ``drop_last`` also
-    drops a short last batch). Inside a ``DataLoader`` worker (use ``batch_size=None`` there)
-    each worker reads its own disjoint part of the rank's samples.
+    drops a short last batch). For evaluation, ``pad=False`` reads every sample exactly once
+    over all ranks: ranks then differ by at most one sample (and one batch), so sum metrics
+    and all-reduce them, or wrap the loop in ``torch.distributed.algorithms.Join``. Inside a
+    ``DataLoader`` worker (use ``batch_size=None`` there) each worker reads its own disjoint
+    part of the rank's samples.
 
     The order is a fresh permutation per epoch from ``seed`` (``shuffle=False``: dataset
     order). Each iteration reads the next epoch, also through DataLoader workers that are
     made anew every epoch; :meth:`set_epoch` chooses one. :meth:`state_dict` /
     :meth:`load_state_dict` resume mid-epoch with no sample repeated or skipped (through
-    DataLoader workers: torchdata's ``StatefulDataLoader``). Waiting for a batch releases the GIL. The loader can
+    DataLoader workers: torchdata's ``StatefulDataLoader``), also at another world size: save
+    rank 0's ``state_dict()`` and load it on every rank of the new job (without DataLoader
+    workers; padding aside, docs/PYTHON.md). Waiting for a batch releases the GIL. The loader can
     be pickled (for spawned DataLoader workers) and is safe to use after a fork: connections
     and threads are opened again in each process.
     """
@@ -103,6 +108,7 @@ class Loader(_Base):
         rank: int | None = None,
         world_size: int | None = None,
         drop_last: bool = False,
+        pad: bool = True,
         dtype: DType = "float32",
         skip_corrupt: bool = False,
         shuffle_buffer: int | None = None,
@@ -115,6 +121,9 @@ class Loader(_Base):
             raise ConfigError("give both rank and world_size, or neither")
         if dtype not in ("float32", "uint8"):
             raise ConfigError(f"dtype {dtype!r} is not 'float32' or 'uint8'")
+        if drop_last and not pad:
+            raise ConfigError("pad=False reads every sample exactly once and drop_last=True "
+                              "leaves some out; pass one of them")
         self._settings: dict[str, Any] = {
             "format": format, "batch_size": batch_size, "image_size": image_size,
             "shuffle": shuffle, "seed": seed,
@@ -122,7 +131,7 @@ class Loader(_Base):
             "cache_size": (
                 _native.DEFAULT_CACHE_SIZE if cache_size is None else parse_size(cache_size)
             ), "concurrency": concurrency,
-            "decode_threads": decode_threads, "drop_last": drop_last, "dtype": dtype,
+            "decode_threads": decode_threads, "drop_last": drop_last, "pad": pad, "dtype": dtype,
             "skip_corrupt": skip_corrupt, "shuffle_buffer": shuffle_buffer,
             "endpoint": endpoint, "region": region, "jpeg_decode": jpeg_decode,
             "weights": None if weights is None else [float(w) for w in weights],

@@ -114,6 +114,26 @@ def test_ranks_are_equal_and_disjoint(dataset):
     assert len(set(sum(trimmed, []))) == 24
 
 
+def test_pad_false_reads_every_sample_exactly_once(bucketload_bin, env, s3):
+    """Evaluation: 3 ranks over 10 samples in dataset order, no padding: 4, 3 and 3 samples."""
+    bucket = "pkg-eval"
+    s3.create_bucket(Bucket=bucket)
+    ok(bucketload_bin, env, "gen", f"s3://{bucket}/val", "--samples", "10", "--classes", "2",
+       "--size", "2KB")
+    uri = f"s3://{bucket}/val"
+    ranks = [loader(uri, rank=r, world_size=3, shuffle=False, pad=False, batch_size=3)
+             for r in range(3)]
+    assert [len(r) for r in ranks] == [2, 1, 1]  # each rank's own batches
+    parts = [collect(r)[0] for r in ranks]
+    assert parts == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+    assert sorted(i for part in parts for i in part) == list(range(10))
+    padded = [collect(loader(uri, rank=r, world_size=3, shuffle=False, batch_size=3))[0]
+              for r in range(3)]
+    assert [len(p) for p in padded] == [4, 4, 4]  # the default repeats two
+    with pytest.raises(bucketload.ConfigError, match="pad=False"):
+        loader(uri, pad=False, drop_last=True)
+
+
 def test_resume_mid_epoch_neither_repeats_nor_skips(dataset):
     uri = dataset[0]
     data = loader(uri, seed=9)

@@ -130,18 +130,26 @@ fn shards_are_streamed_or_indexed() {
 fn ranks_read_equal_shares_and_the_text_report_names_the_stages() {
     let fx = Fixture::start();
     fx.generate("s3://read-ranks/train", 25, 2, "2KB");
-    for rank in ["0", "1", "2"] {
-        let args = [
-            "s3://read-ranks/train",
-            "--rank",
-            rank,
-            "--world-size",
-            "3",
-            "--remainder",
-            "drop",
-        ];
-        let report = read_json(&fx, &args);
-        assert_eq!(epoch(&report, 0)["samples"], 8, "rank {rank}");
+    // Drop: 8 each; exact: every sample once, 9, 8 and 8.
+    let shares = [("drop", [8, 8, 8]), ("exact", [9, 8, 8])];
+    for (remainder, samples) in shares {
+        for (rank, samples) in ["0", "1", "2"].into_iter().zip(samples) {
+            let args = [
+                "s3://read-ranks/train",
+                "--rank",
+                rank,
+                "--world-size",
+                "3",
+                "--remainder",
+                remainder,
+            ];
+            let report = read_json(&fx, &args);
+            assert_eq!(
+                epoch(&report, 0)["samples"],
+                samples,
+                "{remainder} rank {rank}"
+            );
+        }
     }
     let run = fx.run(&["read", "s3://read-ranks/train"]).ok();
     assert!(run.stdout.contains("epoch 0  25 samples"), "{}", run.stdout);

@@ -128,8 +128,8 @@ impl NativeLoader {
         uri, *, weights=None, samples_per_epoch=None, format="auto", batch_size=64, image_size=224, decode=true, dtype="float32",
         shuffle=true, seed=0, shuffle_buffer=None, cache_dir=None, cache_size=bucketload_cache::DEFAULT_CAPACITY,
         concurrency=None, decode_threads=None, rank=0, world_size=1, worker=0, num_workers=1,
-        drop_last=false, skip_corrupt=false, endpoint=None, region=None, jpeg_decode="region",
-        client=None,
+        drop_last=false, pad=true, skip_corrupt=false, endpoint=None, region=None,
+        jpeg_decode="region", client=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -154,6 +154,7 @@ impl NativeLoader {
         worker: u32,
         num_workers: u32,
         drop_last: bool,
+        pad: bool,
         skip_corrupt: bool,
         endpoint: Option<String>,
         region: Option<String>,
@@ -173,9 +174,18 @@ impl NativeLoader {
         if let Some(samples) = shuffle_buffer {
             order = order.with_shuffle_buffer(samples);
         }
-        let remainder = match drop_last {
-            true => Remainder::Drop,
-            false => Remainder::Pad,
+        let remainder = match (drop_last, pad) {
+            (true, true) => Remainder::Drop,
+            (false, true) => Remainder::Pad,
+            (false, false) => Remainder::Exact,
+            (true, false) => {
+                return Err(errors::raise(
+                    ErrorKind::InvalidInput,
+                    "pad=False reads every sample exactly once and drop_last=True leaves some \
+                     out; pass one of them"
+                        .to_owned(),
+                ));
+            }
         };
         let mut store = store_config(endpoint, region);
         if let Some(client) = client {

@@ -302,3 +302,19 @@ async fn bad_mixtures_are_refused() {
     let e = Mixture::open(configs, &[1.0, 1.0], None).await.unwrap_err();
     assert!(e.to_string().contains("same rank"), "{e}");
 }
+
+#[tokio::test]
+async fn a_mixture_resumes_only_on_the_rank_that_saved_it() {
+    let sets = Sets::new("own", &[9, 7]).await;
+    let rank = |r, w| move |b: LoaderBuilder| b.with_partition(Partition::new(r, w));
+    let mixture = sets.mixture(&[1.0, 1.0], None, rank(0, 2)).await;
+    let mut stream = mixture.epoch(0).unwrap();
+    stream.next().await.unwrap().unwrap();
+    let state: MixState = stream.state().unwrap();
+    for (r, w) in [(1, 2), (0, 3)] {
+        let other = sets.mixture(&[1.0, 1.0], None, rank(r, w)).await;
+        let err = other.resume(&state).err().unwrap().to_string();
+        assert!(err.contains("restore each rank's own state"), "{err}");
+    }
+    assert!(mixture.resume(&state).is_ok());
+}

@@ -1,11 +1,12 @@
 //! Resuming a loader mid-epoch: with strict delivery no sample is replayed or skipped, for every
-//! source, also when the state goes through JSON; with completion delivery none is skipped.
+//! source, also when the state goes through JSON and when a job of another size resumes it;
+//! with completion delivery none is skipped.
 #![allow(clippy::unwrap_used)]
 
 mod loader_support;
 
 use bucketload::loader::{Delivery, Format, Loader, LoaderBuilder};
-use bucketload::source::{Order, SourceState};
+use bucketload::source::{Order, Partition, Remainder, SourceState};
 use futures::{StreamExt, TryStreamExt};
 use loader_support::{TestData, keys};
 
@@ -56,6 +57,54 @@ async fn exact(data: &TestData, prefix: &str, format: Format) {
         all_keys(data),
         "{format:?}: nothing replayed, nothing skipped"
     );
+}
+
+/// Three ranks read `first` samples each, two ranks resume from rank 0's state: every sample
+/// once (no padding).
+async fn elastic(data: &TestData, prefix: &str, format: Format, first: usize) {
+    let config = |rank, world| {
+        let partition = Partition::new(rank, world).with_remainder(Remainder::Exact);
+        let builder = data.loader(prefix).with_format(format);
+        let builder = builder
+            .with_partition(partition)
+            .with_delivery(Delivery::Strict);
+        builder.with_order(Order::shuffled(5).with_shuffle_buffer(8))
+    };
+    let mut seen = Vec::new();
+    let mut saved = None;
+    for rank in 0..3 {
+        let loader = Loader::open(config(rank, 3).build().unwrap())
+            .await
+            .unwrap();
+        let mut stream = loader.epoch(1).unwrap();
+        for _ in 0..first {
+            seen.push(stream.next().await.unwrap().unwrap());
+        }
+        if rank == 0 {
+            saved = Some(serde_json::to_string(&stream.state().unwrap()).unwrap());
+        }
+    }
+    let state: SourceState = serde_json::from_str(&saved.unwrap()).unwrap();
+    for rank in 0..2 {
+        let loader = Loader::open(config(rank, 2).build().unwrap())
+            .await
+            .unwrap();
+        let rest: Vec<_> = loader.resume(&state).unwrap().try_collect().await.unwrap();
+        seen.extend(rest);
+    }
+    seen.iter().for_each(|s| data.check(s));
+    let mut all = keys(&seen);
+    all.sort();
+    assert_eq!(all, all_keys(data), "{format:?}: every sample once");
+}
+
+#[tokio::test]
+async fn another_world_size_resumes_every_format_exactly() {
+    let files = TestData::files(41, true).await;
+    elastic(&files, "src", Format::Files, 5).await;
+    let shards = TestData::shards(41, 6).await;
+    elastic(&shards, "shards", Format::Shards, 9).await;
+    elastic(&shards, "shards", Format::Indexed, 9).await;
 }
 
 #[tokio::test]

@@ -4,27 +4,16 @@
 //! skipped.
 #![allow(clippy::unwrap_used)]
 
-use bucketload::source::{
-    EpochProgress, Order, Partition, Plan, Remainder, SampleRef, Source, SourceState,
-};
+mod source_support;
+
+use bucketload::source::{EpochProgress, Partition, SampleRef, Source, SourceState};
 use proptest::collection::vec;
 use proptest::prelude::*;
-
-fn plan() -> impl Strategy<Value = Plan> {
-    prop_oneof![
-        (0u64..300).prop_map(Plan::files),
-        vec(0u64..40, 0..20).prop_map(|c| Plan::indexed(&c)),
-        vec(0u64..40, 0..20).prop_map(|c| Plan::shards(&c)),
-    ]
-}
+use source_support::{order, plan, remainder};
 
 fn source() -> impl Strategy<Value = Source> {
-    let order = prop_oneof![
-        Just(Order::sequential()),
-        (any::<u64>(), 0u64..25).prop_map(|(seed, b)| Order::shuffled(seed).with_shuffle_buffer(b)),
-    ];
-    let remainder = prop_oneof![Just(Remainder::Pad), Just(Remainder::Drop)];
-    (plan(), order, 1u32..7, 0u32..7, remainder).prop_map(|(plan, order, world, rank, rem)| {
+    let cases = (plan(20), order(), 1u32..7, 0u32..7, remainder());
+    cases.prop_map(|(plan, order, world, rank, rem)| {
         let partition = Partition::new(rank % world, world).with_remainder(rem);
         Source::new(plan, order, partition).unwrap()
     })

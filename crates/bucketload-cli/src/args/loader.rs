@@ -34,7 +34,8 @@ pub struct LoaderArgs {
     /// Number of ranks
     #[arg(long, default_value_t = 1, value_name = "W")]
     pub world_size: u32,
-    /// Samples that do not divide among ranks: pad (repeat) or drop
+    /// Samples that do not divide among ranks: pad (repeat), drop, or exact (every sample on one
+    /// rank; ranks differ by one)
     #[arg(long, value_enum, default_value_t = RemainderArg::Pad)]
     pub remainder: RemainderArg,
     /// Shuffle seed (a new order every epoch)
@@ -96,6 +97,8 @@ pub enum RemainderArg {
     Pad,
     /// Leave out samples so every rank gets floor(N / world)
     Drop,
+    /// Every sample exactly once: the first N mod world ranks get one more (for evaluation)
+    Exact,
 }
 
 /// The loader's configuration from the flags.
@@ -117,6 +120,7 @@ pub fn loader_config(
     let remainder = match a.remainder {
         RemainderArg::Pad => Remainder::Pad,
         RemainderArg::Drop => Remainder::Drop,
+        RemainderArg::Exact => Remainder::Exact,
     };
     let format = match a.format {
         FormatArg::Auto => Format::Auto,

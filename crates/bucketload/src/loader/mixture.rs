@@ -242,6 +242,20 @@ impl Mixture {
                 self.draws
             ));
         }
+        // A mixture's draws are the rank's own: unlike a dataset's state, a mixture's resumes
+        // only on the rank that saved it.
+        let p = self.loaders[0].source().partition();
+        for dataset in &state.datasets {
+            if (dataset.rank(), dataset.world_size()) != (p.rank(), p.world_size()) {
+                return refuse(format!(
+                    "by rank {} of {}, this is rank {} of {}; restore each rank's own state",
+                    dataset.rank(),
+                    dataset.world_size(),
+                    p.rank(),
+                    p.world_size()
+                ));
+            }
+        }
         for (loader, dataset) in self.loaders.iter().zip(&state.datasets) {
             loader.source().resume(dataset, expected.num_workers)?;
         }

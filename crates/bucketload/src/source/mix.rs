@@ -147,10 +147,11 @@ impl Weights {
 /// Draws worker `worker` of `workers` makes per epoch when a mixture's epoch holds `total`
 /// samples over the ranks of `partition`: the rank's `ceil` (pad) or `floor` (drop) of
 /// `total / world_size`, split among the workers as a dataset's samples are (sizes differ by at
-/// most one), so every rank draws the same number.
+/// most one), so every rank draws the same number (exact: ranks differ by at most one).
 pub fn worker_draws(total: u64, partition: Partition, worker: u32, workers: u32) -> u64 {
     let world = u64::from(partition.world_size().max(1));
-    let rank_len = per_rank(total, world, partition.remainder());
+    let rank = u64::from(partition.rank());
+    let rank_len = per_rank(total, world, rank, partition.remainder());
     spans_len(&worker_share(
         &[0..rank_len],
         u64::from(worker),

@@ -11,7 +11,7 @@
 //! # Parts and data flow
 //!
 //! ```text
-//!  (seed, epoch) ──► permutation ──► rank split (equal counts: pad or drop) ──► worker shares
+//!  (seed, epoch) ──► permutation ──► rank split (pad, drop or exact) ─────────► worker shares
 //!                    files/indexed: of samples, O(1) memory          │ (contiguous, ±1)
 //!                    shards: of shards, then cut by sample count     ▼
 //!                                                       streams: shuffle buffer (size B)
@@ -24,11 +24,13 @@
 //!   in O(1). Rank `r` of `w` takes positions `r, r + w, …`
 //!   (the layout of PyTorch's `DistributedSampler`); with [`Remainder::Pad`] the positions past
 //!   the end wrap to the start of the permutation, with [`Remainder::Drop`] the last `N mod w`
-//!   positions are left out (different samples every epoch). Shuffle quality: a pseudo-random
-//!   permutation; any sample can land anywhere, neighbours are unrelated.
+//!   positions are left out (different samples every epoch), with [`Remainder::Exact`] rank `r`
+//!   stops at the last position below `N` (every sample once; ranks differ by at most one).
+//!   Shuffle quality: a pseudo-random permutation; any sample can land anywhere, neighbours are
+//!   unrelated.
 //! - **Streams** (shards read front to back): the shards are permuted per epoch, concatenated,
-//!   and cut into `world_size` runs of exactly the same number of samples, so a rank may read
-//!   part of a shard (a [`WorkItem`] is a shard and a sample range). Each worker then passes its
+//!   and cut into `world_size` runs of exactly the same number of samples (with
+//!   [`Remainder::Exact`], the first `N mod w` runs one longer), so a rank may read part of a shard (a [`WorkItem`] is a shard and a sample range). Each worker then passes its
 //!   samples through a shuffle buffer of `B` samples. Shuffle quality: the shard order is fully
 //!   random; the `k`-th sample yielded is one of the first `B + k + 1` read, and samples move
 //!   about `B` places on average, so a batch draws mostly from the last `B` samples read. Choose
@@ -41,7 +43,16 @@
 //! is small: the epoch and, per worker, how many samples training consumed. Resuming with the
 //! same number of workers continues each worker at its count; with another number, what the old
 //! workers had not yet yielded is split anew among the new ones. In both cases no sample of the
-//! epoch is replayed or skipped. See docs/LOADER.md, "Order, partitions and resume".
+//! epoch is replayed or skipped.
+//!
+//! Resume is elastic: training runs in step (every rank has handed out the same number of
+//! batches at a checkpoint), so one rank's state — rank 0's, saved once — says what every rank
+//! consumed, and every rank of the new world resumes from it. At the same world size each rank
+//! continues exactly where it stood. At another, the positions of the epoch's order that no old
+//! rank had consumed (for streams, counting what shuffle buffers held as not consumed) are shared
+//! out among the new ranks with the same layouts and remainder as a fresh epoch, then among their
+//! workers; the state records the old world's positions, so changes compose. See
+//! docs/LOADER.md, "Order, partitions and resume".
 //!
 //! ```
 //! use bucketload::source::{Order, Partition, Plan, Remainder, Source, SourceState};
@@ -58,6 +69,12 @@
 //! let state: SourceState = serde_json::from_str(&saved)?;
 //! let resumed = source.resume(&state, 3)?; // now with three workers
 //! assert_eq!(resumed.remaining(), 2_497);
+//!
+//! // Every rank of a world of two resumes from that one state: ranks 0, 2 and 3 had consumed
+//! // three samples too, 12 of 10,001 in all.
+//! let half = Partition::new(0, 2).with_remainder(Remainder::Drop);
+//! let elastic = Source::new(Plan::files(10_001), Order::shuffled(42), half)?.resume(&state, 2)?;
+//! assert_eq!(elastic.remaining(), (10_001 - 12) / 2);
 //! # Ok(()) }
 //! # run().unwrap();
 //! ```
@@ -65,6 +82,7 @@
 // Spans are lists of index ranges, and a list of one span is the common case.
 #![allow(clippy::single_range_in_vec_init)]
 
+mod elastic;
 pub mod mix;
 mod partition;
 pub(crate) mod permute;
@@ -78,13 +96,11 @@ use bucketload_format::{DatasetKind, Manifest};
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
-use partition::{
-    Layout, RandomRank, RankSeq, StreamRank, TAG_SAMPLES, TAG_SHARDS, epoch_permutation, per_rank,
-};
+use partition::{EpochOrder, Place, RankSeq};
 pub use permute::Permutation;
 use permute::derive_key;
-use state::PlanStamp;
 pub use state::{EpochProgress, STATE_VERSION, SourceState};
+use state::{PastWorld, PlanStamp};
 pub use worker::WorkerIter;
 
 /// Largest dataset a plan accepts, in samples: keeps position arithmetic far from overflow.
@@ -255,8 +271,9 @@ impl Order {
     }
 }
 
-/// What to do with the samples that do not divide evenly among ranks. Ranks must get the same
-/// number of samples: a rank that runs out first leaves the others waiting in a collective.
+/// What to do with the samples that do not divide evenly among ranks. For training, ranks must
+/// get the same number of samples: a rank that runs out first leaves the others waiting in a
+/// collective. Evaluation wants every sample exactly once instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Remainder {
@@ -267,6 +284,11 @@ pub enum Remainder {
     /// Give every rank `floor(N / world_size)` samples, leaving out the last `N mod world_size`
     /// of the epoch's order.
     Drop,
+    /// Give every sample to exactly one rank, repeating and leaving out none: ranks get
+    /// `floor(N / world_size)` or one more sample (the first `N mod world_size` ranks). For
+    /// evaluation; a training loop must cope with ranks that differ by one batch (all-reduce
+    /// sums of metrics, or `torch.distributed.algorithms.Join`).
+    Exact,
 }
 
 /// This process's share of the dataset: rank `rank` of `world_size`.
@@ -397,10 +419,12 @@ impl Source {
         self.partition
     }
 
-    /// Samples every rank reads per epoch.
+    /// Samples this rank reads per epoch: the same on every rank, except with
+    /// [`Remainder::Exact`], where ranks differ by at most one.
     pub fn samples_per_rank(&self) -> u64 {
-        let world = u64::from(self.partition.world_size);
-        per_rank(self.plan.total, world, self.partition.remainder)
+        let p = &self.partition;
+        let (rank, world) = (u64::from(p.rank), u64::from(p.world_size));
+        partition::per_rank(self.plan.total, world, rank, p.remainder)
     }
 
     /// The shuffle buffer in effect: streamed plans only.
@@ -424,28 +448,39 @@ impl Source {
             world_size: self.partition.world_size,
             remainder: self.partition.remainder,
             epoch,
+            past_worlds: Vec::new(),
             history: Vec::new(),
             consumed: vec![0; num_workers as usize],
         };
-        EpochProgress::new(state, self.rank_seq(epoch))
+        let seq = self.rank_seq(&state)?;
+        EpochProgress::new(state, seq)
     }
 
     /// Continues a saved epoch with `num_workers` workers, which may differ from the number
-    /// when `state` was saved. Fails if `state` belongs to another dataset, order or partition.
+    /// when `state` was saved. Fails if `state` belongs to another dataset, order or remainder.
+    ///
+    /// The state may come from another rank, and from a world of another size (elastic
+    /// resume): training runs in step, so one rank's state says what every rank consumed. At the
+    /// same world size each rank continues where it stood; at another, the ranks share out
+    /// what the old world had not consumed (see the module docs).
     pub fn resume(&self, state: &SourceState, num_workers: u32) -> Result<EpochProgress> {
         check_workers(num_workers)?;
         self.check_state(state)?;
-        let progress = EpochProgress::new(state.clone(), self.rank_seq(state.epoch))?;
+        let mut state = self.adopt(state, num_workers)?;
+        let seq = self.rank_seq(&state)?;
+        if state.history.is_empty() && state.consumed.iter().all(|&c| c == 0) {
+            // Nothing consumed since the last change of world size: a fresh start of the rest.
+            state.consumed = vec![0; num_workers as usize];
+            return EpochProgress::new(state, seq);
+        }
+        let progress = EpochProgress::new(state, seq)?;
         if progress.num_workers() == num_workers {
             return Ok(progress);
         }
-        if state.history.is_empty() && state.consumed.iter().all(|&c| c == 0) {
-            return self.begin(state.epoch, num_workers);
-        }
         let resumed = progress.repartition(num_workers)?;
         tracing::debug!(
-            epoch = state.epoch,
-            rank = state.rank,
+            epoch = progress.epoch(),
+            rank = self.partition.rank,
             from = progress.num_workers(),
             to = num_workers,
             remaining = resumed.remaining(),
@@ -491,48 +526,78 @@ impl Source {
                 self.shuffle_buffer()
             ));
         }
-        let p = &self.partition;
-        if (state.rank, state.world_size, state.remainder) != (p.rank, p.world_size, p.remainder) {
+        if state.remainder != self.partition.remainder {
             return refuse(format!(
-                "by rank {} of {} ({:?}), this source is rank {} of {} ({:?}); restore each \
-                 rank's own state",
-                state.rank, state.world_size, state.remainder, p.rank, p.world_size, p.remainder
+                "with remainder {:?}, this source has {:?}",
+                state.remainder, self.partition.remainder
             ));
+        }
+        let mut positions = state.past_worlds.iter().flat_map(|p| p.generations());
+        let mut current = state.history.iter().chain([&state.consumed]);
+        if positions.any(|p| p.is_empty()) || current.any(|p| p.is_empty()) {
+            return Err(Error::invalid_input(
+                "a source state needs at least one worker position; it is not a saved state",
+            ));
+        }
+        let worlds = state.past_worlds.iter().map(|p| (p.rank, p.world_size));
+        for (rank, world) in worlds.chain([(state.rank, state.world_size)]) {
+            if rank >= world {
+                return Err(Error::invalid_input(format!(
+                    "source state says rank {rank} of {world}; it is not a saved state"
+                )));
+            }
         }
         Ok(())
     }
 
-    /// This rank's samples in epoch `epoch`.
-    fn rank_seq(&self, epoch: u64) -> Arc<RankSeq> {
-        let seed = self.order.seed();
-        let world = u64::from(self.partition.world_size);
-        let rank = u64::from(self.partition.rank);
-        let len = self.samples_per_rank();
-        let plan = &self.plan;
-        let seq = match plan.kind {
-            Kind::Files | Kind::Indexed => RankSeq::Random(RandomRank {
-                total: plan.total,
-                world,
-                rank,
-                len,
-                perm: epoch_permutation(plan.total, seed, TAG_SAMPLES, epoch),
-                layout: match plan.kind {
-                    Kind::Files => Layout::Files,
-                    _ => Layout::Indexed(plan.starts.clone()),
-                },
-            }),
-            Kind::Shards => {
-                let shards = plan.counts.len() as u64;
-                let perm = epoch_permutation(shards, seed, TAG_SHARDS, epoch);
-                RankSeq::Stream(StreamRank::new(
-                    &plan.counts,
-                    &perm,
-                    rank * len,
-                    (rank + 1) * len,
-                ))
-            }
+    /// `state` as this rank's own: the same, or the rank's positions in step with those of
+    /// the rank that saved it, or a new world over what the saved one left.
+    fn adopt(&self, state: &SourceState, num_workers: u32) -> Result<SourceState> {
+        let p = &self.partition;
+        if (state.rank, state.world_size) == (p.rank, p.world_size) {
+            return Ok(state.clone());
+        }
+        let mut adopted = state.clone();
+        (adopted.rank, adopted.world_size) = (p.rank, p.world_size);
+        if state.history.is_empty() && state.consumed.iter().all(|&c| c == 0) {
+            return Ok(adopted);
+        }
+        if state.world_size == p.world_size {
+            let generations: Vec<&Vec<u64>> =
+                state.history.iter().chain([&state.consumed]).collect();
+            let lens = elastic::saved_lens(self.rank_seq(state)?, state.keys(), &generations)?;
+            let seq = self.rank_seq(&adopted)?;
+            let aligned = elastic::replay_aligned(seq, adopted.keys(), &generations, &lens)?;
+            let mut positions = aligned.positions;
+            adopted.consumed = positions.pop().unwrap_or_default();
+            adopted.history = positions;
+            return Ok(adopted);
+        }
+        adopted.past_worlds.push(PastWorld {
+            world_size: state.world_size,
+            rank: state.rank,
+            history: std::mem::take(&mut adopted.history),
+            consumed: std::mem::replace(&mut adopted.consumed, vec![0; num_workers as usize]),
+        });
+        tracing::debug!(
+            epoch = state.epoch,
+            from = state.world_size,
+            to = p.world_size,
+            "source: world size changed mid-epoch, what is left split among the new ranks"
+        );
+        Ok(adopted)
+    }
+
+    /// This rank's samples in the epoch of `state`, after its changes of world size.
+    fn rank_seq(&self, state: &SourceState) -> Result<Arc<RankSeq>> {
+        let place = Place {
+            rank: u64::from(state.rank),
+            world: u64::from(state.world_size),
+            remainder: state.remainder,
         };
-        Arc::new(seq)
+        let order = EpochOrder::new(&self.plan, self.order.seed(), state.epoch);
+        let left = elastic::positions_left(&order, &self.plan, state)?;
+        Ok(Arc::new(order.rank(place, left.as_ref())))
     }
 }
 

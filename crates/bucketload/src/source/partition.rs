@@ -9,19 +9,117 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::permute::{Permutation, derive_key};
-use super::{Remainder, SampleRef, WorkItem};
+use super::{Kind, Plan, Remainder, SampleRef, WorkItem};
 
 /// Domain tags that keep the random streams of the source independent.
 pub(crate) const TAG_SAMPLES: u64 = 0x5341_4d50; // "SAMP"
 pub(crate) const TAG_SHARDS: u64 = 0x5348_5244; // "SHRD"
 pub(crate) const TAG_BUFFER: u64 = 0x4255_4646; // "BUFF"
 
-/// Samples each rank gets for `total` samples over `world` ranks (`world > 0`).
-pub(crate) fn per_rank(total: u64, world: u64, remainder: Remainder) -> u64 {
+/// Samples rank `rank` gets for `total` samples over `world` ranks (`world > 0`).
+pub(crate) fn per_rank(total: u64, world: u64, rank: u64, remainder: Remainder) -> u64 {
     match remainder {
         Remainder::Drop => total / world,
         Remainder::Pad => total.div_ceil(world),
+        Remainder::Exact => total / world + u64::from(rank < total % world),
     }
+}
+
+/// The first position of rank `rank`'s contiguous run when `total` samples are cut into
+/// `world` runs (streams).
+pub(crate) fn rank_start(total: u64, world: u64, rank: u64, remainder: Remainder) -> u64 {
+    match remainder {
+        Remainder::Exact => rank * (total / world) + rank.min(total % world),
+        _ => rank * per_rank(total, world, rank, remainder),
+    }
+}
+
+/// Where a rank stands among its peers: rank `rank` of `world`, with the remainder policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Place {
+    pub(crate) rank: u64,
+    pub(crate) world: u64,
+    pub(crate) remainder: Remainder,
+}
+
+impl Place {
+    /// Samples of the rank out of `total`.
+    pub(crate) fn len(&self, total: u64) -> u64 {
+        per_rank(total, self.world, self.rank, self.remainder)
+    }
+
+    /// Where the rank's run starts among `total` (streams).
+    pub(crate) fn start(&self, total: u64) -> u64 {
+        rank_start(total, self.world, self.rank, self.remainder)
+    }
+}
+
+/// The positions of an epoch still to read after a change of world size: sorted, disjoint
+/// spans of positions of the epoch's order (random access: of the permutation; streams: of the
+/// concatenated shard sequence), numbered `0..len()` in that order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Positions {
+    spans: Vec<Range<u64>>,
+    /// `offsets[i]` is the number of positions before `spans[i]`.
+    offsets: Vec<u64>,
+    len: u64,
+}
+
+impl Positions {
+    pub(crate) fn new(spans: Vec<Range<u64>>) -> Positions {
+        let spans = join(spans);
+        let mut offsets = Vec::with_capacity(spans.len());
+        let mut len = 0;
+        for span in &spans {
+            offsets.push(len);
+            len += span.end - span.start;
+        }
+        Positions {
+            spans,
+            offsets,
+            len,
+        }
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// The position numbered `k < len()`.
+    pub(crate) fn get(&self, k: u64) -> u64 {
+        let i = self.offsets.partition_point(|&o| o <= k) - 1;
+        self.spans[i].start + (k - self.offsets[i])
+    }
+
+    /// The positions numbered `from..to`, as spans.
+    pub(crate) fn slice(&self, from: u64, to: u64) -> Vec<Range<u64>> {
+        let first = self.offsets.partition_point(|&o| o <= from).max(1) - 1;
+        let mut out = Vec::new();
+        for (span, &offset) in self.spans[first..].iter().zip(&self.offsets[first..]) {
+            if offset >= to {
+                break;
+            }
+            let len = span.end - span.start;
+            let (a, b) = (from.max(offset), to.min(offset + len));
+            if a < b {
+                out.push(span.start + (a - offset)..span.start + (b - offset));
+            }
+        }
+        out
+    }
+}
+
+/// Numbers `span` of a sequence of `n` repeated cyclically, as pieces within `0..n`, in order.
+pub(crate) fn cyclic(span: Range<u64>, n: u64) -> Vec<Range<u64>> {
+    let mut out = Vec::new();
+    let mut at = span.start;
+    while at < span.end && n > 0 {
+        let base = at / n * n;
+        let end = span.end.min(base + n);
+        out.push(at - base..end - base);
+        at = end;
+    }
+    out
 }
 
 /// The permutation of `0..n` for one epoch: keyed by (tag, seed, epoch) or the identity.
@@ -29,6 +127,57 @@ pub(crate) fn epoch_permutation(n: u64, shuffle: Option<u64>, tag: u64, epoch: u
     match shuffle {
         Some(seed) => Permutation::keyed(n, derive_key(&[tag, seed, epoch])),
         None => Permutation::identity(n),
+    }
+}
+
+/// The order of one epoch of a plan, shared by its ranks: the permutation of samples (random
+/// access) or of shards (streams).
+#[derive(Debug, Clone)]
+pub(crate) struct EpochOrder<'a> {
+    plan: &'a Plan,
+    perm: Permutation,
+}
+
+impl EpochOrder<'_> {
+    pub(crate) fn new(plan: &Plan, seed: Option<u64>, epoch: u64) -> EpochOrder<'_> {
+        let perm = match plan.kind {
+            Kind::Files | Kind::Indexed => epoch_permutation(plan.total, seed, TAG_SAMPLES, epoch),
+            Kind::Shards => epoch_permutation(plan.counts.len() as u64, seed, TAG_SHARDS, epoch),
+        };
+        EpochOrder { plan, perm }
+    }
+
+    /// Rank `place`'s samples, drawn from `left` (all positions when `None`).
+    pub(crate) fn rank(&self, place: Place, left: Option<&Arc<Positions>>) -> RankSeq {
+        let plan = self.plan;
+        let total = left.map_or(plan.total, |l| l.len());
+        let len = place.len(total);
+        match plan.kind {
+            Kind::Files | Kind::Indexed => RankSeq::Random(RandomRank {
+                total,
+                world: place.world,
+                rank: place.rank,
+                len,
+                perm: self.perm.clone(),
+                left: left.cloned(),
+                layout: match plan.kind {
+                    Kind::Files => Layout::Files,
+                    _ => Layout::Indexed(plan.starts.clone()),
+                },
+            }),
+            Kind::Shards => {
+                let start = place.start(total);
+                let run = start..start + len;
+                let spans = match left {
+                    None => vec![run],
+                    Some(left) => cyclic(run, total)
+                        .into_iter()
+                        .flat_map(|piece| left.slice(piece.start, piece.end))
+                        .collect(),
+                };
+                RankSeq::Stream(StreamRank::new(&plan.counts, &self.perm, &spans))
+            }
+        }
     }
 }
 
@@ -68,24 +217,33 @@ pub(crate) enum Layout {
     Indexed(Arc<[u64]>),
 }
 
-/// A rank of a random-access plan: position `j * world + rank` of the epoch's permutation, the
-/// positions past the end wrapping to its start (padding).
+/// A rank of a random-access plan: number `j * world + rank` of the epoch's positions (all of
+/// the permutation, or those `left` after a change of world size), the numbers past the end
+/// wrapping to the start (padding).
 #[derive(Debug)]
 pub(crate) struct RandomRank {
+    /// Positions to share among the ranks.
     pub(crate) total: u64,
     pub(crate) world: u64,
     pub(crate) rank: u64,
     pub(crate) len: u64,
     pub(crate) perm: Permutation,
+    pub(crate) left: Option<Arc<Positions>>,
     pub(crate) layout: Layout,
 }
 
 impl RandomRank {
+    /// The number among the positions to share of local index `local`, before padding wraps.
+    pub(crate) fn number(&self, local: u64) -> u64 {
+        local * self.world + self.rank
+    }
+
     fn sample(&self, local: u64) -> SampleRef {
-        let mut position = local * self.world + self.rank;
-        if position >= self.total {
-            position = (position - self.total) % self.total;
+        let mut k = self.number(local);
+        if k >= self.total {
+            k = (k - self.total) % self.total;
         }
+        let position = self.left.as_ref().map_or(k, |left| left.get(k));
         let global = self.perm.get(position);
         match &self.layout {
             Layout::Files => SampleRef::File { index: global },
@@ -111,9 +269,12 @@ pub(crate) struct StreamRank {
 
 impl StreamRank {
     /// The rank's part of the epoch's sequence: shards in permuted order, concatenated, repeated
-    /// from the start as often as padding needs, cut at `[lo, hi)`.
-    pub(crate) fn new(counts: &[u64], perm: &Permutation, lo: u64, hi: u64) -> StreamRank {
-        let items = cut(counts, perm, lo, hi);
+    /// from the start as often as padding needs, cut at `spans` (in this order).
+    pub(crate) fn new(counts: &[u64], perm: &Permutation, spans: &[Range<u64>]) -> StreamRank {
+        let items: Vec<WorkItem> = spans
+            .iter()
+            .flat_map(|span| cut(counts, perm, span.start, span.end))
+            .collect();
         let mut offsets = Vec::with_capacity(items.len());
         let mut len = 0;
         for item in &items {
@@ -245,12 +406,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn per_rank_pads_or_drops() {
-        assert_eq!(per_rank(10, 3, Remainder::Pad), 4);
-        assert_eq!(per_rank(10, 3, Remainder::Drop), 3);
-        assert_eq!(per_rank(9, 3, Remainder::Pad), 3);
-        assert_eq!(per_rank(2, 5, Remainder::Pad), 1);
-        assert_eq!(per_rank(2, 5, Remainder::Drop), 0);
+    fn per_rank_pads_drops_or_splits_exactly() {
+        assert_eq!(per_rank(10, 3, 0, Remainder::Pad), 4);
+        assert_eq!(per_rank(10, 3, 2, Remainder::Drop), 3);
+        assert_eq!(per_rank(9, 3, 1, Remainder::Pad), 3);
+        assert_eq!(per_rank(2, 5, 4, Remainder::Pad), 1);
+        assert_eq!(per_rank(2, 5, 0, Remainder::Drop), 0);
+        let exact: Vec<u64> = (0..3)
+            .map(|r| per_rank(10, 3, r, Remainder::Exact))
+            .collect();
+        assert_eq!(exact, vec![4, 3, 3]);
+        let starts: Vec<u64> = (0..3)
+            .map(|r| rank_start(10, 3, r, Remainder::Exact))
+            .collect();
+        assert_eq!(starts, vec![0, 4, 7]);
+        assert_eq!(rank_start(10, 3, 2, Remainder::Pad), 8);
+    }
+
+    #[test]
+    fn positions_number_their_spans() {
+        let p = Positions::new(vec![2..4, 4..5, 9..12]);
+        assert_eq!(p.len(), 6);
+        let all: Vec<u64> = (0..6).map(|k| p.get(k)).collect();
+        assert_eq!(all, vec![2, 3, 4, 9, 10, 11]);
+        assert_eq!(p.slice(1, 5), vec![3..5, 9..11]);
+        assert_eq!(p.slice(3, 3), Vec::<Range<u64>>::new());
+        assert_eq!(cyclic(3..9, 4), vec![3..4, 0..4, 0..1]);
+        assert!(cyclic(0..2, 0).is_empty());
     }
 
     #[test]
@@ -292,7 +474,7 @@ mod tests {
 
     #[test]
     fn stream_rank_maps_local_indices() {
-        let rank = StreamRank::new(&[3, 4], &Permutation::identity(2), 2, 6);
+        let rank = StreamRank::new(&[3, 4], &Permutation::identity(2), &[2..6]);
         assert_eq!(rank.len, 4);
         assert_eq!(
             rank.sample(1),

@@ -1,3 +1,5 @@
+use proptest::prelude::*;
+
 use super::*;
 
 fn source(plan: Plan, order: Order, rank: u32, world: u32) -> Source {
@@ -58,6 +60,70 @@ fn ranks_take_strided_positions_and_pad_from_the_start() {
     let drop = Partition::new(2, 3).with_remainder(Remainder::Drop);
     let s = Source::new(Plan::files(10), Order::sequential(), drop).unwrap();
     assert_eq!(files(&drain(&s.begin(0, 1).unwrap())), vec![2, 5, 8]);
+}
+
+#[test]
+fn exact_ranks_take_strided_positions_without_padding() {
+    let exact = |r| Partition::new(r, 3).with_remainder(Remainder::Exact);
+    let ranks: Vec<Vec<u64>> = (0..3)
+        .map(|r| {
+            let s = Source::new(Plan::files(10), Order::sequential(), exact(r)).unwrap();
+            assert_eq!(s.samples_per_rank(), [4, 3, 3][r as usize]);
+            files(&drain(&s.begin(0, 2).unwrap()))
+        })
+        .collect();
+    assert_eq!(ranks, vec![vec![0, 3, 6, 9], vec![1, 4, 7], vec![2, 5, 8]]);
+    // Streams: contiguous runs of 4, 3 and 3 samples.
+    let reads: Vec<Vec<WorkItem>> = (0..3)
+        .map(|r| {
+            let s = Source::new(Plan::shards(&[5, 5]), Order::sequential(), exact(r)).unwrap();
+            s.begin(0, 1).unwrap().worker(0).unwrap().reads().unwrap()
+        })
+        .collect();
+    let item = |shard, samples| WorkItem { shard, samples };
+    assert_eq!(reads[0], vec![item(0, 0..4)]);
+    assert_eq!(reads[1], vec![item(0, 4..5), item(1, 0..2)]);
+    assert_eq!(reads[2], vec![item(1, 2..5)]);
+}
+
+fn exact_plan() -> impl Strategy<Value = Plan> {
+    prop_oneof![
+        (0u64..200).prop_map(Plan::files),
+        proptest::collection::vec(0u64..30, 0..12).prop_map(|c| Plan::indexed(&c)),
+        proptest::collection::vec(0u64..30, 0..12).prop_map(|c| Plan::shards(&c)),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn exact_gives_every_sample_to_exactly_one_rank(
+        plan in exact_plan(),
+        world in 1u32..10,
+        workers in 1u32..5,
+        seed in proptest::option::of(any::<u64>()),
+        buffer in 0u64..20,
+    ) {
+        let order = seed.map_or(Order::sequential(), |s| Order::shuffled(s).with_shuffle_buffer(buffer));
+        let mut all = Vec::new();
+        let mut counts = Vec::new();
+        for rank in 0..world {
+            let partition = Partition::new(rank, world).with_remainder(Remainder::Exact);
+            let s = Source::new(plan.clone(), order, partition).unwrap();
+            let got = drain(&s.begin(1, workers).unwrap());
+            prop_assert_eq!(got.len() as u64, s.samples_per_rank());
+            counts.push(got.len() as u64);
+            all.extend(got);
+        }
+        let n = plan.samples();
+        prop_assert_eq!(all.len() as u64, n);
+        all.sort();
+        all.dedup();
+        prop_assert_eq!(all.len() as u64, n, "a sample twice");
+        // The first N mod w ranks hold one more.
+        let (q, r) = (n / u64::from(world), n % u64::from(world));
+        let want: Vec<u64> = (0..u64::from(world)).map(|k| q + u64::from(k < r)).collect();
+        prop_assert_eq!(counts, want);
+    }
 }
 
 #[test]
@@ -141,8 +207,12 @@ fn resume_refuses_a_state_of_another_source() {
         source(Plan::indexed(&[100]), Order::shuffled(1), 0, 2),
         source(plan.clone(), Order::shuffled(2), 0, 2),
         source(plan.clone(), Order::sequential(), 0, 2),
-        source(plan.clone(), Order::shuffled(1), 1, 2),
-        source(plan, Order::shuffled(1), 0, 3),
+        Source::new(
+            plan,
+            Order::shuffled(1),
+            Partition::new(0, 2).with_remainder(Remainder::Drop),
+        )
+        .unwrap(),
     ];
     for other in others {
         let err = other.resume(&state, 1).unwrap_err();
@@ -164,9 +234,13 @@ fn resume_refuses_a_state_of_another_source() {
     bad = state.clone();
     bad.consumed = vec![51];
     assert!(s.resume(&bad, 1).is_err());
-    bad = state;
+    bad = state.clone();
     bad.consumed.clear();
     assert!(s.resume(&bad, 1).is_err());
+    bad = state;
+    bad.rank = 2;
+    let err = s.resume(&bad, 1).unwrap_err();
+    assert!(err.to_string().contains("rank 2 of 2"), "{err}");
 }
 
 #[test]

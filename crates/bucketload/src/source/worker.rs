@@ -249,6 +249,7 @@ mod tests {
             rank: 0,
             len: n,
             perm: Permutation::identity(n),
+            left: None,
             layout: Layout::Files,
         }))
     }
@@ -326,8 +327,7 @@ mod tests {
         let seq = Arc::new(RankSeq::Stream(StreamRank::new(
             &[6, 6],
             &Permutation::identity(2),
-            0,
-            12,
+            &[0..12],
         )));
         let fresh = WorkerIter::new(seq.clone(), 0, vec![0..12], Some((3, 1)), 0);
         let reads = fresh.reads().unwrap();
