@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Literal, NamedTuple, TypedDict
 
+#: ImageNet's channel means (R, G, B) of pixels scaled to [0, 1]: the default ``mean``.
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+#: ImageNet's channel standard deviations (R, G, B): the default ``std``.
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
 #: How a dataset is laid out: one object per sample (``"files"``), tar shards read in sequence
 #: (``"shards"``) or by their indexes (``"indexed"``); ``"auto"`` finds out.
 Format = Literal["auto", "files", "shards", "indexed"]
@@ -13,6 +18,9 @@ DType = Literal["float32", "uint8"]
 #: What ``S3IterableDataset`` yields: a reader per object (``"objects"``, or its engine name
 #: ``"files"``), or a ``Sample`` per sample of a tar-shard dataset (the other formats).
 DatasetFormat = Literal["objects", "files", "auto", "shards", "indexed"]
+#: The transform of each image: training's random crop and flip (``"train"``), or evaluation's
+#: resize of the shorter side and centre crop (``"eval"``).
+Augment = Literal["train", "eval"]
 #: How JPEGs are decoded: the crop box's pixels only (``"region"``), also at a reduced DCT
 #: scale (``"region-scaled"``), or every pixel (``"whole"``).
 JpegDecode = Literal["region", "region-scaled", "whole"]

@@ -8,7 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 from . import _env, _native
 from ._epochs import Epochs
-from ._types import Batch, DType, Format, IndexedBatch, JpegDecode
+from ._types import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Augment,
+    Batch,
+    DType,
+    Format,
+    IndexedBatch,
+    JpegDecode,
+)
 from ._util import parse_size
 from .errors import ConfigError
 
@@ -42,7 +51,7 @@ class Loader(_Base):
     ``uri`` is a dataset root: one object per sample (``s3://bucket/train`` with class
     folders), or tar shards (with a bucketload manifest, or indexed, or plain tar).
     Iterating yields :class:`Batch` tuples ``(images, labels)``: ``images`` a ``float32`` tensor ``[N, 3, H, W]``
-    normalised with ImageNet's mean and std (``dtype="float32"``) or a ``uint8`` tensor
+    normalised with ``mean`` and ``std`` (``dtype="float32"``) or a ``uint8`` tensor
     ``[N, 3, H, W]`` in ``torch.channels_last`` memory format (``dtype="uint8"``: the pixels
     as decoded, stored HWC), ``labels`` an ``int64`` tensor ``[N]`` (-1 when the
     dataset has no labels). The tensors share the memory bucketload wrote (no copy). With
@@ -50,10 +59,17 @@ class Loader(_Base):
     holds each image's sample index in the dataset (the object's position in key order; for
     shards ``shard << 32 | sample``).
 
-    Each image is decoded, cropped with torchvision's RandomResizedCrop sampling (scale
-    0.08–1, ratio 3/4–4/3), resized to ``image_size``, flipped with probability 0.5 and
+    ``augment="train"`` (the default): each image is decoded, cropped with torchvision's
+    ``RandomResizedCrop(image_size, scale, ratio)`` sampling, flipped with probability 0.5 and
     normalised, on ``decode_threads`` threads (default: the cores available). The
-    augmentation of a sample depends only on ``(seed, epoch, sample)``. JPEGs are decoded
+    augmentation of a sample depends only on ``(seed, epoch, sample)``. ``augment="eval"``,
+    for validation: torchvision's ``Resize(resize)`` (the shorter side, antialiased as on PIL
+    images; ``resize`` defaults to ``round(image_size / 0.875)``, 256 for 224) then
+    ``CenterCrop(image_size)``, no flip, the same pixels every epoch; pair it with
+    ``shuffle=False``. ``mean`` and ``std`` (ImageNet's by default) normalise ``float32``
+    batches; ``uint8`` batches are not normalised. A transform keyword that does not apply
+    (``resize`` with ``"train"``, ``scale``/``ratio`` with ``"eval"``, ``mean``/``std`` with
+    ``uint8``) raises :class:`ConfigError`. JPEGs are decoded
     only where the crop box needs pixels (``jpeg_decode="region"``: the same pixels as PIL +
     torchvision); ``"region-scaled"`` also decodes at 1/2, 1/4 or 1/8 size when the box is
     that many times ``image_size`` (faster on large pictures, slightly different pixels);
@@ -99,11 +115,19 @@ class Loader(_Base):
         region: str | None = None,
         return_indices: bool = False,
         jpeg_decode: JpegDecode = "region",
+        augment: Augment = "train",
+        resize: int | None = None,
+        mean: tuple[float, float, float] = IMAGENET_MEAN,
+        std: tuple[float, float, float] = IMAGENET_STD,
+        scale: tuple[float, float] = (0.08, 1.0),
+        ratio: tuple[float, float] = (3 / 4, 4 / 3),
     ) -> None:
         if (rank is None) != (world_size is None):
             raise ConfigError("give both rank and world_size, or neither")
         if dtype not in ("float32", "uint8"):
             raise ConfigError(f"dtype {dtype!r} is not 'float32' or 'uint8'")
+        if augment not in ("train", "eval"):
+            raise ConfigError(f"augment {augment!r} is not 'train' or 'eval'")
         self._settings: dict[str, Any] = {
             "format": format, "batch_size": batch_size, "image_size": image_size,
             "shuffle": shuffle, "seed": seed,
@@ -114,6 +138,8 @@ class Loader(_Base):
             "decode_threads": decode_threads, "drop_last": drop_last, "dtype": dtype,
             "skip_corrupt": skip_corrupt, "shuffle_buffer": shuffle_buffer,
             "endpoint": endpoint, "region": region, "jpeg_decode": jpeg_decode,
+            "augment": augment, "resize": resize, "mean": tuple(mean), "std": tuple(std),
+            "scale": tuple(scale), "ratio": tuple(ratio),
         }
         self.uri = uri
         self._return_indices = return_indices

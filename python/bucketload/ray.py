@@ -32,7 +32,7 @@ from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
 from . import _native
-from ._types import DType, Format, JpegDecode, LabelFrom
+from ._types import IMAGENET_MEAN, IMAGENET_STD, Augment, DType, Format, JpegDecode, LabelFrom
 
 _ROWS_PER_BLOCK = 256
 # Each read task opens the dataset (one GET of its manifest, or a listing without one), so a
@@ -125,24 +125,32 @@ def read_dataset(uri: str, *, format: Format = "auto", shuffle: bool = False, se
 
 @functools.lru_cache(maxsize=8)
 def _decoder(pid: int, image_size: int, seed: int, dtype: DType, decode_threads: int | None,
-             skip_corrupt: bool, jpeg_decode: JpegDecode) -> _native.NativeDecoder:
+             skip_corrupt: bool, jpeg_decode: JpegDecode,
+             transform: tuple[tuple[str, Any], ...]) -> _native.NativeDecoder:
     return _native.NativeDecoder(image_size=image_size, seed=seed, dtype=dtype,
                                  decode_threads=decode_threads, skip_corrupt=skip_corrupt,
-                                 jpeg_decode=jpeg_decode)
+                                 jpeg_decode=jpeg_decode, **dict(transform))
 
 
 def decode_batch(batch: dict[str, np.ndarray], *, image_size: int = 224, seed: int = 0,
                  epoch: int = 0, dtype: DType = "float32", decode_threads: int | None = None,
-                 skip_corrupt: bool = False,
-                 jpeg_decode: JpegDecode = "region") -> dict[str, np.ndarray]:
+                 skip_corrupt: bool = False, jpeg_decode: JpegDecode = "region",
+                 augment: Augment = "train", resize: int | None = None,
+                 mean: tuple[float, float, float] = IMAGENET_MEAN,
+                 std: tuple[float, float, float] = IMAGENET_STD,
+                 scale: tuple[float, float] = (0.08, 1.0),
+                 ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> dict[str, np.ndarray]:
     """bucketload's native decode and augmentation as a ``map_batches`` function
-    (``batch_format="numpy"``): RandomResizedCrop to ``image_size``, flip, and for
-    ``float32`` ImageNet normalisation into ``[N, 3, H, W]`` (``uint8``: ``[N, H, W, 3]``).
+    (``batch_format="numpy"``): RandomResizedCrop to ``image_size``, flip (``augment="eval"``:
+    resize of the shorter side to ``resize``, centre crop), and for ``float32`` normalisation
+    with ``mean`` and ``std`` into ``[N, 3, H, W]`` (``uint8``: ``[N, H, W, 3]``).
     Returns ``image``, ``label`` and ``index``; images that fail to decode raise
     ``CorruptDataError`` naming the key, or with ``skip_corrupt=True`` are left out.
-    ``jpeg_decode`` as for :class:`bucketload.Loader`."""
+    The transform keywords and ``jpeg_decode`` as for :class:`bucketload.Loader`."""
+    transform = (("augment", augment), ("resize", resize), ("mean", tuple(mean)),
+                 ("std", tuple(std)), ("scale", tuple(scale)), ("ratio", tuple(ratio)))
     decoder = _decoder(os.getpid(), image_size, seed, dtype, decode_threads, skip_corrupt,
-                       jpeg_decode)
+                       jpeg_decode, transform)
     keys = [str(k) for k in batch["key"]] if "key" in batch else None
     images, labels, indices, _skipped = decoder.decode(
         epoch, [bytes(b) for b in batch["image"]], [int(i) for i in batch["index"]],

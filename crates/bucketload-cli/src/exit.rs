@@ -120,6 +120,13 @@ fn flag(setting: Setting) -> &'static str {
         Setting::Classes => "--classes",
         Setting::Size => "--size",
         Setting::Concurrency => "--concurrency",
+        Setting::Augment => "--augment",
+        Setting::ImageSize => "--image-size",
+        Setting::Resize => "--resize",
+        Setting::Mean => "--mean",
+        Setting::Std => "--std",
+        Setting::Scale => "--crop-scale",
+        Setting::Ratio => "--crop-ratio",
     }
 }
 

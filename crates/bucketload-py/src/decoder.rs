@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use bucketload::decode::DecodeConfig;
-use bucketload_image::ImagePipeline;
+use bucketload::decode::{Augmentation, DEFAULT_RATIO, DEFAULT_SCALE, DecodeConfig};
+use bucketload_image::{IMAGENET_MEAN, IMAGENET_STD, ImagePipeline};
 use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
@@ -14,9 +14,63 @@ use crate::loader::batch_tuple;
 use crate::runtime::ForkSafe;
 use bucketload::ErrorKind;
 
-/// The decode settings of the Python keywords: RandomResizedCrop to `image_size`, flip, and
-/// `dtype` "float32" (NCHW, ImageNet-normalised) or "uint8" (NHWC); `jpeg_decode` "region",
-/// "region-scaled" or "whole".
+/// The transform keywords: `augment` "train" (RandomResizedCrop with `scale` and `ratio`,
+/// flip) or "eval" (resize the shorter side to `resize`, centre crop), and the normalisation's
+/// `mean` and `std`; `None` is the default of each.
+pub(crate) struct Transform<'a> {
+    pub(crate) augment: &'a str,
+    pub(crate) resize: Option<u32>,
+    pub(crate) mean: Option<[f32; 3]>,
+    pub(crate) std: Option<[f32; 3]>,
+    pub(crate) scale: Option<(f64, f64)>,
+    pub(crate) ratio: Option<(f64, f64)>,
+}
+
+impl Transform<'_> {
+    /// The engine's augmentation, mean and std; a keyword that does not apply to the
+    /// transform or the dtype (other than at its default) is an error rather than ignored.
+    fn settings(
+        &self,
+        dtype: bucketload::decode::Dtype,
+    ) -> PyResult<(Augmentation, [f32; 3], [f32; 3])> {
+        let set = |value: Option<(f64, f64)>, default| value.is_some_and(|v| v != default);
+        let mut wrong = Vec::new();
+        let augmentation = match self.augment.parse().map_err(errors::engine)? {
+            Augmentation::Train { .. } => {
+                if self.resize.is_some() {
+                    wrong.push("resize applies to augment=\"eval\"");
+                }
+                Augmentation::Train {
+                    scale: self.scale.unwrap_or(DEFAULT_SCALE),
+                    ratio: self.ratio.unwrap_or(DEFAULT_RATIO),
+                }
+            }
+            _ => {
+                if set(self.scale, DEFAULT_SCALE) || set(self.ratio, DEFAULT_RATIO) {
+                    wrong.push("scale and ratio apply to augment=\"train\"");
+                }
+                Augmentation::Eval {
+                    resize: self.resize,
+                }
+            }
+        };
+        let normalised = self.mean.is_some_and(|m| m != IMAGENET_MEAN)
+            || self.std.is_some_and(|s| s != IMAGENET_STD);
+        if dtype == bucketload::decode::Dtype::U8 && normalised {
+            wrong
+                .push("mean and std apply to dtype=\"float32\" (uint8 batches are not normalised)");
+        }
+        if !wrong.is_empty() {
+            return Err(errors::raise(ErrorKind::InvalidInput, wrong.join("; ")));
+        }
+        let mean = self.mean.unwrap_or(IMAGENET_MEAN);
+        Ok((augmentation, mean, self.std.unwrap_or(IMAGENET_STD)))
+    }
+}
+
+/// The decode settings of the Python keywords: `transform` to `image_size`, and `dtype`
+/// "float32" (NCHW, normalised) or "uint8" (NHWC); `jpeg_decode` "region", "region-scaled" or
+/// "whole".
 pub(crate) fn decode_config(
     image_size: u32,
     dtype: &str,
@@ -24,10 +78,16 @@ pub(crate) fn decode_config(
     decode_threads: Option<usize>,
     skip_corrupt: bool,
     jpeg_decode: &str,
+    transform: &Transform<'_>,
 ) -> PyResult<DecodeConfig> {
+    let dtype = dtype.parse().map_err(errors::engine)?;
+    let (augmentation, mean, std) = transform.settings(dtype)?;
     Ok(DecodeConfig {
         image_size,
-        dtype: dtype.parse().map_err(errors::engine)?,
+        augmentation,
+        mean,
+        std,
+        dtype,
         jpeg: jpeg_decode.parse().map_err(|_| {
             errors::raise(
                 ErrorKind::InvalidInput,
@@ -52,8 +112,10 @@ impl NativeDecoder {
     #[new]
     #[pyo3(signature = (
         *, image_size=224, seed=0, dtype="float32", decode_threads=None, skip_corrupt=false,
-        jpeg_decode="region",
+        jpeg_decode="region", augment="train", resize=None, mean=None, std=None, scale=None,
+        ratio=None,
     ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         image_size: u32,
         seed: u64,
@@ -61,7 +123,21 @@ impl NativeDecoder {
         decode_threads: Option<usize>,
         skip_corrupt: bool,
         jpeg_decode: &str,
+        augment: &str,
+        resize: Option<u32>,
+        mean: Option<[f32; 3]>,
+        std: Option<[f32; 3]>,
+        scale: Option<(f64, f64)>,
+        ratio: Option<(f64, f64)>,
     ) -> PyResult<NativeDecoder> {
+        let transform = Transform {
+            augment,
+            resize,
+            mean,
+            std,
+            scale,
+            ratio,
+        };
         let config = decode_config(
             image_size,
             dtype,
@@ -69,6 +145,7 @@ impl NativeDecoder {
             decode_threads,
             skip_corrupt,
             jpeg_decode,
+            &transform,
         )?;
         let pipeline = config.pipeline().map_err(errors::engine)?;
         Ok(NativeDecoder {

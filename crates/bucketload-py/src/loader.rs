@@ -62,7 +62,7 @@ impl NativeLoader {
         shuffle=true, seed=0, shuffle_buffer=None, cache_dir=None, cache_size=bucketload_cache::DEFAULT_CAPACITY,
         concurrency=None, decode_threads=None, rank=0, world_size=1, worker=0, num_workers=1,
         drop_last=false, skip_corrupt=false, endpoint=None, region=None, jpeg_decode="region",
-        client=None,
+        client=None, augment="train", resize=None, mean=None, std=None, scale=None, ratio=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -90,6 +90,12 @@ impl NativeLoader {
         region: Option<String>,
         jpeg_decode: &str,
         client: Option<ClientOptions>,
+        augment: &str,
+        resize: Option<u32>,
+        mean: Option<[f32; 3]>,
+        std: Option<[f32; 3]>,
+        scale: Option<(f64, f64)>,
+        ratio: Option<(f64, f64)>,
     ) -> PyResult<NativeLoader> {
         if batch_size == 0 {
             return Err(errors::raise(
@@ -144,6 +150,14 @@ impl NativeLoader {
                     decode_threads,
                     skip_corrupt,
                     jpeg_decode,
+                    &crate::decoder::Transform {
+                        augment,
+                        resize,
+                        mean,
+                        std,
+                        scale,
+                        ratio,
+                    },
                 )?;
                 let config = bucketload::decode::DecodeConfig {
                     batch_size,

@@ -29,11 +29,25 @@ pub enum Setting {
     Size,
     /// Requests in flight.
     Concurrency,
+    /// The transform of decoded images: training or evaluation.
+    Augment,
+    /// Side of the square crop of decoded images.
+    ImageSize,
+    /// Shorter side of the evaluation transform's resize.
+    Resize,
+    /// Channel means of the normalisation.
+    Mean,
+    /// Channel standard deviations of the normalisation.
+    Std,
+    /// Area range of the training transform's random crop.
+    Scale,
+    /// Aspect-ratio range of the training transform's random crop.
+    Ratio,
 }
 
 impl Setting {
     /// Every setting.
-    pub const ALL: [Setting; 11] = [
+    pub const ALL: [Setting; 18] = [
         Setting::Format,
         Setting::LabelFrom,
         Setting::ShardSize,
@@ -45,6 +59,13 @@ impl Setting {
         Setting::Classes,
         Setting::Size,
         Setting::Concurrency,
+        Setting::Augment,
+        Setting::ImageSize,
+        Setting::Resize,
+        Setting::Mean,
+        Setting::Std,
+        Setting::Scale,
+        Setting::Ratio,
     ];
 
     /// The engine's name: `label_from`.
@@ -61,6 +82,13 @@ impl Setting {
             Setting::Classes => "classes",
             Setting::Size => "size",
             Setting::Concurrency => "concurrency",
+            Setting::Augment => "augment",
+            Setting::ImageSize => "image_size",
+            Setting::Resize => "resize",
+            Setting::Mean => "mean",
+            Setting::Std => "std",
+            Setting::Scale => "scale",
+            Setting::Ratio => "ratio",
         }
     }
 
