@@ -564,3 +564,42 @@ impl Drop for DecodedBatches {
         self.feeder.abort();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eval_resizes_by_imagenet_convention() {
+        assert_eq!(eval_resize(224), 256);
+        assert_eq!(eval_resize(32), 37);
+        assert_eq!("eval".parse::<Augmentation>().unwrap(), Augmentation::EVAL);
+        assert!("test".parse::<Augmentation>().is_err());
+    }
+
+    #[test]
+    fn problems_name_every_setting() {
+        let config = DecodeConfig {
+            augmentation: Augmentation::Eval { resize: Some(100) },
+            std: [0.2, 0.0, 0.2],
+            mean: [f32::NAN, 0.0, 0.0],
+            ..DecodeConfig::default()
+        };
+        let problems = config.problems().join("; ");
+        for setting in [Setting::Resize, Setting::Mean, Setting::Std] {
+            assert!(problems.contains(&setting.to_string()), "{problems}");
+        }
+        let config = DecodeConfig {
+            augmentation: Augmentation::Train {
+                scale: (0.5, 0.1),
+                ratio: (0.0, 1.0),
+            },
+            ..DecodeConfig::default()
+        };
+        let problems = config.problems().join("; ");
+        for setting in [Setting::Scale, Setting::Ratio] {
+            assert!(problems.contains(&setting.to_string()), "{problems}");
+        }
+        assert!(DecodeConfig::default().problems().is_empty());
+    }
+}
