@@ -49,7 +49,13 @@ class Loader(_Base):
     """Batches of images from a dataset in object storage, decoded and augmented natively.
 
     ``uri`` is a dataset root: one object per sample (``s3://bucket/train`` with class
-    folders), or tar shards (with a bucketload manifest, or indexed, or plain tar).
+    folders), or tar shards (with a bucketload manifest, or indexed, or plain tar). A
+    bucketload manifest, when there is one, replaces the listing: objects added since it was
+    written are not read, and one it lists that is gone fails the epoch with a
+    :class:`NotFoundError` saying the manifest is stale. ``check_manifest=True`` lists the
+    dataset once when the loader opens and raises :class:`CorruptDataError` naming what was
+    added, removed or resized; ``use_manifest=False`` ignores the manifest (the dataset is
+    listed, as one without a manifest). Both messages give the command that refreshes it.
     Iterating yields :class:`Batch` tuples ``(images, labels)``: ``images`` a ``float32`` tensor ``[N, 3, H, W]``
     normalised with ``mean`` and ``std`` (``dtype="float32"``) or a ``uint8`` tensor
     ``[N, 3, H, W]`` in ``torch.channels_last`` memory format (``dtype="uint8"``: the pixels
@@ -121,6 +127,8 @@ class Loader(_Base):
         std: tuple[float, float, float] = IMAGENET_STD,
         scale: tuple[float, float] = (0.08, 1.0),
         ratio: tuple[float, float] = (3 / 4, 4 / 3),
+        use_manifest: bool = True,
+        check_manifest: bool = False,
     ) -> None:
         if (rank is None) != (world_size is None):
             raise ConfigError("give both rank and world_size, or neither")
@@ -139,7 +147,8 @@ class Loader(_Base):
             "skip_corrupt": skip_corrupt, "shuffle_buffer": shuffle_buffer,
             "endpoint": endpoint, "region": region, "jpeg_decode": jpeg_decode,
             "augment": augment, "resize": resize, "mean": tuple(mean), "std": tuple(std),
-            "scale": tuple(scale), "ratio": tuple(ratio),
+            "scale": tuple(scale), "ratio": tuple(ratio), "use_manifest": use_manifest,
+            "check_manifest": check_manifest,
         }
         self.uri = uri
         self._return_indices = return_indices

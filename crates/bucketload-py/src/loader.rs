@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use bucketload::decode::{DecodedBatches, Decoder, image_sample};
 use bucketload::loader::{
-    CacheBuilder, Delivery, Format, Loader, LoaderConfig, Sample, SampleStream, StateTracker,
+    CacheBuilder, Delivery, Format, Loader, LoaderConfig, ManifestUse, Sample, SampleStream,
+    StateTracker,
 };
 use bucketload::panics;
 use bucketload::source::{Order, Partition, Remainder, SampleRef, SourceState};
@@ -54,6 +55,21 @@ fn parse_format(format: &str) -> PyResult<Format> {
     })
 }
 
+/// The engine's manifest use of the keywords `use_manifest` and `check_manifest`.
+pub(crate) fn manifest_use(use_manifest: bool, check_manifest: bool) -> PyResult<ManifestUse> {
+    match (use_manifest, check_manifest) {
+        (true, false) => Ok(ManifestUse::Trust),
+        (true, true) => Ok(ManifestUse::Check),
+        (false, false) => Ok(ManifestUse::Ignore),
+        (false, true) => Err(errors::raise(
+            ErrorKind::InvalidInput,
+            "check_manifest=True checks the manifest that use_manifest=False ignores: give one \
+             of them"
+                .to_owned(),
+        )),
+    }
+}
+
 #[pymethods]
 impl NativeLoader {
     #[new]
@@ -63,6 +79,7 @@ impl NativeLoader {
         concurrency=None, decode_threads=None, rank=0, world_size=1, worker=0, num_workers=1,
         drop_last=false, skip_corrupt=false, endpoint=None, region=None, jpeg_decode="region",
         client=None, augment="train", resize=None, mean=None, std=None, scale=None, ratio=None,
+        use_manifest=true, check_manifest=false,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -96,6 +113,8 @@ impl NativeLoader {
         std: Option<[f32; 3]>,
         scale: Option<(f64, f64)>,
         ratio: Option<(f64, f64)>,
+        use_manifest: bool,
+        check_manifest: bool,
     ) -> PyResult<NativeLoader> {
         if batch_size == 0 {
             return Err(errors::raise(
@@ -123,6 +142,7 @@ impl NativeLoader {
             .with_order(order)
             .with_partition(Partition::new(rank, world_size).with_remainder(remainder))
             .with_worker(worker, num_workers)
+            .with_manifest(manifest_use(use_manifest, check_manifest)?)
             // Batches are checkpointed by count: samples must arrive in the worker's order.
             .with_delivery(Delivery::Strict);
         if let Some(n) = concurrency {

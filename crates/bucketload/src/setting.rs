@@ -43,11 +43,15 @@ pub enum Setting {
     Scale,
     /// Aspect-ratio range of the training transform's random crop.
     Ratio,
+    /// Read a dataset through its manifest (else list it).
+    UseManifest,
+    /// Compare a dataset's manifest with a listing before reading.
+    CheckManifest,
 }
 
 impl Setting {
     /// Every setting.
-    pub const ALL: [Setting; 18] = [
+    pub const ALL: [Setting; 20] = [
         Setting::Format,
         Setting::LabelFrom,
         Setting::ShardSize,
@@ -66,6 +70,8 @@ impl Setting {
         Setting::Std,
         Setting::Scale,
         Setting::Ratio,
+        Setting::UseManifest,
+        Setting::CheckManifest,
     ];
 
     /// The engine's name: `label_from`.
@@ -89,6 +95,8 @@ impl Setting {
             Setting::Std => "std",
             Setting::Scale => "scale",
             Setting::Ratio => "ratio",
+            Setting::UseManifest => "use_manifest",
+            Setting::CheckManifest => "check_manifest",
         }
     }
 

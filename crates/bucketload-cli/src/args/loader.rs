@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use bucketload::io::PrefetchConfig;
 use bucketload::loader::{
-    CacheBuilder, DEFAULT_LOADER_CONCURRENCY, Delivery, Format, LoaderConfig,
+    CacheBuilder, DEFAULT_LOADER_CONCURRENCY, Delivery, Format, LoaderConfig, ManifestUse,
 };
 use bucketload::source::{Order, Partition, Remainder};
 use clap::{Args, ValueEnum};
@@ -59,6 +59,25 @@ pub struct LoaderArgs {
     /// ETag, CRC32C), counted and reported, instead of failing
     #[arg(long)]
     pub skip_changed: bool,
+    /// List the dataset (and read its shard indexes) even when it has a bucketload manifest:
+    /// objects added since the manifest was written are read, removed ones are not missed
+    #[arg(long)]
+    pub no_manifest: bool,
+    /// Before reading, list the dataset once and fail if its manifest differs (objects added,
+    /// removed or resized), naming them and the command that refreshes the manifest
+    #[arg(long, conflicts_with = "no_manifest")]
+    pub check_manifest: bool,
+}
+
+impl LoaderArgs {
+    /// How the dataset's manifest is used.
+    pub fn manifest(&self) -> ManifestUse {
+        match (self.no_manifest, self.check_manifest) {
+            (true, _) => ManifestUse::Ignore,
+            (false, true) => ManifestUse::Check,
+            (false, false) => ManifestUse::Trust,
+        }
+    }
 }
 
 /// `--format`.
@@ -115,6 +134,7 @@ pub fn loader_config(
         .with_concurrency(concurrency)
         .with_epochs(epochs)
         .with_skip_changed(a.skip_changed)
+        .with_manifest(a.manifest())
         .with_order(order)
         .with_partition(Partition::new(a.rank, a.world_size).with_remainder(remainder));
     if a.strict_order {
