@@ -147,8 +147,9 @@ def shard(src: str, dst: str, *, shard_size: int | None = None,
           samples_per_shard: int | None = None, seed: int | None = None,
           label_from: LabelFrom = "auto", part: tuple[int, int] | None = None, md5: bool = False,
           overwrite: bool = False, concurrency: int | None = None, endpoint: str | None = None,
-          region: str | None = None) -> str:
-    """``bucketload shard src dst`` (slice ``part = (i, n)`` only, when given); the report as JSON."""
+          region: str | None = None, use_manifest: bool = True) -> str:
+    """``bucketload shard src dst`` (slice ``part = (i, n)`` only, when given); the report as JSON.
+    ``use_manifest=False``: list the source even when it has a manifest (``--no-manifest``)."""
 
 def merge(dst: str, *, endpoint: str | None = None, region: str | None = None) -> str:
     """``bucketload merge dst``: the slices' manifests stitched into the dataset's; the report as JSON."""

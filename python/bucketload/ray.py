@@ -185,17 +185,19 @@ def shard(src: str, dst: str, *, parts: int, shard_size: int | None = None,
           samples_per_shard: int | None = None, seed: int | None = None,
           label_from: LabelFrom = "auto",
           md5: bool = False, concurrency: int | None = None, endpoint: str | None = None,
-          region: str | None = None, num_cpus: float = 1) -> dict[str, Any]:
+          region: str | None = None, num_cpus: float = 1,
+          use_manifest: bool = True) -> dict[str, Any]:
     """``bucketload shard SRC DST --part i/N`` for every ``i`` as Ray tasks, then the merge:
     the same shards and manifest as one ``bucketload shard`` run. A failed part leaves no
     partial shard and no manifest; call again to finish (finished shards are kept).
     ``concurrency``: GETs in flight per task (default: the engine's, as the CLI's ``shard``).
+    ``use_manifest=False`` lists the source even when it has a manifest (``--no-manifest``).
     Returns ``{"parts": [report, ...], "merge": report}``."""
     if parts < 1:
         raise ValueError("parts must be at least 1")
     options = {"shard_size": shard_size, "samples_per_shard": samples_per_shard, "seed": seed,
                "label_from": label_from, "md5": md5, "concurrency": concurrency,
-               "endpoint": endpoint, "region": region}
+               "endpoint": endpoint, "region": region, "use_manifest": use_manifest}
     task = _shard_part.options(num_cpus=num_cpus)
     reports = ray.get([task.remote(src, dst, i, parts, options) for i in range(parts)])
     merged = json.loads(_native.merge(dst, endpoint=endpoint, region=region))

@@ -107,6 +107,26 @@ def test_cli_a_deleted_shard_names_the_command_that_rebuilds_the_shards(bucketlo
     assert "1 object listed but gone (" + tars[1].removeprefix("wds/") + ")" in checked.stderr
 
 
+def test_stats_and_shard_read_added_objects_with_no_manifest(bucketload_bin, env, s3,  # noqa: F811
+                                                              dataset):
+    uri, bucket, keys = dataset
+    _add(s3, bucket, keys)
+    described = json.loads(ok(bucketload_bin, env, "stats", uri, "--json", "--sample", "0"))
+    assert (described["from"], described["objects"]) == ("manifest", SAMPLES)
+    listed = json.loads(ok(bucketload_bin, env, "stats", uri, "--json", "--sample", "0",
+                           "--no-manifest"))
+    assert (listed["from"], listed["objects"]) == ("listing", SAMPLES + 1)
+    text = ok(bucketload_bin, env, "stats", uri, "--sample", "0", "--no-manifest")
+    assert "--no-manifest: listed" in text, text
+    shards = f"s3://{bucket}/wds"
+    report = json.loads(ok(bucketload_bin, env, "shard", uri, shards, "--no-manifest", "--json"))
+    assert report["samples"] == SAMPLES + 1
+    report = json.loads(ok(bucketload_bin, env, "shard", uri, f"{shards}-from-manifest", "--json"))
+    assert report["samples"] == SAMPLES
+    native = json.loads(bucketload._native.shard(uri, f"{shards}-native", use_manifest=False))
+    assert native["samples"] == SAMPLES + 1
+
+
 def test_loader_check_raises_and_use_manifest_false_reads_added_objects(s3, dataset):
     uri, bucket, keys = dataset
     new = _add(s3, bucket, keys)
