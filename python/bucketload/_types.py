@@ -13,7 +13,8 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 #: How a dataset is laid out: one object per sample (``"files"``), tar shards read in sequence
 #: (``"shards"``) or by their indexes (``"indexed"``); ``"auto"`` finds out.
 Format = Literal["auto", "files", "shards", "indexed"]
-#: The pixels of a batch: ImageNet-normalised ``float32`` NCHW, or ``uint8`` as decoded (NHWC).
+#: The pixels of a batch: normalised ``float32`` NCHW (``mean``, ``std``), or ``uint8`` as decoded
+#: (NHWC).
 DType = Literal["float32", "uint8"]
 #: What ``S3IterableDataset`` yields: a reader per object (``"objects"``, or its engine name
 #: ``"files"``), or a ``Sample`` per sample of a tar-shard dataset (the other formats).

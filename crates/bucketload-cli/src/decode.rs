@@ -26,7 +26,7 @@ pub struct DecodeArgs {
     /// Decode threads [default: the cores available]
     #[arg(long, value_name = "N")]
     pub decode_threads: Option<usize>,
-    /// Batch element type: f32 (CHW, normalised with ImageNet's mean and std) or u8 (HWC)
+    /// Batch element type: f32 (CHW, normalised with --mean and --std) or u8 (HWC)
     #[arg(long, value_enum, default_value_t = Dtype::F32)]
     pub dtype: Dtype,
     /// Drop the last batch of an epoch when it is short
