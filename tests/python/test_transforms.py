@@ -150,11 +150,11 @@ def test_eval_uint8_batches_match_torchvision(dataset):
 @pytest.mark.parametrize("kw, said", [
     ({"augment": "test"}, "augment 'test'"),
     ({"augment": "eval", "resize": 16}, "`resize` 16 is smaller than `image_size` 32"),
-    ({"resize": 64}, 'resize applies to augment="eval"'),
-    ({"augment": "eval", "scale": (0.5, 1.0)}, 'scale and ratio apply to augment="train"'),
+    ({"resize": 64}, "`resize` applies to `augment` eval"),
+    ({"augment": "eval", "scale": (0.5, 1.0)}, "`scale` and `ratio` apply to `augment` train"),
     ({"scale": (0.5, 0.1)}, "`scale` (0.5, 0.1)"),
     ({"std": (0.2, 0.0, 0.2)}, "`std`"),
-    ({"dtype": "uint8", "mean": (0.5, 0.5, 0.5)}, 'mean and std apply to dtype="float32"'),
+    ({"dtype": "uint8", "mean": (0.5, 0.5, 0.5)}, "`mean` and `std` apply to float32 batches"),
 ])
 def test_transform_settings_that_cannot_work_raise_config_errors(dataset, kw, said):
     uri, _ = dataset

@@ -1,11 +1,12 @@
 //! The decode flags of `read --decode` and `bench`: the loader's samples decoded and augmented
-//! into batches (RandomResizedCrop, horizontal flip, normalise; or with `--augment eval` resize,
-//! centre crop, normalise), as a training or validation loop would receive them. The engine's decode bridge ([`bucketload::decode`]) does the work; this
-//! module only turns the flags into its [`DecodeConfig`].
+//! into batches (RandomResizedCrop, horizontal flip, normalise; with `--augment eval`: resize,
+//! centre crop, normalise), as a training or validation loop would receive them. The engine's
+//! decode bridge ([`bucketload::decode`]) does the work; this module only turns the flags into
+//! its [`DecodeConfig`].
 
 use anyhow::Context;
-use bucketload::decode::{Augmentation, DEFAULT_RATIO, DEFAULT_SCALE, DecodeConfig, Decoder};
-use bucketload_image::{IMAGENET_MEAN, IMAGENET_STD, JpegDecode};
+use bucketload::decode::{Augmentation, DecodeConfig, Decoder, TransformSettings};
+use bucketload_image::JpegDecode;
 use clap::{Args, ValueEnum};
 
 /// Flags of `read` that turn decoding on.
@@ -110,37 +111,19 @@ fn parse_numbers(text: &str) -> Result<Vec<f32>, String> {
 }
 
 impl TransformArgs {
-    /// The engine's augmentation, mean and std; flags that do not apply to the transform or
-    /// the dtype chosen are an error rather than ignored.
-    fn settings(&self, dtype: Dtype) -> anyhow::Result<(Augmentation, [f32; 3], [f32; 3])> {
-        let mut wrong = Vec::new();
-        let augmentation = match self.augment {
-            AugmentArg::Train => {
-                if self.resize.is_some() {
-                    wrong.push("--resize applies to --augment eval");
-                }
-                Augmentation::Train {
-                    scale: self.crop_scale.unwrap_or(DEFAULT_SCALE),
-                    ratio: self.crop_ratio.unwrap_or(DEFAULT_RATIO),
-                }
-            }
-            AugmentArg::Eval => {
-                if self.crop_scale.is_some() || self.crop_ratio.is_some() {
-                    wrong.push("--crop-scale and --crop-ratio apply to --augment train");
-                }
-                Augmentation::Eval {
-                    resize: self.resize,
-                }
-            }
-        };
-        if matches!(dtype, Dtype::U8) && (self.mean.is_some() || self.std.is_some()) {
-            wrong.push("--mean and --std apply to --dtype f32 (u8 batches are not normalised)");
+    /// The transform settings given.
+    fn settings(&self) -> TransformSettings {
+        TransformSettings {
+            augmentation: match self.augment {
+                AugmentArg::Train => Augmentation::TRAIN,
+                AugmentArg::Eval => Augmentation::EVAL,
+            },
+            resize: self.resize,
+            mean: self.mean,
+            std: self.std,
+            scale: self.crop_scale,
+            ratio: self.crop_ratio,
         }
-        if !wrong.is_empty() {
-            return Err(bucketload::Error::invalid_input(wrong.join("; ")).into());
-        }
-        let mean = self.mean.unwrap_or(IMAGENET_MEAN);
-        Ok((augmentation, mean, self.std.unwrap_or(IMAGENET_STD)))
     }
 }
 
@@ -169,17 +152,18 @@ pub fn decoder(args: &DecodeArgs, seed: u64) -> anyhow::Result<Option<Decoder>> 
     if !args.decode {
         return Ok(None);
     }
-    let (augmentation, mean, std) = args.transform.settings(args.dtype)?;
+    let dtype = match args.dtype {
+        Dtype::F32 => bucketload::decode::Dtype::F32,
+        Dtype::U8 => bucketload::decode::Dtype::U8,
+    };
+    let (augmentation, mean, std) = args.transform.settings().resolve(dtype)?;
     let config = DecodeConfig {
         image_size: args.image_size,
         augmentation,
         mean,
         std,
         batch_size: args.batch_size,
-        dtype: match args.dtype {
-            Dtype::F32 => bucketload::decode::Dtype::F32,
-            Dtype::U8 => bucketload::decode::Dtype::U8,
-        },
+        dtype,
         jpeg: match args.jpeg_decode {
             JpegMode::Region => JpegDecode::Region,
             JpegMode::RegionScaled => JpegDecode::RegionScaled,

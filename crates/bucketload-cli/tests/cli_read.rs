@@ -288,7 +288,7 @@ fn eval_transform_is_accepted_and_misused_transform_flags_are_named() {
         (&["--mean", "0.5,0.5"], &["--mean", "give three"]),
         (
             &["--dtype", "u8", "--std", "1,1,1"],
-            &["--mean and --std apply to --dtype f32"],
+            &["--mean and --std apply to float32 batches"],
         ),
     ];
     for (extra, said) in cases {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use bucketload::decode::{Augmentation, DEFAULT_RATIO, DEFAULT_SCALE, DecodeConfig};
+use bucketload::decode::{DEFAULT_RATIO, DEFAULT_SCALE, DecodeConfig, TransformSettings};
 use bucketload_image::{IMAGENET_MEAN, IMAGENET_STD, ImagePipeline};
 use bytes::Bytes;
 use pyo3::prelude::*;
@@ -27,44 +27,17 @@ pub(crate) struct Transform<'a> {
 }
 
 impl Transform<'_> {
-    /// The engine's augmentation, mean and std; a keyword that does not apply to the
-    /// transform or the dtype (other than at its default) is an error rather than ignored.
-    fn settings(
-        &self,
-        dtype: bucketload::decode::Dtype,
-    ) -> PyResult<(Augmentation, [f32; 3], [f32; 3])> {
-        let set = |value: Option<(f64, f64)>, default| value.is_some_and(|v| v != default);
-        let mut wrong = Vec::new();
-        let augmentation = match self.augment.parse().map_err(errors::engine)? {
-            Augmentation::Train { .. } => {
-                if self.resize.is_some() {
-                    wrong.push("resize applies to augment=\"eval\"");
-                }
-                Augmentation::Train {
-                    scale: self.scale.unwrap_or(DEFAULT_SCALE),
-                    ratio: self.ratio.unwrap_or(DEFAULT_RATIO),
-                }
-            }
-            _ => {
-                if set(self.scale, DEFAULT_SCALE) || set(self.ratio, DEFAULT_RATIO) {
-                    wrong.push("scale and ratio apply to augment=\"train\"");
-                }
-                Augmentation::Eval {
-                    resize: self.resize,
-                }
-            }
-        };
-        let normalised = self.mean.is_some_and(|m| m != IMAGENET_MEAN)
-            || self.std.is_some_and(|s| s != IMAGENET_STD);
-        if dtype == bucketload::decode::Dtype::U8 && normalised {
-            wrong
-                .push("mean and std apply to dtype=\"float32\" (uint8 batches are not normalised)");
-        }
-        if !wrong.is_empty() {
-            return Err(errors::raise(ErrorKind::InvalidInput, wrong.join("; ")));
-        }
-        let mean = self.mean.unwrap_or(IMAGENET_MEAN);
-        Ok((augmentation, mean, self.std.unwrap_or(IMAGENET_STD)))
+    /// The settings given: a keyword at its default (the Python signatures show the defaults)
+    /// counts as not given.
+    fn settings(&self) -> PyResult<TransformSettings> {
+        Ok(TransformSettings {
+            augmentation: self.augment.parse().map_err(errors::engine)?,
+            resize: self.resize,
+            mean: self.mean.filter(|m| *m != IMAGENET_MEAN),
+            std: self.std.filter(|s| *s != IMAGENET_STD),
+            scale: self.scale.filter(|s| *s != DEFAULT_SCALE),
+            ratio: self.ratio.filter(|r| *r != DEFAULT_RATIO),
+        })
     }
 }
 
@@ -81,7 +54,8 @@ pub(crate) fn decode_config(
     transform: &Transform<'_>,
 ) -> PyResult<DecodeConfig> {
     let dtype = dtype.parse().map_err(errors::engine)?;
-    let (augmentation, mean, std) = transform.settings(dtype)?;
+    let settings = transform.settings()?;
+    let (augmentation, mean, std) = settings.resolve(dtype).map_err(errors::engine)?;
     Ok(DecodeConfig {
         image_size,
         augmentation,

@@ -121,6 +121,74 @@ impl FromStr for Augmentation {
     }
 }
 
+/// The transform settings as a front end takes them: the transform chosen (its defaults) and
+/// each setting the user gave, `None` when not given. [`TransformSettings::resolve`] checks that
+/// every given setting applies to the transform and dtype chosen, and fills in the defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TransformSettings {
+    /// [`Augmentation::TRAIN`] or [`Augmentation::EVAL`] (`"train"`/`"eval"` parse to them).
+    pub augmentation: Augmentation,
+    /// The evaluation transform's resize.
+    pub resize: Option<u32>,
+    /// The normalisation's channel means.
+    pub mean: Option<[f32; 3]>,
+    /// The normalisation's channel standard deviations.
+    pub std: Option<[f32; 3]>,
+    /// The training crop's area range.
+    pub scale: Option<(f64, f64)>,
+    /// The training crop's aspect-ratio range.
+    pub ratio: Option<(f64, f64)>,
+}
+
+impl TransformSettings {
+    /// The augmentation, mean and std for batches of `dtype`; a setting given that does not
+    /// apply (`resize` to training, `scale` or `ratio` to evaluation, `mean` or `std` to
+    /// unnormalised `U8` batches) is an error naming it rather than ignored.
+    pub fn resolve(&self, dtype: Dtype) -> Result<(Augmentation, [f32; 3], [f32; 3])> {
+        let mut wrong = Vec::new();
+        let augmentation = match self.augmentation {
+            Augmentation::Train { scale, ratio } => {
+                if self.resize.is_some() {
+                    wrong.push(format!(
+                        "{} applies to {} eval",
+                        Setting::Resize,
+                        Setting::Augment
+                    ));
+                }
+                Augmentation::Train {
+                    scale: self.scale.unwrap_or(scale),
+                    ratio: self.ratio.unwrap_or(ratio),
+                }
+            }
+            Augmentation::Eval { resize } => {
+                if self.scale.is_some() || self.ratio.is_some() {
+                    wrong.push(format!(
+                        "{} and {} apply to {} train",
+                        Setting::Scale,
+                        Setting::Ratio,
+                        Setting::Augment
+                    ));
+                }
+                Augmentation::Eval {
+                    resize: self.resize.or(resize),
+                }
+            }
+        };
+        if dtype == Dtype::U8 && (self.mean.is_some() || self.std.is_some()) {
+            wrong.push(format!(
+                "{} and {} apply to float32 batches (uint8 batches are not normalised)",
+                Setting::Mean,
+                Setting::Std
+            ));
+        }
+        if !wrong.is_empty() {
+            return Err(Error::invalid_input(wrong.join("; ")));
+        }
+        let mean = self.mean.unwrap_or(IMAGENET_MEAN);
+        Ok((augmentation, mean, self.std.unwrap_or(IMAGENET_STD)))
+    }
+}
+
 /// The shorter side an evaluation transform resizes to by default: ImageNet's convention,
 /// `round(image_size / 0.875)`, 256 for a 224 crop (the crop keeps 87.5% of the side).
 pub fn eval_resize(image_size: u32) -> u32 {
@@ -601,5 +669,35 @@ mod tests {
             assert!(problems.contains(&setting.to_string()), "{problems}");
         }
         assert!(DecodeConfig::default().problems().is_empty());
+    }
+
+    #[test]
+    fn settings_that_do_not_apply_are_named() {
+        let eval = TransformSettings {
+            augmentation: Augmentation::EVAL,
+            resize: Some(300),
+            scale: Some(DEFAULT_SCALE),
+            mean: Some([0.5; 3]),
+            ..TransformSettings::default()
+        };
+        let err = eval.resolve(Dtype::U8).unwrap_err().to_string();
+        assert!(
+            err.contains("`scale` and `ratio` apply to `augment` train"),
+            "{err}"
+        );
+        assert!(err.contains("`mean` and `std` apply to float32"), "{err}");
+        let given = TransformSettings {
+            scale: None,
+            ..eval
+        };
+        let (augmentation, mean, std) = given.resolve(Dtype::F32).unwrap();
+        assert_eq!(augmentation, Augmentation::Eval { resize: Some(300) });
+        assert_eq!((mean, std), ([0.5; 3], IMAGENET_STD));
+        let train = TransformSettings {
+            resize: Some(300),
+            ..TransformSettings::default()
+        };
+        let err = train.resolve(Dtype::F32).unwrap_err().to_string();
+        assert!(err.contains("`resize` applies to `augment` eval"), "{err}");
     }
 }
