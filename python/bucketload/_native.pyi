@@ -9,7 +9,7 @@ from typing import Protocol, TypeAlias
 
 from typing_extensions import Buffer as BytesLike
 
-from ._types import Augment, DType, Format, JpegDecode, LabelFrom, Saved
+from ._types import DType, Format, JpegDecode, LabelFrom, Saved, Transform
 
 __version__: str
 #: The disk cache's default size in bytes (``cache_size``), as the engine and the CLI use it.
@@ -96,12 +96,8 @@ class NativeLoader:
                  drop_last: bool = False, skip_corrupt: bool = False,
                  endpoint: str | None = None, region: str | None = None,
                  jpeg_decode: JpegDecode = "region",
-                 client: ClientConfig | None = None, augment: Augment = "train",
-                 resize: int | None = None, mean: tuple[float, float, float] | None = None,
-                 std: tuple[float, float, float] | None = None,
-                 scale: tuple[float, float] | None = None,
-                 ratio: tuple[float, float] | None = None, use_manifest: bool = True,
-                 check_manifest: bool = False) -> None: ...
+                 client: ClientConfig | None = None, transform: Transform | None = None,
+                 use_manifest: bool = True, check_manifest: bool = False) -> None: ...
     def samples_per_epoch(self) -> int: ...
     def batches_per_epoch(self) -> int: ...
     def dataset_samples(self) -> int: ...
@@ -131,12 +127,9 @@ class NativeDecoder:
 
     def __init__(self, *, image_size: int = 224, seed: int = 0, dtype: DType = "float32",
                  decode_threads: int | None = None, skip_corrupt: bool = False,
-                 jpeg_decode: JpegDecode = "region", augment: Augment = "train",
-                 resize: int | None = None, mean: tuple[float, float, float] | None = None,
-                 std: tuple[float, float, float] | None = None,
-                 scale: tuple[float, float] | None = None,
-                 ratio: tuple[float, float] | None = None) -> None:
-        """The transform keywords as for ``bucketload.Loader`` (``None``: the default)."""
+                 jpeg_decode: JpegDecode = "region", transform: Transform | None = None) -> None:
+        """``transform``: the transform keywords of ``bucketload.Loader`` (``None``: training's
+        defaults)."""
     def decode(self, epoch: int, images: list[bytes], indices: list[int], labels: list[int],
                keys: list[str] | None = None) -> BatchTuple:
         """One batch ``(images, labels, indices, skipped)`` as ``NativeEpoch.next_batch`` returns

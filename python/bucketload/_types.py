@@ -51,6 +51,18 @@ class IndexedBatch(NamedTuple):
     indices: Any
 
 
+class Transform(TypedDict):
+    """The transform of decoded images, as ``bucketload.Loader`` and
+    ``bucketload.ray.decode_batch`` hand it to the native module; see their keywords."""
+
+    augment: Augment
+    resize: int | None
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    scale: tuple[float, float]
+    ratio: tuple[float, float]
+
+
 class Saved(TypedDict):
     """A checkpoint that became visible: what ``save``, ``Writer.close`` and
     ``SaveHandle.wait`` return."""

@@ -17,6 +17,7 @@ from ._types import (
     Format,
     IndexedBatch,
     JpegDecode,
+    Transform,
 )
 from ._util import parse_size
 from .errors import ConfigError
@@ -146,9 +147,9 @@ class Loader(_Base):
             "decode_threads": decode_threads, "drop_last": drop_last, "dtype": dtype,
             "skip_corrupt": skip_corrupt, "shuffle_buffer": shuffle_buffer,
             "endpoint": endpoint, "region": region, "jpeg_decode": jpeg_decode,
-            "augment": augment, "resize": resize, "mean": tuple(mean), "std": tuple(std),
-            "scale": tuple(scale), "ratio": tuple(ratio), "use_manifest": use_manifest,
-            "check_manifest": check_manifest,
+            "transform": Transform(augment=augment, resize=resize, mean=mean, std=std,
+                                   scale=scale, ratio=ratio),
+            "use_manifest": use_manifest, "check_manifest": check_manifest,
         }
         self.uri = uri
         self._return_indices = return_indices

@@ -32,7 +32,16 @@ from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
 from . import _native
-from ._types import IMAGENET_MEAN, IMAGENET_STD, Augment, DType, Format, JpegDecode, LabelFrom
+from ._types import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Augment,
+    DType,
+    Format,
+    JpegDecode,
+    LabelFrom,
+    Transform,
+)
 
 _ROWS_PER_BLOCK = 256
 # Each read task opens the dataset (one GET of its manifest, or a listing without one), so a
@@ -132,10 +141,13 @@ def read_dataset(uri: str, *, format: Format = "auto", shuffle: bool = False, se
 @functools.lru_cache(maxsize=8)
 def _decoder(pid: int, image_size: int, seed: int, dtype: DType, decode_threads: int | None,
              skip_corrupt: bool, jpeg_decode: JpegDecode,
-             transform: tuple[tuple[str, Any], ...]) -> _native.NativeDecoder:
-    return _native.NativeDecoder(image_size=image_size, seed=seed, dtype=dtype,
-                                 decode_threads=decode_threads, skip_corrupt=skip_corrupt,
-                                 jpeg_decode=jpeg_decode, **dict(transform))
+             transform: tuple[Any, ...]) -> _native.NativeDecoder:
+    augment, resize, mean, std, scale, ratio = transform
+    return _native.NativeDecoder(
+        image_size=image_size, seed=seed, dtype=dtype, decode_threads=decode_threads,
+        skip_corrupt=skip_corrupt, jpeg_decode=jpeg_decode,
+        transform=Transform(augment=augment, resize=resize, mean=mean, std=std, scale=scale,
+                            ratio=ratio))
 
 
 def decode_batch(batch: dict[str, np.ndarray], *, image_size: int = 224, seed: int = 0,
@@ -153,8 +165,8 @@ def decode_batch(batch: dict[str, np.ndarray], *, image_size: int = 224, seed: i
     Returns ``image``, ``label`` and ``index``; images that fail to decode raise
     ``CorruptDataError`` naming the key, or with ``skip_corrupt=True`` are left out.
     The transform keywords and ``jpeg_decode`` as for :class:`bucketload.Loader`."""
-    transform = (("augment", augment), ("resize", resize), ("mean", tuple(mean)),
-                 ("std", tuple(std)), ("scale", tuple(scale)), ("ratio", tuple(ratio)))
+    # Hashable, for the decoder cache.
+    transform = (augment, resize, tuple(mean), tuple(std), tuple(scale), tuple(ratio))
     decoder = _decoder(os.getpid(), image_size, seed, dtype, decode_threads, skip_corrupt,
                        jpeg_decode, transform)
     keys = [str(k) for k in batch["key"]] if "key" in batch else None

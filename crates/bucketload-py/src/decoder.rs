@@ -14,19 +14,28 @@ use crate::loader::batch_tuple;
 use crate::runtime::ForkSafe;
 use bucketload::ErrorKind;
 
-/// The transform keywords: `augment` "train" (RandomResizedCrop with `scale` and `ratio`,
-/// flip) or "eval" (resize the shorter side to `resize`, centre crop), and the normalisation's
-/// `mean` and `std`; `None` is the default of each.
-pub(crate) struct Transform<'a> {
-    pub(crate) augment: &'a str,
-    pub(crate) resize: Option<u32>,
-    pub(crate) mean: Option<[f32; 3]>,
-    pub(crate) std: Option<[f32; 3]>,
-    pub(crate) scale: Option<(f64, f64)>,
-    pub(crate) ratio: Option<(f64, f64)>,
+/// The transform of decoded images, read from the `transform=` dict of the Python layer
+/// (`bucketload._types.Transform`): `augment` "train" (RandomResizedCrop with `scale` and
+/// `ratio`, flip) or "eval" (resize the shorter side to `resize`, centre crop), and the
+/// normalisation's `mean` and `std`; `None` is the default of each. Each range and triple is any
+/// sequence (a tuple or a list).
+#[derive(FromPyObject)]
+pub(crate) struct Transform {
+    #[pyo3(item)]
+    augment: String,
+    #[pyo3(item)]
+    resize: Option<u32>,
+    #[pyo3(item)]
+    mean: Option<[f32; 3]>,
+    #[pyo3(item)]
+    std: Option<[f32; 3]>,
+    #[pyo3(item)]
+    scale: Option<[f64; 2]>,
+    #[pyo3(item)]
+    ratio: Option<[f64; 2]>,
 }
 
-impl Transform<'_> {
+impl Transform {
     /// The settings given: a keyword at its default (the Python signatures show the defaults)
     /// counts as not given.
     fn settings(&self) -> PyResult<TransformSettings> {
@@ -35,8 +44,14 @@ impl Transform<'_> {
             resize: self.resize,
             mean: self.mean.filter(|m| *m != IMAGENET_MEAN),
             std: self.std.filter(|s| *s != IMAGENET_STD),
-            scale: self.scale.filter(|s| *s != DEFAULT_SCALE),
-            ratio: self.ratio.filter(|r| *r != DEFAULT_RATIO),
+            scale: self
+                .scale
+                .map(|[lo, hi]| (lo, hi))
+                .filter(|s| *s != DEFAULT_SCALE),
+            ratio: self
+                .ratio
+                .map(|[lo, hi]| (lo, hi))
+                .filter(|r| *r != DEFAULT_RATIO),
         })
     }
 }
@@ -51,10 +66,13 @@ pub(crate) fn decode_config(
     decode_threads: Option<usize>,
     skip_corrupt: bool,
     jpeg_decode: &str,
-    transform: &Transform<'_>,
+    transform: Option<&Transform>,
 ) -> PyResult<DecodeConfig> {
     let dtype = dtype.parse().map_err(errors::engine)?;
-    let settings = transform.settings()?;
+    let settings = match transform {
+        Some(transform) => transform.settings()?,
+        None => TransformSettings::default(),
+    };
     let (augmentation, mean, std) = settings.resolve(dtype).map_err(errors::engine)?;
     Ok(DecodeConfig {
         image_size,
@@ -86,10 +104,8 @@ impl NativeDecoder {
     #[new]
     #[pyo3(signature = (
         *, image_size=224, seed=0, dtype="float32", decode_threads=None, skip_corrupt=false,
-        jpeg_decode="region", augment="train", resize=None, mean=None, std=None, scale=None,
-        ratio=None,
+        jpeg_decode="region", transform=None,
     ))]
-    #[allow(clippy::too_many_arguments)]
     fn new(
         image_size: u32,
         seed: u64,
@@ -97,21 +113,8 @@ impl NativeDecoder {
         decode_threads: Option<usize>,
         skip_corrupt: bool,
         jpeg_decode: &str,
-        augment: &str,
-        resize: Option<u32>,
-        mean: Option<[f32; 3]>,
-        std: Option<[f32; 3]>,
-        scale: Option<(f64, f64)>,
-        ratio: Option<(f64, f64)>,
+        transform: Option<Transform>,
     ) -> PyResult<NativeDecoder> {
-        let transform = Transform {
-            augment,
-            resize,
-            mean,
-            std,
-            scale,
-            ratio,
-        };
         let config = decode_config(
             image_size,
             dtype,
@@ -119,7 +122,7 @@ impl NativeDecoder {
             decode_threads,
             skip_corrupt,
             jpeg_decode,
-            &transform,
+            transform.as_ref(),
         )?;
         let pipeline = config.pipeline().map_err(errors::engine)?;
         Ok(NativeDecoder {

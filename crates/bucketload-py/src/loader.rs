@@ -78,8 +78,7 @@ impl NativeLoader {
         shuffle=true, seed=0, shuffle_buffer=None, cache_dir=None, cache_size=bucketload_cache::DEFAULT_CAPACITY,
         concurrency=None, decode_threads=None, rank=0, world_size=1, worker=0, num_workers=1,
         drop_last=false, skip_corrupt=false, endpoint=None, region=None, jpeg_decode="region",
-        client=None, augment="train", resize=None, mean=None, std=None, scale=None, ratio=None,
-        use_manifest=true, check_manifest=false,
+        client=None, transform=None, use_manifest=true, check_manifest=false,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -107,12 +106,7 @@ impl NativeLoader {
         region: Option<String>,
         jpeg_decode: &str,
         client: Option<ClientOptions>,
-        augment: &str,
-        resize: Option<u32>,
-        mean: Option<[f32; 3]>,
-        std: Option<[f32; 3]>,
-        scale: Option<(f64, f64)>,
-        ratio: Option<(f64, f64)>,
+        transform: Option<crate::decoder::Transform>,
         use_manifest: bool,
         check_manifest: bool,
     ) -> PyResult<NativeLoader> {
@@ -170,14 +164,7 @@ impl NativeLoader {
                     decode_threads,
                     skip_corrupt,
                     jpeg_decode,
-                    &crate::decoder::Transform {
-                        augment,
-                        resize,
-                        mean,
-                        std,
-                        scale,
-                        ratio,
-                    },
+                    transform.as_ref(),
                 )?;
                 let config = bucketload::decode::DecodeConfig {
                     batch_size,

@@ -216,20 +216,26 @@ impl std::fmt::Display for Hint {
 /// found directly, inside an engine error, or carried by an I/O error.
 pub fn hints(err: &(dyn std::error::Error + 'static)) -> Vec<Hint> {
     let mut out = Vec::new();
-    let mut next = Some(err);
-    while let Some(cause) = next {
+    for e in causes(err) {
+        if let Some(hint) = hint_of(e).filter(|h| !out.contains(h)) {
+            out.push(hint);
+        }
+    }
+    out
+}
+
+/// `err` and its causes, outermost first, each followed by the error it carries when it is an
+/// I/O error (streams of object bytes report store failures as I/O errors).
+pub(crate) fn causes<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(err), |e| e.source()).flat_map(|cause| {
         let carried = cause
             .downcast_ref::<std::io::Error>()
             .and_then(|io| io.get_ref())
             .map(|inner| inner as &(dyn std::error::Error + 'static));
-        for e in std::iter::once(cause).chain(carried) {
-            if let Some(hint) = hint_of(e).filter(|h| !out.contains(h)) {
-                out.push(hint);
-            }
-        }
-        next = cause.source();
-    }
-    out
+        std::iter::once(cause).chain(carried)
+    })
 }
 
 /// The hint of one error, if it is one of the engine's, the store's or the format's.

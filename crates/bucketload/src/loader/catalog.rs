@@ -440,24 +440,17 @@ fn differences(what: &str, keys: &[&str]) -> String {
 /// The URI of the object whose absence `err` (or one of its causes, also inside an I/O error)
 /// reports; `None` for any other error, a missing bucket included.
 fn missing_object(err: &(dyn std::error::Error + 'static)) -> Option<String> {
-    let mut next = Some(err);
-    while let Some(cause) = next {
-        let carried = cause
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-            .map(|inner| inner as &(dyn std::error::Error + 'static));
-        for e in std::iter::once(cause).chain(carried) {
-            let store = e
-                .downcast_ref::<Error>()
-                .and_then(Error::as_store)
-                .or_else(|| e.downcast_ref::<bucketload_store::Error>());
-            if let Some(bucketload_store::Error::NotFound { uri, what, .. }) = store {
-                return (*what == "object").then(|| uri.clone());
-            }
+    let not_found = crate::error::causes(err).find_map(|e| {
+        match e
+            .downcast_ref::<Error>()
+            .and_then(Error::as_store)
+            .or_else(|| e.downcast_ref::<bucketload_store::Error>())
+        {
+            Some(bucketload_store::Error::NotFound { uri, what, .. }) => Some((uri, *what)),
+            _ => None,
         }
-        next = cause.source();
-    }
-    None
+    });
+    not_found.and_then(|(uri, what)| (what == "object").then(|| uri.clone()))
 }
 
 /// Class labels from folders, as `bucketload shard` assigns them: when every key has a folder,
