@@ -87,7 +87,9 @@ class NativeStore:
 class NativeLoader:
     """The loader of one rank and DataLoader worker (see ``bucketload.Loader``)."""
 
-    def __init__(self, uri: str, *, format: Format = "auto", batch_size: int = 64,
+    def __init__(self, uri: str | list[str], *, weights: list[float] | None = None,
+                 samples_per_epoch: int | None = None, format: Format = "auto",
+                 batch_size: int = 64,
                  image_size: int = 224, decode: bool = True, dtype: DType = "float32",
                  shuffle: bool = True, seed: int = 0, shuffle_buffer: int | None = None,
                  cache_dir: str | None = None, cache_size: int = 20 << 30,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import _env, _native
@@ -82,6 +82,15 @@ class Loader(_Base):
     that many times ``image_size`` (faster on large pictures, slightly different pixels);
     ``"whole"`` decodes every pixel.
 
+    Mixing: ``uri`` may be a list of dataset roots, read as one weighted mixture. Each sample
+    comes from dataset ``i`` with proportion ``weights[i]`` (normalised by their sum; default
+    equal), in blocks of at least 128 samples that hold exactly those proportions, shuffled
+    from ``(seed, epoch)``. Each dataset keeps its own epochs: a small one starts its next
+    epoch (a new permutation) while a large one keeps streaming. An epoch of the mixture is
+    ``samples_per_epoch`` samples over all ranks (default: the datasets' sizes added). With
+    ``return_indices=True``, ``indices >> 56`` is the dataset of each image and
+    ``indices & (2**56 - 1)`` its index in that dataset. All datasets must hold images.
+
     Partitioning: ``rank``/``world_size`` given win; else the torch.distributed process group
     initialised where the loader is built (or pickled for spawned DataLoader workers), else
     ``RANK`` and ``WORLD_SIZE``, else Ray Train's context; a process that cannot tell its rank
@@ -101,8 +110,10 @@ class Loader(_Base):
 
     def __init__(
         self,
-        uri: str,
+        uri: str | Sequence[str],
         *,
+        weights: Sequence[float] | None = None,
+        samples_per_epoch: int | None = None,
         format: Format = "auto",
         batch_size: int = 64,
         image_size: int = 224,
@@ -150,8 +161,10 @@ class Loader(_Base):
             "transform": Transform(augment=augment, resize=resize, mean=mean, std=std,
                                    scale=scale, ratio=ratio),
             "use_manifest": use_manifest, "check_manifest": check_manifest,
+            "weights": None if weights is None else [float(w) for w in weights],
+            "samples_per_epoch": samples_per_epoch,
         }
-        self.uri = uri
+        self.uri: str | list[str] = uri if isinstance(uri, str) else list(uri)
         self._return_indices = return_indices
         self._rank = rank
         self._world_size = world_size

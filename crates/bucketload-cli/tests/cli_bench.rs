@@ -313,3 +313,22 @@ fn bad_input_names_what_to_fix() {
     assert_ne!(run.code, 0);
     assert!(run.error_line().contains("nothing-here"), "{run:#?}");
 }
+
+#[test]
+fn a_mixture_of_datasets_in_two_buckets_counts_both_stores() {
+    let fx = Fixture::start();
+    fx.generate("s3://bench-mix-a/train", 24, 2, "2KB");
+    fx.generate("s3://bench-mix-b/train", 8, 2, "2KB");
+    let logs = fx.work_path("logs");
+    let flags = "--dataset s3://bench-mix-a/train --dataset s3://bench-mix-b/train --weights 3,1 \
+                 --samples-per-epoch 64 --format files --epochs 1 --batch-size 8 --image-size 32";
+    let mut args: Vec<&str> = flags.split_whitespace().collect();
+    args.extend(["--log-dir", logs.to_str().unwrap()]);
+    let log = bench(&fx, &args);
+    assert_eq!(log["samples_processed_total"], 64, "{log:#}");
+    assert_eq!(log["config"]["format"], "files+files");
+    // A GET per sample from whichever bucket its dataset is in, and what each dataset read
+    // ahead past the mixture's end: more than either bucket holds for two epochs alone.
+    let gets = log["requests"]["get"].as_u64().unwrap();
+    assert!((64..=64 + 24 + 8).contains(&gets), "{:#}", log["requests"]);
+}

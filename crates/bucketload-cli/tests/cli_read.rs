@@ -373,3 +373,61 @@ fn a_crafted_index_is_an_error_naming_it_never_a_panic() {
     put_index(&fx, uri, &good);
     fx.run(&["read", uri, "--format", "indexed"]).ok();
 }
+
+#[test]
+fn two_datasets_are_mixed_by_their_weights() {
+    let fx = Fixture::start();
+    fx.generate("s3://read-mix/large", 60, 2, "2KB");
+    fx.generate("s3://read-mix/small", 20, 2, "2KB");
+    let datasets = ["s3://read-mix/large", "s3://read-mix/small"];
+    let mut args = datasets.to_vec();
+    args.extend_from_slice(&["--weights", "0.75,0.25", "--samples-per-epoch", "1000"]);
+    let report = read_json(&fx, &args);
+    assert_eq!(report["samples_per_epoch"], 1000);
+    assert_eq!(report["weights"], serde_json::json!([0.75, 0.25]));
+    let first = epoch(&report, 0);
+    assert_eq!(first["samples"], 1000, "{report:#}");
+    let mixed = first["mixed"].as_array().unwrap();
+    let large = mixed[0].as_u64().unwrap();
+    assert_eq!(large + mixed[1].as_u64().unwrap(), 1000);
+    assert!(
+        large.abs_diff(750) <= 10,
+        "within 1% of the weights: {report:#}"
+    );
+
+    // Without --weights, equal weights over the datasets' sizes added (80 samples: part of a
+    // block of 128 draws, 64 of each).
+    let report = read_json(&fx, &datasets);
+    assert_eq!(report["samples_per_epoch"], 80);
+    let mixed = epoch(&report, 0)["mixed"].as_array().unwrap().clone();
+    let small = mixed[1].as_u64().unwrap();
+    assert_eq!(mixed[0].as_u64().unwrap() + small, 80);
+    assert!((16..=64).contains(&small), "{report:#}");
+}
+
+#[test]
+fn bad_weights_are_refused_with_a_clear_error() {
+    let fx = Fixture::start();
+    fx.generate("s3://read-mix-bad/a", 4, 1, "1KB");
+    fx.generate("s3://read-mix-bad/b", 4, 1, "1KB");
+    for (weights, says) in [
+        ("-0.5,1", "weights[0] is -0.5"),
+        ("0,0", "the weights add up to 0"),
+        ("1", "2 datasets but 1 weights"),
+        ("1,2,3", "2 datasets but 3 weights"),
+    ] {
+        let args = [
+            "read",
+            "s3://read-mix-bad/a",
+            "s3://read-mix-bad/b",
+            "--weights",
+            weights,
+        ];
+        let run = fx.run(&args);
+        assert_eq!(run.code, 6, "invalid input: {run:#?}");
+        assert!(
+            run.error_line().contains(says),
+            "--weights {weights}: {run:#?}"
+        );
+    }
+}

@@ -9,13 +9,13 @@ use std::sync::Arc;
 
 use bucketload::decode::{DecodedBatches, Decoder, image_sample};
 use bucketload::loader::{
-    CacheBuilder, Delivery, Format, Loader, LoaderConfig, ManifestUse, Sample, SampleStream,
-    StateTracker,
+    CacheBuilder, Delivery, Format, Loader, LoaderConfig, ManifestUse, MixState, MixTracker,
+    Mixture, Sample, StateTracker,
 };
 use bucketload::panics;
-use bucketload::source::{Order, Partition, Remainder, SampleRef, SourceState};
+use bucketload::source::{Order, Partition, Remainder, SampleRef};
 use bucketload_image::{Batch, BatchData};
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -42,8 +42,74 @@ pub struct NativeLoader {
 
 /// What a loader holds that must not be dropped in a forked child.
 struct Parts {
-    loader: Loader,
+    loader: Reader,
     decoder: Option<Decoder>,
+}
+
+/// One dataset, or a weighted mixture of several.
+enum Reader {
+    One(Loader),
+    Mix(Mixture),
+}
+
+impl Reader {
+    fn samples_per_epoch(&self) -> bucketload::Result<u64> {
+        match self {
+            Reader::One(loader) => loader.samples_per_epoch(),
+            Reader::Mix(mix) => Ok(mix.worker_samples_per_epoch()),
+        }
+    }
+
+    /// The dataset's samples; a mixture's epoch over all ranks.
+    fn dataset_samples(&self) -> u64 {
+        match self {
+            Reader::One(loader) => loader.source().plan().samples(),
+            Reader::Mix(mix) => mix.samples_per_epoch(),
+        }
+    }
+
+    /// The dataset's URI; a mixture's joined by ` + `.
+    fn name(&self) -> String {
+        let uri = |l: &Loader| l.store().uri().to_string();
+        match self {
+            Reader::One(loader) => uri(loader),
+            Reader::Mix(mix) => mix
+                .loaders()
+                .iter()
+                .map(uri)
+                .collect::<Vec<_>>()
+                .join(" + "),
+        }
+    }
+}
+
+/// A dataset URI, or a list of them to mix.
+#[derive(FromPyObject)]
+enum Uris {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// Where an epoch stands after a number of its samples were handed out.
+enum Tracker {
+    One(StateTracker),
+    Mix(MixTracker),
+}
+
+impl Tracker {
+    /// The state (JSON) after `consumed` samples.
+    fn state(&self, consumed: u64) -> bucketload::Result<String> {
+        let json = match self {
+            Tracker::One(t) => serde_json::to_string(&t.state(consumed)?),
+            Tracker::Mix(t) => serde_json::to_string(&t.state(consumed)?),
+        };
+        json.map_err(|e| bucketload::Error::invalid_input(format!("cannot encode the state: {e}")))
+    }
+}
+
+fn parse_state<T: serde::de::DeserializeOwned>(json: &str) -> PyResult<T> {
+    serde_json::from_str(json)
+        .map_err(|e| errors::raise(ErrorKind::InvalidInput, format!("not a loader state: {e}")))
 }
 
 fn parse_format(format: &str) -> PyResult<Format> {
@@ -74,7 +140,7 @@ pub(crate) fn manifest_use(use_manifest: bool, check_manifest: bool) -> PyResult
 impl NativeLoader {
     #[new]
     #[pyo3(signature = (
-        uri, *, format="auto", batch_size=64, image_size=224, decode=true, dtype="float32",
+        uri, *, weights=None, samples_per_epoch=None, format="auto", batch_size=64, image_size=224, decode=true, dtype="float32",
         shuffle=true, seed=0, shuffle_buffer=None, cache_dir=None, cache_size=bucketload_cache::DEFAULT_CAPACITY,
         concurrency=None, decode_threads=None, rank=0, world_size=1, worker=0, num_workers=1,
         drop_last=false, skip_corrupt=false, endpoint=None, region=None, jpeg_decode="region",
@@ -83,7 +149,9 @@ impl NativeLoader {
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        uri: &str,
+        uri: Uris,
+        weights: Option<Vec<f64>>,
+        samples_per_epoch: Option<u64>,
         format: &str,
         batch_size: usize,
         image_size: u32,
@@ -131,29 +199,39 @@ impl NativeLoader {
         if let Some(client) = client {
             store = client.apply(store);
         }
-        let mut builder = LoaderConfig::builder(uri)
-            .with_format(parse_format(format)?)
-            .with_order(order)
-            .with_partition(Partition::new(rank, world_size).with_remainder(remainder))
-            .with_worker(worker, num_workers)
-            .with_manifest(manifest_use(use_manifest, check_manifest)?)
-            // Batches are checkpointed by count: samples must arrive in the worker's order.
-            .with_delivery(Delivery::Strict);
+        let manifest = manifest_use(use_manifest, check_manifest)?;
         if let Some(n) = concurrency {
             store = store.with_concurrency(n);
-            builder = builder.with_concurrency(n);
         }
-        builder = builder.with_store_config(store);
-        if let Some(dir) = cache_dir {
-            let cache = CacheBuilder::new(&dir, cache_size).build().map_err(|e| {
-                errors::raise(
-                    ErrorKind::InvalidInput,
-                    format!("cannot open the cache at {}: {e}", dir.display()),
-                )
-            })?;
-            builder = builder.with_cache(Arc::new(cache));
-        }
-        let config = builder.build().map_err(errors::engine)?;
+        let cache = match cache_dir {
+            None => None,
+            Some(dir) => Some(Arc::new(
+                CacheBuilder::new(&dir, cache_size).build().map_err(|e| {
+                    errors::raise(
+                        ErrorKind::InvalidInput,
+                        format!("cannot open the cache at {}: {e}", dir.display()),
+                    )
+                })?,
+            )),
+        };
+        let config = |uri: &str| -> PyResult<LoaderConfig> {
+            let mut builder = LoaderConfig::builder(uri)
+                .with_store_config(store.clone())
+                .with_format(parse_format(format)?)
+                .with_order(order)
+                .with_partition(Partition::new(rank, world_size).with_remainder(remainder))
+                .with_worker(worker, num_workers)
+                .with_manifest(manifest)
+                // Batches are checkpointed by count: samples must arrive in the worker's order.
+                .with_delivery(Delivery::Strict);
+            if let Some(n) = concurrency {
+                builder = builder.with_concurrency(n);
+            }
+            if let Some(cache) = &cache {
+                builder = builder.with_cache(Arc::clone(cache));
+            }
+            builder.build().map_err(errors::engine)
+        };
         let decoder = match decode {
             false => None,
             true => {
@@ -175,7 +253,25 @@ impl NativeLoader {
             }
         };
         let rt = runtime()?;
-        let opened = py.detach(|| rt.block_on(Loader::open(config)));
+        let opened = match (uri, weights, samples_per_epoch) {
+            (Uris::One(uri), None, None) => {
+                let config = config(&uri)?;
+                py.detach(|| rt.block_on(Loader::open(config)).map(Reader::One))
+            }
+            (uris, weights, samples) => {
+                let uris = match uris {
+                    Uris::One(uri) => vec![uri],
+                    Uris::Many(uris) => uris,
+                };
+                let configs = uris
+                    .iter()
+                    .map(|u| config(u))
+                    .collect::<PyResult<Vec<_>>>()?;
+                let weights = weights.unwrap_or_else(|| vec![1.0; uris.len()]);
+                let open = Mixture::open(configs, &weights, samples);
+                py.detach(|| rt.block_on(open).map(Reader::Mix))
+            }
+        };
         Ok(NativeLoader {
             parts: ForkSafe::new(Parts {
                 loader: opened.map_err(errors::engine)?,
@@ -205,7 +301,7 @@ impl NativeLoader {
 
     /// Samples in the dataset.
     fn dataset_samples(&self) -> PyResult<u64> {
-        Ok(self.parts.get("loader")?.loader.source().plan().samples())
+        Ok(self.parts.get("loader")?.loader.dataset_samples())
     }
 
     /// Starts epoch `epoch`, or continues the one a state (JSON from
@@ -214,20 +310,46 @@ impl NativeLoader {
     fn epoch(&self, epoch: u64, state: Option<&str>) -> PyResult<NativeEpoch> {
         let parts = self.parts.get("loader")?;
         let _guard = self.rt.enter();
-        let stream = match state {
-            None => parts.loader.epoch(epoch),
-            Some(json) => {
-                let state: SourceState = serde_json::from_str(json).map_err(|e| {
-                    errors::raise(ErrorKind::InvalidInput, format!("not a loader state: {e}"))
-                })?;
-                parts.loader.resume(&state)
+        let dataset = parts.loader.name();
+        match &parts.loader {
+            Reader::One(loader) => {
+                let stream = match state {
+                    None => loader.epoch(epoch),
+                    Some(json) => loader.resume(&parse_state(json)?),
+                }
+                .map_err(errors::engine)?;
+                let (epoch, planned) = (stream.epoch(), stream.remaining());
+                let tracker = Tracker::One(stream.tracker());
+                self.start(parts, stream, (epoch, planned), tracker, dataset)
+            }
+            Reader::Mix(mix) => {
+                let stream = match state {
+                    None => mix.epoch(epoch),
+                    Some(json) => mix.resume(&parse_state::<MixState>(json)?),
+                }
+                .map_err(errors::engine)?;
+                let (epoch, planned) = (stream.epoch(), stream.remaining());
+                let tracker = Tracker::Mix(stream.tracker());
+                self.start(parts, stream, (epoch, planned), tracker, dataset)
             }
         }
-        .map_err(errors::engine)?;
-        let epoch = stream.epoch();
-        let tracker = stream.tracker();
-        let planned = stream.remaining();
-        let dataset = parts.loader.store().uri().to_string();
+    }
+}
+
+impl NativeLoader {
+    /// The epoch of `stream`, decoded or not; `at` is its epoch and the samples it plans.
+    fn start<S>(
+        &self,
+        parts: &Parts,
+        stream: S,
+        at: (u64, u64),
+        tracker: Tracker,
+        dataset: String,
+    ) -> PyResult<NativeEpoch>
+    where
+        S: Stream<Item = bucketload::Result<Sample>> + Send + Unpin + 'static,
+    {
+        let (epoch, planned) = at;
         let (flow, expected) = match &parts.decoder {
             Some(decoder) => {
                 // A short last batch is left out with drop_last: its samples are not handed out.
@@ -263,7 +385,10 @@ enum Flow {
 
 /// The epoch's samples, undecoded, sent to a channel by a task; a panic in the task is sent as
 /// its error, never a channel that closes early.
-fn feed_samples(rt: &Runtime, stream: SampleStream) -> Flow {
+fn feed_samples<S>(rt: &Runtime, stream: S) -> Flow
+where
+    S: Stream<Item = bucketload::Result<Sample>> + Send + Unpin + 'static,
+{
     let (tx, rx) = tokio::sync::mpsc::channel(SAMPLES_AHEAD);
     let report = tx.clone();
     let feeder = rt.spawn(async move {
@@ -288,7 +413,7 @@ fn feed_samples(rt: &Runtime, stream: SampleStream) -> Flow {
 #[pyclass(module = "bucketload._native")]
 pub struct NativeEpoch {
     flow: ForkSafe<Flow>,
-    tracker: StateTracker,
+    tracker: Tracker,
     consumed: u64,
     /// Samples the epoch hands out (decoded or skipped) before its end.
     expected: u64,
@@ -469,9 +594,7 @@ impl NativeEpoch {
     /// The state after what was handed out so far (JSON): resumes with neither replay nor
     /// skip.
     fn state(&self) -> PyResult<String> {
-        let state = self.tracker.state(self.consumed).map_err(errors::engine)?;
-        serde_json::to_string(&state)
-            .map_err(|e| errors::raise(ErrorKind::Other, format!("cannot encode the state: {e}")))
+        self.tracker.state(self.consumed).map_err(errors::engine)
     }
 
     /// Samples handed out so far (decoded or skipped).

@@ -6,10 +6,13 @@ use std::sync::Arc;
 use anyhow::Context;
 use bucketload::io::PrefetchConfig;
 use bucketload::loader::{
-    CacheBuilder, DEFAULT_LOADER_CONCURRENCY, Delivery, Format, LoaderConfig, ManifestUse,
+    CacheBuilder, DEFAULT_LOADER_CONCURRENCY, Delivery, Format, Loader, LoaderConfig, LoaderStats,
+    ManifestUse, MixStream, Mixture, SampleStream,
 };
 use bucketload::source::{Order, Partition, Remainder};
+use bucketload_store::Store;
 use clap::{Args, ValueEnum};
+use futures::future::Either;
 
 use crate::args::store::{StoreArgs, parse_size};
 
@@ -67,6 +70,18 @@ pub struct LoaderArgs {
     /// removed or resized), naming them and the command that refreshes the manifest
     #[arg(long, conflicts_with = "no_manifest")]
     pub check_manifest: bool,
+    /// Mix several datasets: the share of samples drawn from each, in their order, e.g.
+    /// 0.7,0.3 (normalised by their sum) [default: equal]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "W,W,...",
+        allow_hyphen_values = true
+    )]
+    pub weights: Option<Vec<f64>>,
+    /// Samples of a mixture's epoch over all ranks [default: the datasets' sizes added]
+    #[arg(long, value_name = "N")]
+    pub samples_per_epoch: Option<u64>,
 }
 
 impl LoaderArgs {
@@ -160,4 +175,96 @@ pub fn loader_config(
         builder = builder.with_cache(Arc::new(cache));
     }
     Ok(builder.build()?)
+}
+
+/// The dataset a command reads: one, or a weighted mixture of several.
+#[derive(Debug)]
+pub enum Datasets {
+    /// One dataset, read by its loader.
+    One(Loader),
+    /// Several, mixed by `--weights`.
+    Mix(Mixture),
+}
+
+/// One epoch of [`Datasets`].
+pub type EpochStream = Either<SampleStream, MixStream>;
+
+impl Datasets {
+    /// Opens `uris` (local paths already absolute): one dataset as it is, or a mixture when
+    /// there are several, or `--weights` or `--samples-per-epoch` are given.
+    pub async fn open(
+        store: &StoreArgs,
+        a: &LoaderArgs,
+        uris: &[String],
+        epochs: u64,
+    ) -> anyhow::Result<Datasets> {
+        let configs = uris
+            .iter()
+            .map(|uri| loader_config(store, a, uri, epochs))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let datasets = match (configs.len(), &a.weights, a.samples_per_epoch) {
+            (1, None, None) => {
+                let config = configs.into_iter().next().context("one dataset")?;
+                Datasets::One(Loader::open(config).await?)
+            }
+            (n, weights, samples) => {
+                let equal = vec![1.0; n];
+                let weights = weights.as_deref().unwrap_or(&equal);
+                Datasets::Mix(Mixture::open(configs, weights, samples).await?)
+            }
+        };
+        for store in datasets.stores() {
+            crate::metrics::register(store);
+        }
+        Ok(datasets)
+    }
+
+    /// The stores read, one per dataset.
+    pub fn stores(&self) -> Vec<&Store> {
+        match self {
+            Datasets::One(loader) => vec![loader.store()],
+            Datasets::Mix(mix) => mix.loaders().iter().map(Loader::store).collect(),
+        }
+    }
+
+    /// This worker's samples of epoch `epoch`.
+    pub fn epoch(&self, epoch: u64) -> bucketload::Result<EpochStream> {
+        Ok(match self {
+            Datasets::One(loader) => Either::Left(loader.epoch(epoch)?),
+            Datasets::Mix(mix) => Either::Right(mix.epoch(epoch)?),
+        })
+    }
+
+    /// Samples this worker reads per epoch.
+    pub fn samples_per_epoch(&self) -> bucketload::Result<u64> {
+        match self {
+            Datasets::One(loader) => loader.samples_per_epoch(),
+            Datasets::Mix(mix) => Ok(mix.worker_samples_per_epoch()),
+        }
+    }
+
+    /// The loaders' counters (all of a mixture's together).
+    pub fn stats(&self) -> LoaderStats {
+        match self {
+            Datasets::One(loader) => loader.stats(),
+            Datasets::Mix(mix) => mix.stats(),
+        }
+    }
+
+    /// The format read, lowercase; a mixture's formats joined by `+`.
+    pub fn format(&self) -> String {
+        let name = |l: &Loader| format!("{:?}", l.format()).to_lowercase();
+        match self {
+            Datasets::One(loader) => name(loader),
+            Datasets::Mix(mix) => mix.loaders().iter().map(name).collect::<Vec<_>>().join("+"),
+        }
+    }
+
+    /// Whether every dataset is streamed shard by shard.
+    pub fn streams_shards(&self) -> bool {
+        match self {
+            Datasets::One(loader) => loader.format() == Format::Shards,
+            Datasets::Mix(mix) => mix.loaders().iter().all(|l| l.format() == Format::Shards),
+        }
+    }
 }

@@ -6,12 +6,12 @@ use std::time::Instant;
 
 use anyhow::bail;
 use bucketload::base::Progress;
-use bucketload::loader::{Format, Loader, LoaderStats};
+use bucketload::loader::LoaderStats;
 use clap::Args;
 use futures::TryStreamExt;
 use serde::Serialize;
 
-use crate::args::loader::{LoaderArgs, loader_config};
+use crate::args::loader::{Datasets, LoaderArgs};
 use crate::args::store::StoreArgs;
 use crate::common::local_to_absolute;
 use crate::decode::DecodeArgs;
@@ -22,8 +22,10 @@ use bucketload::decode::{DecodeEpoch, Decoder};
 /// (default 256 here).
 #[derive(Debug, Args)]
 pub struct ReadArgs {
-    /// Dataset URI (s3://bucket/prefix, file:///dir or a local path)
-    pub uri: String,
+    /// Dataset URI (s3://bucket/prefix, file:///dir or a local path); several are mixed
+    /// (see --weights)
+    #[arg(required = true, value_name = "URI")]
+    pub uris: Vec<String>,
     /// Epochs to read
     #[arg(long, default_value_t = 1, value_name = "E")]
     pub epochs: u64,
@@ -63,11 +65,18 @@ struct EpochReport {
     /// Images decoded into batches (`--decode`).
     #[serde(skip_serializing_if = "Option::is_none")]
     decode: Option<DecodeEpoch>,
+    /// Samples drawn from each dataset of a mixture, in their order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mixed: Option<Vec<u64>>,
 }
 
 #[derive(Debug, Serialize)]
 struct Report {
+    /// The dataset; a mixture's URIs joined by ` + `.
     uri: String,
+    /// Each dataset's weight (normalised) when several are mixed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    weights: Option<Vec<f64>>,
     format: String,
     samples_per_epoch: u64,
     epochs: Vec<EpochReport>,
@@ -76,23 +85,30 @@ struct Report {
 
 /// Runs `bucketload read`.
 pub async fn read(store: &StoreArgs, a: ReadArgs) -> anyhow::Result<()> {
-    let uri = local_to_absolute(&a.uri)?;
-    let config = loader_config(store, &a.loader, &uri, a.epochs)?;
-    let loader = Loader::open(config).await?;
-    crate::metrics::register(loader.store());
+    let uris = a
+        .uris
+        .iter()
+        .map(|uri| local_to_absolute(uri))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let loader = Datasets::open(store, &a.loader, &uris, a.epochs).await?;
     let samples_per_epoch = loader.samples_per_epoch()?;
     let decoder = crate::decode::decoder(&a.decode, a.loader.seed)?;
     let mut epochs = Vec::new();
     for epoch in 0..a.epochs {
         epochs.push(run_epoch(&loader, epoch, samples_per_epoch, decoder.as_ref()).await?);
         if !a.json {
-            let streams = loader.format() == Format::Shards;
+            let streams = loader.streams_shards();
             print_epoch(&mut std::io::stdout().lock(), epochs.last(), streams)?;
         }
     }
+    let weights = match &loader {
+        Datasets::Mix(mix) => Some((0..uris.len()).map(|i| mix.weights().weight(i)).collect()),
+        Datasets::One(_) => None,
+    };
     let report = Report {
-        uri,
-        format: format!("{:?}", loader.format()).to_lowercase(),
+        uri: uris.join(" + "),
+        weights,
+        format: loader.format(),
         samples_per_epoch,
         epochs,
         loader: loader.stats(),
@@ -108,7 +124,7 @@ pub async fn read(store: &StoreArgs, a: ReadArgs) -> anyhow::Result<()> {
 }
 
 async fn run_epoch(
-    loader: &Loader,
+    loader: &Datasets,
     epoch: u64,
     expected: u64,
     decoder: Option<&Decoder>,
@@ -120,16 +136,30 @@ async fn run_epoch(
     let mut decode = decoder.map(|d| d.start(epoch));
     let mut samples = loader.epoch(epoch)?;
     let mut delivered = 0u64;
+    let mut mixed = match loader {
+        Datasets::Mix(mix) => Some(vec![0u64; mix.loaders().len()]),
+        Datasets::One(_) => None,
+    };
     while let Some(sample) = samples.try_next().await? {
         if let Some(decode) = &mut decode {
             decode.push(&sample).await?;
+        }
+        if let Some(count) = mixed
+            .as_mut()
+            .and_then(|m| m.get_mut(sample.dataset as usize))
+        {
+            *count += 1;
         }
         delivered += 1;
         bar.advance(1, sample.bytes());
     }
     // The loader errs on a short epoch itself; the report must agree with the plan too. Samples
     // left out with --skip-changed were asked to be left out: they are counted, not missing.
-    let skipped = loader.stats().skipped_changed - before.skipped_changed;
+    // A mixture draws again from a dataset that skipped one: it delivers its whole plan.
+    let skipped = match loader {
+        Datasets::One(_) => loader.stats().skipped_changed - before.skipped_changed,
+        Datasets::Mix(_) => 0,
+    };
     if delivered + skipped != expected {
         bail!(
             "epoch {epoch} delivered {delivered} samples ({skipped} skipped), its plan {expected}"
@@ -142,6 +172,7 @@ async fn run_epoch(
     let seconds = started.elapsed().as_secs_f64();
     bar.finish();
     let mut report = epoch_report(epoch, seconds, &before, &loader.stats());
+    report.mixed = mixed;
     report.decode = decoded.map(|mut d| {
         d.images_per_s = d.images as f64 / seconds.max(1e-9);
         d
@@ -172,6 +203,7 @@ fn epoch_report(epoch: u64, seconds: f64, a: &LoaderStats, b: &LoaderStats) -> E
         consumer_waiting: share(b.consumer.idle_or_waiting_s - a.consumer.idle_or_waiting_s)
             .min(1.0),
         decode: None,
+        mixed: None,
     }
 }
 
@@ -210,6 +242,14 @@ fn print_epoch(
                 0 => String::new(),
                 n => format!(", {n} corrupt images skipped"),
             }
+        )?;
+    }
+    if let Some(mixed) = &e.mixed {
+        let counts: Vec<String> = mixed.iter().map(u64::to_string).collect();
+        writeln!(
+            out,
+            "  mixed     {} samples from each dataset",
+            counts.join(" / ")
         )?;
     }
     if e.skipped_changed > 0 {

@@ -28,7 +28,8 @@
 //! against the manifest); `streamed_shards.rs` (a worker's shards streamed several at once and
 //! reordered), each stream a `shard_stream.rs` ([`shard_samples`]: the tar of one shard span
 //! parsed as bytes arrive from [`read_range`](crate::io::read_range)). The cache is a
-//! [`DiskCache`], shared with the mount.
+//! [`DiskCache`], shared with the mount. `mixture.rs` ([`Mixture`]) reads several datasets,
+//! each through its own `Loader`, as one weighted stream.
 //!
 //! Back-pressure: nothing is requested that the memory budget (files, indexed) or the prefetch
 //! windows and channels (shards) cannot hold; a consumer that stops polling stops new requests.
@@ -52,6 +53,7 @@
 mod catalog;
 mod config;
 mod file_bytes;
+mod mixture;
 mod random_access;
 mod shard_stream;
 mod stats;
@@ -76,6 +78,7 @@ pub use config::{
     DEFAULT_MEMORY_BUDGET, DEFAULT_SHARDS_IN_FLIGHT, Delivery, Format, LoaderBuilder, LoaderConfig,
     MAX_COALESCED_BYTES, ManifestUse,
 };
+pub use mixture::{MixState, MixStream, MixTracker, Mixture};
 pub use shard_stream::{ShardSample, ShardSpan, shard_samples};
 pub use stats::{InFlight, LoaderStats, RequestStats, StageTime};
 
@@ -90,6 +93,9 @@ use crate::source::{EpochProgress, SampleRef, Source, SourceState};
 
 /// Extension of the WebDataset member that holds a class label (ASCII decimal).
 const LABEL_EXT: &str = "cls";
+
+/// Bit where a mixture's dataset number starts in [`Sample::dataset_index`].
+pub const DATASET_SHIFT: u32 = 56;
 
 /// Extensions of the member taken as a sample's image, in order of preference.
 pub const IMAGE_EXTENSIONS: [&str; 3] = ["jpg", "jpeg", "png"];
@@ -108,6 +114,8 @@ pub struct Sample {
     pub source: SampleRef,
     /// Its position in this worker's order for the epoch.
     pub position: u64,
+    /// The dataset it comes from: its place in a [`Mixture`]'s list, 0 for a [`Loader`].
+    pub dataset: u32,
 }
 
 impl Sample {
@@ -137,12 +145,16 @@ impl Sample {
 
     /// A number unique to the sample in the dataset (while shards hold fewer than 2^32
     /// samples), stable across epochs, ranks and workers: with a seed and the epoch it fixes
-    /// the sample's random augmentation.
+    /// the sample's random augmentation. A [`Mixture`] sets the top byte to the sample's
+    /// [`dataset`](Self::dataset) (bits 56–63; [`DATASET_SHIFT`]), so samples of different
+    /// datasets never share a number while files number fewer than 2^56 and shards fewer
+    /// than 2^24; dataset 0 keeps the numbers it has alone.
     pub fn dataset_index(&self) -> u64 {
-        match self.source {
+        let index = match self.source {
             SampleRef::File { index } => index,
             SampleRef::Shard { shard, sample } => (shard << 32) | (sample & 0xffff_ffff),
-        }
+        };
+        index | (u64::from(self.dataset) << DATASET_SHIFT)
     }
 }
 
@@ -184,6 +196,7 @@ impl Item {
                 members: Vec::new(),
                 source,
                 position,
+                dataset: 0,
             },
             permit: None,
             skipped: true,
@@ -208,7 +221,7 @@ pub(crate) struct Inner {
     /// The manifest the catalog was read from, if it was.
     pub(crate) manifest: Option<ManifestOrigin>,
     pub(crate) source: Source,
-    pub(crate) counters: Counters,
+    pub(crate) counters: Arc<Counters>,
     pub(crate) prefetch: Arc<PrefetchCounters>,
     pub(crate) budget: Arc<Semaphore>,
     pub(crate) budget_kib: u32,
@@ -241,6 +254,15 @@ impl Loader {
     /// Opens the dataset: the store, then its manifest (or a listing, and the shard indexes an
     /// indexed loader needs).
     pub async fn open(config: LoaderConfig) -> Result<Loader> {
+        Loader::open_counted(config, None).await
+    }
+
+    /// Opens the dataset, counting into `shared`'s counters when given (the datasets of a
+    /// mixture report as one).
+    pub(crate) async fn open_counted(
+        config: LoaderConfig,
+        shared: Option<&Loader>,
+    ) -> Result<Loader> {
         let store = match &config.dataset {
             Dataset::Store(store) => store.clone(),
             Dataset::Uri(uri, store_config) => {
@@ -276,8 +298,8 @@ impl Loader {
                 store_uri: store.uri().to_string(),
                 budget: Arc::new(Semaphore::new(budget_kib as usize)),
                 budget_kib,
-                prefetch: Arc::new(PrefetchCounters::default()),
-                counters: Counters::default(),
+                prefetch: shared.map_or_else(Arc::default, |l| l.inner.prefetch.clone()),
+                counters: shared.map_or_else(Arc::default, |l| l.inner.counters.clone()),
                 location,
                 store,
                 catalog,

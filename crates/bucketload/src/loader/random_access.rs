@@ -146,6 +146,7 @@ async fn fetch_file(inner: Arc<Inner>, position: u64, sref: SampleRef) -> Result
         members: vec![(split_key(name).1.to_owned(), bytes)],
         source: sref,
         position,
+        dataset: 0,
     };
     Ok(vec![Item {
         sample,
@@ -383,6 +384,7 @@ fn parse_sample(inner: &Inner, w: &Wanted, bytes: Bytes) -> Result<Sample> {
         members,
         source: w.sref,
         position: w.position,
+        dataset: 0,
     })
 }
 

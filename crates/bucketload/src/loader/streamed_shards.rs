@@ -89,6 +89,7 @@ impl<I: Iterator<Item = (u64, SampleRef)>> Reorder<I> {
                     members: got.members,
                     source: sref,
                     position,
+                    dataset: 0,
                 };
                 return Ok(Some(Item {
                     sample,

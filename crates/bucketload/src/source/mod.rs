@@ -65,6 +65,7 @@
 // Spans are lists of index ranges, and a list of one span is the common case.
 #![allow(clippy::single_range_in_vec_init)]
 
+pub mod mix;
 mod partition;
 pub(crate) mod permute;
 mod state;

@@ -22,10 +22,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use bucketload::loader::{DEFAULT_LOADER_CONCURRENCY, Loader};
+use bucketload::loader::DEFAULT_LOADER_CONCURRENCY;
 use clap::Args;
 
-use crate::args::loader::{LoaderArgs, loader_config};
+use crate::args::loader::{Datasets, LoaderArgs};
 use crate::args::store::StoreArgs;
 use crate::common::local_to_absolute;
 use crate::decode::{DecodeArgs, Dtype};
@@ -41,9 +41,10 @@ const MAX_PROBES: usize = 10;
 /// `bucketload bench` arguments; the global `--concurrency` sets the requests in flight.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Dataset URI (s3://bucket/prefix, file:///dir or a local path)
-    #[arg(long, value_name = "URI")]
-    pub dataset: String,
+    /// Dataset URI (s3://bucket/prefix, file:///dir or a local path); repeat it to mix
+    /// several (see --weights)
+    #[arg(long, value_name = "URI", required = true)]
+    pub dataset: Vec<String>,
     /// Epochs to train
     #[arg(long, default_value_t = 3, value_name = "E")]
     pub epochs: u64,
@@ -122,11 +123,16 @@ pub async fn bench(store: &StoreArgs, a: BenchArgs) -> anyhow::Result<()> {
         .into());
     }
     check_name(&a.name)?;
-    let uri = local_to_absolute(&a.dataset)?;
-    let loader = Loader::open(loader_config(store, &a.loader, &uri, a.epochs)?).await?;
-    crate::metrics::register(loader.store());
+    let uris = a
+        .dataset
+        .iter()
+        .map(|uri| local_to_absolute(uri))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let uri = uris.join(" + ");
+    let loader = Datasets::open(store, &a.loader, &uris, a.epochs).await?;
     let decoder = crate::decode::decoder(&decode_args(&a), a.loader.seed)?;
-    let live = Arc::new(prom::Live::new(loader.store().clone()));
+    let stores = loader.stores().into_iter().cloned().collect();
+    let live = Arc::new(prom::Live::new(stores));
     let server = match a.metrics_addr {
         Some(addr) => {
             let (bound, task) = prom::serve(addr, Arc::clone(&live)).await?;
@@ -300,7 +306,7 @@ async fn train(
 ) -> anyhow::Result<BenchLog> {
     let expected = trainer.loader.samples_per_epoch()?;
     let mut ckpt = checkpointer(store, a).await?;
-    let store_before = trainer.loader.store().metrics().snapshot();
+    let store_before = snapshots(trainer.loader);
     let mut runs = Vec::new();
     for epoch in 0..a.epochs {
         trainer.live.set_epoch(epoch);
@@ -310,10 +316,14 @@ async fn train(
         }
         runs.push(run);
     }
-    let after = trainer.loader.store().metrics().snapshot();
+    let after = snapshots(trainer.loader);
     let mut log = assemble(store, a, uri, trainer, &runs);
-    log.requests = requests(&store_before.requests, &after.requests);
-    log.cost_usd = (after.cost.total_usd - store_before.cost.total_usd).max(0.0);
+    for (before, after) in store_before.iter().zip(&after) {
+        for (kind, n) in requests(&before.requests, &after.requests) {
+            *log.requests.entry(kind).or_default() += n;
+        }
+        log.cost_usd += (after.cost.total_usd - before.cost.total_usd).max(0.0);
+    }
     if let Some(ckpt) = ckpt {
         let ckpt = ckpt.finish().await?;
         for (i, t) in ckpt.times.iter().enumerate() {
@@ -413,7 +423,7 @@ fn assemble(
         stages,
         config: RunConfig {
             dataset: uri.to_owned(),
-            format: format!("{:?}", trainer.loader.format()).to_lowercase(),
+            format: trainer.loader.format(),
             cache: a.loader.cache.is_some(),
             cache_size: a.loader.cache_size,
             epochs: a.epochs,
@@ -437,6 +447,12 @@ fn assemble(
 }
 
 /// Requests made between two snapshots, by kind (kinds with none left out).
+/// The metrics of every store the run reads.
+fn snapshots(datasets: &Datasets) -> Vec<bucketload_store::MetricsSnapshot> {
+    let stores = datasets.stores();
+    stores.iter().map(|s| s.metrics().snapshot()).collect()
+}
+
 fn requests(
     before: &bucketload_store::RequestCounts,
     after: &bucketload_store::RequestCounts,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use bucketload::loader::LoaderStats;
-use bucketload_store::Store;
+use bucketload_store::{RequestCounts, Store};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -33,12 +33,13 @@ pub struct Live {
     /// Cumulative counts per bucket of [`WAIT_BUCKETS`] (the last is +Inf).
     wait_buckets: [AtomicU64; WAIT_BUCKETS.len() + 1],
     loader: Mutex<LoaderStats>,
-    store: Store,
+    /// The dataset's store; a mixture's, one per dataset.
+    stores: Vec<Store>,
 }
 
 impl Live {
-    /// Counters of a run reading through `store`.
-    pub fn new(store: Store) -> Live {
+    /// Counters of a run reading through `stores` (one per dataset).
+    pub fn new(stores: Vec<Store>) -> Live {
         Live {
             started: Instant::now(),
             epoch: AtomicU64::new(0),
@@ -48,7 +49,7 @@ impl Live {
             wait_nanos: AtomicU64::new(0),
             wait_buckets: std::array::from_fn(|_| AtomicU64::new(0)),
             loader: Mutex::new(LoaderStats::default()),
-            store,
+            stores,
         }
     }
 
@@ -155,20 +156,22 @@ impl Live {
     }
 
     fn render_requests(&self, out: &mut String) {
-        let snap = self.store.metrics().snapshot();
-        let r = &snap.requests;
+        let snaps: Vec<_> = self.stores.iter().map(|s| s.metrics().snapshot()).collect();
+        let sum = |count: fn(&RequestCounts) -> u64| -> u64 {
+            snaps.iter().map(|s| count(&s.requests)).sum()
+        };
         let _ = writeln!(
             out,
             "# HELP bucketload_requests_total Requests to the dataset's store, by kind.\n\
              # TYPE bucketload_requests_total counter"
         );
         for (kind, count) in [
-            ("get", r.get),
-            ("ranged_get", r.ranged_get),
-            ("head", r.head),
-            ("list", r.list),
-            ("put", r.put),
-            ("multipart_part", r.multipart_part),
+            ("get", sum(|r| r.get)),
+            ("ranged_get", sum(|r| r.ranged_get)),
+            ("head", sum(|r| r.head)),
+            ("list", sum(|r| r.list)),
+            ("put", sum(|r| r.put)),
+            ("multipart_part", sum(|r| r.multipart_part)),
         ] {
             let _ = writeln!(out, "bucketload_requests_total{{kind=\"{kind}\"}} {count}");
         }
@@ -176,7 +179,7 @@ impl Live {
             out,
             "# HELP bucketload_cost_usd Estimated request and transfer cost so far.\n\
              # TYPE bucketload_cost_usd gauge\nbucketload_cost_usd {}",
-            snap.cost.total_usd
+            snaps.iter().map(|s| s.cost.total_usd).sum::<f64>()
         );
     }
 
@@ -265,7 +268,7 @@ mod tests {
     fn the_histogram_is_cumulative() {
         let store =
             Store::open("mem://metrics", &bucketload_store::StoreConfig::default()).unwrap();
-        let live = Live::new(store);
+        let live = Live::new(vec![store]);
         let stats = LoaderStats::default();
         live.step(4, Duration::from_millis(3), Duration::ZERO, &stats);
         live.step(4, Duration::from_millis(300), Duration::ZERO, &stats);
@@ -284,7 +287,7 @@ mod tests {
                 .unwrap();
         let store =
             Store::open("mem://metrics", &bucketload_store::StoreConfig::default()).unwrap();
-        let served = Live::new(store).render();
+        let served = Live::new(vec![store]).render();
         let panels = dashboard["panels"].as_array().unwrap();
         assert!(panels.len() >= 8);
         let mut queried = 0;

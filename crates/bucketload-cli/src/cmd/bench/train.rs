@@ -11,13 +11,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bucketload::base::Progress;
-use bucketload::loader::{Loader, LoaderStats, Sample};
+use bucketload::loader::{LoaderStats, Sample};
 use futures::TryStreamExt;
 use tokio::sync::mpsc;
 
 use super::ckpt::Checkpointer;
 use super::log::{EpochLog, StageSeconds, WaitPercentiles};
 use super::prom::Live;
+use crate::args::loader::Datasets;
 use crate::progress::Bar;
 use bucketload::decode::{Decoder, PREFETCH_BATCHES};
 
@@ -38,7 +39,7 @@ impl Item {
 
 /// What the training loop needs besides the loader.
 pub struct Trainer<'a> {
-    pub loader: &'a Loader,
+    pub loader: &'a Datasets,
     pub decoder: Option<&'a Decoder>,
     pub batch_size: usize,
     pub drop_last: bool,
