@@ -15,22 +15,17 @@ without it."""
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
+from test_package import env  # noqa: F401  (a fixture)
 from torchvision import transforms
 from torchvision.transforms import v2
 
 import bucketload
 from bucketload.errors import ConfigError
-
-from test_cli_dataset import ok
-from test_package import env  # noqa: F401  (a fixture)
 
 #: Largest difference from torchvision, in 8-bit grey levels before normalisation.
 MAX_LEVELS = 1
@@ -162,20 +157,3 @@ def test_transform_settings_that_cannot_work_raise_config_errors(dataset, kw, sa
         loader = bucketload.Loader(uri, image_size=IMAGE_SIZE, **kw)
         next(iter(loader))
     assert said in str(err.value)
-
-
-def test_the_training_example_validates_every_image_each_epoch(dataset, bucketload_bin, env,  # noqa: F811
-                                                               s3):
-    val, _ = dataset
-    s3.create_bucket(Bucket="transforms-train")
-    ok(bucketload_bin, env, "gen", "s3://transforms-train/train", "--samples", "24", "--classes",
-       "2", "--size", "2KB", "--seed", "2")
-    example = Path(__file__).resolve().parents[2] / "examples" / "train_with_validation.py"
-    out = subprocess.run(
-        [sys.executable, str(example), "--train", "s3://transforms-train/train", "--val", val,
-         "--classes", "2", "--epochs", "2", "--batch-size", "8", "--image-size", "32"],
-        capture_output=True, text=True, timeout=300, env=env)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-    assert [line.split(":")[0] for line in lines] == ["epoch 0", "epoch 1"], out.stdout
-    assert all(f"/{len(SIZES)})" in line for line in lines), out.stdout
