@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bucketload::loader::{Format, Loader};
 use bucketload::source::Order;
-use bucketload_cache::CacheBuilder;
+use bucketload_cache::{Cache, CacheBuilder};
 use bucketload_store::object_store::ObjectStoreExt as _;
 use futures::TryStreamExt;
 use loader_support::{TestData, drain, keys};
@@ -243,6 +243,17 @@ async fn shard_bytes(data: &TestData, prefix: &str) -> (u64, u64) {
     tars.fold((0, 0), |(bytes, n), m| (bytes + m.size, n + 1))
 }
 
+/// Worker `worker` of `workers` streaming the shards of `data`, shuffled, with `cache`.
+async fn streamed(data: &TestData, cache: &Arc<Cache>, worker: u32, workers: u32) -> Loader {
+    let config = data
+        .loader("shards")
+        .with_format(Format::Shards)
+        .with_order(Order::shuffled(5).with_shuffle_buffer(8))
+        .with_worker(worker, workers)
+        .with_cache(cache.clone());
+    Loader::open(config.build().unwrap()).await.unwrap()
+}
+
 /// Shard streams are cached: a streamed epoch files each shard's bytes once (a shard smaller
 /// than the first request is one block), and the next epoch, in another shard order, reads
 /// every block from disk and sends no GET.
@@ -252,12 +263,7 @@ async fn a_streamed_epoch_two_is_served_from_the_cache() {
     let (bytes, shards) = shard_bytes(&data, "shards").await;
     let dir = tempfile::tempdir().unwrap();
     let cache = Arc::new(CacheBuilder::new(dir.path(), 64 << 20).build().unwrap());
-    let config = data
-        .loader("shards")
-        .with_format(Format::Shards)
-        .with_order(Order::shuffled(5).with_shuffle_buffer(8))
-        .with_cache(cache.clone());
-    let loader = Loader::open(config.build().unwrap()).await.unwrap();
+    let loader = streamed(&data, &cache, 0, 1).await;
     let first = drain(&loader, 0).await;
     let filled = cache.stats().unwrap();
     assert_eq!((filled.entries, filled.bytes_written), (shards, bytes));
@@ -295,13 +301,7 @@ async fn a_streamed_epoch_two_of_two_workers_rereads_at_most_the_cut_shard() {
     let cache = Arc::new(CacheBuilder::new(dir.path(), 64 << 20).build().unwrap());
     let mut loaders = Vec::new();
     for worker in 0..2 {
-        let config = data
-            .loader("shards")
-            .with_format(Format::Shards)
-            .with_order(Order::shuffled(5).with_shuffle_buffer(8))
-            .with_worker(worker, 2)
-            .with_cache(cache.clone());
-        loaders.push(Loader::open(config.build().unwrap()).await.unwrap());
+        loaders.push(streamed(&data, &cache, worker, 2).await);
     }
     let mut samples = 0;
     for loader in &loaders {
