@@ -243,6 +243,16 @@ async fn shard_bytes(data: &TestData, prefix: &str) -> (u64, u64) {
     tars.fold((0, 0), |(bytes, n), m| (bytes + m.size, n + 1))
 }
 
+/// `samples` samples in shards of 4 below `shards`, the shards' bytes and number, and an empty
+/// cache in a temporary directory.
+async fn cached_shards(samples: u64) -> (TestData, (u64, u64), tempfile::TempDir, Arc<Cache>) {
+    let data = TestData::shards(samples, 4).await;
+    let sizes = shard_bytes(&data, "shards").await;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Arc::new(CacheBuilder::new(dir.path(), 64 << 20).build().unwrap());
+    (data, sizes, dir, cache)
+}
+
 /// Worker `worker` of `workers` streaming the shards of `data`, shuffled, with `cache`.
 async fn streamed(data: &TestData, cache: &Arc<Cache>, worker: u32, workers: u32) -> Loader {
     let config = data
@@ -259,10 +269,7 @@ async fn streamed(data: &TestData, cache: &Arc<Cache>, worker: u32, workers: u32
 /// every block from disk and sends no GET.
 #[tokio::test]
 async fn a_streamed_epoch_two_is_served_from_the_cache() {
-    let data = TestData::shards(40, 4).await;
-    let (bytes, shards) = shard_bytes(&data, "shards").await;
-    let dir = tempfile::tempdir().unwrap();
-    let cache = Arc::new(CacheBuilder::new(dir.path(), 64 << 20).build().unwrap());
+    let (data, (bytes, shards), _dir, cache) = cached_shards(40).await;
     let loader = streamed(&data, &cache, 0, 1).await;
     let first = drain(&loader, 0).await;
     let filled = cache.stats().unwrap();
@@ -295,10 +302,7 @@ async fn a_streamed_epoch_two_is_served_from_the_cache() {
 /// being smaller than the first request) and caches that much more.
 #[tokio::test]
 async fn a_streamed_epoch_two_of_two_workers_rereads_at_most_the_cut_shard() {
-    let data = TestData::shards(42, 4).await;
-    let (bytes, shards) = shard_bytes(&data, "shards").await;
-    let dir = tempfile::tempdir().unwrap();
-    let cache = Arc::new(CacheBuilder::new(dir.path(), 64 << 20).build().unwrap());
+    let (data, (bytes, shards), _dir, cache) = cached_shards(42).await;
     let mut loaders = Vec::new();
     for worker in 0..2 {
         loaders.push(streamed(&data, &cache, worker, 2).await);
