@@ -111,6 +111,13 @@ fn shards_are_streamed_or_indexed() {
     assert_eq!(streamed["format"], "shards");
     assert_eq!(epoch(&streamed, 0)["samples"], 40);
     assert!(epoch(&streamed, 0)["shard_ranged_get"].as_u64().unwrap() >= 7);
+    // The time to a first batch (--batch-size samples) is part of the epoch.
+    let sized = read_json(&fx, &["s3://read-shards/wds", "--batch-size", "8"]);
+    let (first_batch, seconds) = (
+        epoch(&sized, 0)["first_batch_s"].as_f64().unwrap(),
+        epoch(&sized, 0)["seconds"].as_f64().unwrap(),
+    );
+    assert!(0.0 < first_batch && first_batch <= seconds, "{sized:#}");
     let indexed = read_json(
         &fx,
         &[

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bucketload::loader::{Format, Loader};
-use bucketload_cache::CacheBuilder;
+use bucketload::source::Order;
+use bucketload_cache::{Cache, CacheBuilder};
 use bucketload_store::object_store::ObjectStoreExt as _;
 use futures::TryStreamExt;
 use loader_support::{TestData, drain, keys};
@@ -224,5 +225,108 @@ async fn a_streamed_shard_rewritten_to_the_same_size_is_read_anew() {
     assert_eq!(
         sample.members[0].1, changed,
         "the old cached block was served for a shard the store no longer has"
+    );
+}
+
+/// Bytes of the dataset's shards (`.tar` objects) below `prefix`, and their number.
+async fn shard_bytes(data: &TestData, prefix: &str) -> (u64, u64) {
+    let listed: Vec<_> = data
+        .store(prefix)
+        .object_store()
+        .list(None)
+        .try_collect()
+        .await
+        .unwrap();
+    let tars = listed
+        .iter()
+        .filter(|m| m.location.as_ref().ends_with(".tar"));
+    tars.fold((0, 0), |(bytes, n), m| (bytes + m.size, n + 1))
+}
+
+/// `samples` samples in shards of 4 below `shards`, the shards' bytes and number, and an empty
+/// cache in a temporary directory.
+async fn cached_shards(samples: u64) -> (TestData, (u64, u64), tempfile::TempDir, Arc<Cache>) {
+    let data = TestData::shards(samples, 4).await;
+    let sizes = shard_bytes(&data, "shards").await;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Arc::new(CacheBuilder::new(dir.path(), 64 << 20).build().unwrap());
+    (data, sizes, dir, cache)
+}
+
+/// Worker `worker` of `workers` streaming the shards of `data`, shuffled, with `cache`.
+async fn streamed(data: &TestData, cache: &Arc<Cache>, worker: u32, workers: u32) -> Loader {
+    let config = data
+        .loader("shards")
+        .with_format(Format::Shards)
+        .with_order(Order::shuffled(5).with_shuffle_buffer(8))
+        .with_worker(worker, workers)
+        .with_cache(cache.clone());
+    Loader::open(config.build().unwrap()).await.unwrap()
+}
+
+/// Shard streams are cached: a streamed epoch files each shard's bytes once (a shard smaller
+/// than the first request is one block), and the next epoch, in another shard order, reads
+/// every block from disk and sends no GET.
+#[tokio::test]
+async fn a_streamed_epoch_two_is_served_from_the_cache() {
+    let (data, (bytes, shards), _dir, cache) = cached_shards(40).await;
+    let loader = streamed(&data, &cache, 0, 1).await;
+    let first = drain(&loader, 0).await;
+    let filled = cache.stats().unwrap();
+    assert_eq!((filled.entries, filled.bytes_written), (shards, bytes));
+    let gets = data.gets();
+    let second = drain(&loader, 1).await;
+    second.iter().for_each(|s| data.check(s));
+    let order = |samples: &[bucketload::loader::Sample]| -> Vec<String> {
+        samples.iter().map(|s| s.key.clone()).collect()
+    };
+    assert_ne!(
+        order(&first),
+        order(&second),
+        "epochs are shuffled differently"
+    );
+    assert_eq!(keys(&first), keys(&second));
+    assert_eq!(data.gets(), gets, "epoch 2 sent no GET");
+    let after = cache.stats().unwrap();
+    assert_eq!(
+        (after.entries, after.size_bytes),
+        (shards, filled.size_bytes)
+    );
+    assert_eq!(after.bytes_read, bytes);
+}
+
+/// Workers cut a rank's run of samples at sample counts, so the shard cut between two workers
+/// moves with each epoch's shard order: the worker that starts mid-shard reads from there on
+/// anew (its blocks start at another offset, found in the shard's index). With two workers,
+/// epoch 2 sends at most that one shard's GETs (two here: its index, and one block, shards
+/// being smaller than the first request) and caches that much more.
+#[tokio::test]
+async fn a_streamed_epoch_two_of_two_workers_rereads_at_most_the_cut_shard() {
+    let (data, (bytes, shards), _dir, cache) = cached_shards(42).await;
+    let mut loaders = Vec::new();
+    for worker in 0..2 {
+        loaders.push(streamed(&data, &cache, worker, 2).await);
+    }
+    let mut samples = 0;
+    for loader in &loaders {
+        samples += drain(loader, 0).await.len();
+    }
+    assert_eq!(samples, 42);
+    let filled = cache.stats().unwrap();
+    assert!(filled.entries <= shards + 1, "{filled:?}");
+    let gets = data.gets();
+    for loader in &loaders {
+        drain(loader, 1).await.iter().for_each(|s| data.check(s));
+    }
+    assert!(
+        data.gets() - gets <= 2,
+        "epoch 2 sent {} GETs",
+        data.gets() - gets
+    );
+    let after = cache.stats().unwrap();
+    assert!(after.entries <= filled.entries + 1, "{after:?}");
+    assert!(
+        after.bytes_written <= filled.bytes_written + bytes / shards * 2,
+        "{after:?}"
     );
 }

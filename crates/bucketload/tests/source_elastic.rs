@@ -10,7 +10,7 @@ mod source_support;
 use std::collections::HashMap;
 
 use bucketload::source::{
-    EpochProgress, Order, Partition, Plan, Remainder, SampleRef, Source, SourceState,
+    EpochProgress, Order, Partition, Plan, Remainder, STATE_VERSION, SampleRef, Source, SourceState,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -212,7 +212,11 @@ fn a_state_of_the_first_version_still_resumes() {
     progress.record(0, 1).unwrap();
     let mut again = source.resume(&progress.state(), 2).unwrap();
     again.record(0, 1).unwrap();
-    assert_eq!(state, again.state());
+    let current = saved.replace(r#""version":1"#, &format!(r#""version":{STATE_VERSION}"#));
+    assert_eq!(
+        serde_json::from_str::<SourceState>(&current).unwrap(),
+        again.state()
+    );
     let resumed = source.resume(&state, 2).unwrap();
     assert_eq!((resumed.consumed(), resumed.remaining()), (2, 3));
     let tail: Vec<SampleRef> = (0..2).flat_map(|w| resumed.worker(w).unwrap()).collect();
@@ -220,4 +224,44 @@ fn a_state_of_the_first_version_still_resumes() {
     assert_eq!(tail, want);
     // Another world size: rank 0 of 3 takes its share of what the two ranks left.
     assert_eq!(run.source(0, 3).resume(&state, 1).unwrap().remaining(), 2);
+}
+
+/// A stream's state as the first version saved it: the current one, relabelled.
+fn as_version_one(state: &SourceState) -> SourceState {
+    let mut json = serde_json::to_value(state).unwrap();
+    json["version"] = 1.into();
+    serde_json::from_value(json).unwrap()
+}
+
+#[test]
+fn a_first_version_stream_state_resumes_only_where_its_order_is_unchanged() {
+    let plan = Plan::shards(&[400, 250, 300, 350]);
+    for (buffer, resumes) in [(0, true), (100, true), (101, false), (1_000, false)] {
+        let run = Run {
+            plan: plan.clone(),
+            order: Order::shuffled(3).with_shuffle_buffer(buffer),
+            remainder: Remainder::Pad,
+            epoch: 1,
+        };
+        let source = run.source(0, 2);
+        let mut progress = source.begin(1, 2).unwrap();
+        progress.record(1, 17).unwrap();
+        let old = as_version_one(&progress.state());
+        match source.resume(&old, 2) {
+            Ok(resumed) => {
+                assert!(resumes, "buffer {buffer}: a version 1 state resumed");
+                let want = source.resume(&progress.state(), 2).unwrap();
+                let tail: Vec<SampleRef> =
+                    (0..2).flat_map(|w| resumed.worker(w).unwrap()).collect();
+                let same: Vec<SampleRef> = (0..2).flat_map(|w| want.worker(w).unwrap()).collect();
+                assert_eq!(tail, same);
+            }
+            Err(err) => {
+                assert!(!resumes, "buffer {buffer}: {err}");
+                let text = err.to_string();
+                assert!(text.contains("by an older bucketload"), "{text}");
+                assert!(text.contains("another stream order"), "{text}");
+            }
+        }
+    }
 }

@@ -48,6 +48,9 @@ struct EpochReport {
     skipped_changed: u64,
     bytes: u64,
     seconds: f64,
+    /// Seconds from the epoch's start until the loader had delivered a first batch of samples
+    /// (`--batch-size`, also without `--decode`; the whole epoch if it is shorter).
+    first_batch_s: f64,
     samples_per_s: f64,
     mb_per_s: f64,
     get: u64,
@@ -95,7 +98,9 @@ pub async fn read(store: &StoreArgs, a: ReadArgs) -> anyhow::Result<()> {
     let decoder = crate::decode::decoder(&a.decode, a.loader.seed)?;
     let mut epochs = Vec::new();
     for epoch in 0..a.epochs {
-        epochs.push(run_epoch(&loader, epoch, samples_per_epoch, decoder.as_ref()).await?);
+        let batch = a.decode.batch_size as u64;
+        let report = run_epoch(&loader, epoch, samples_per_epoch, batch, decoder.as_ref()).await?;
+        epochs.push(report);
         if !a.json {
             let streams = loader.streams_shards();
             print_epoch(&mut std::io::stdout().lock(), epochs.last(), streams)?;
@@ -127,6 +132,7 @@ async fn run_epoch(
     loader: &Datasets,
     epoch: u64,
     expected: u64,
+    batch: u64,
     decoder: Option<&Decoder>,
 ) -> anyhow::Result<EpochReport> {
     let before = loader.stats();
@@ -136,6 +142,7 @@ async fn run_epoch(
     let mut decode = decoder.map(|d| d.start(epoch));
     let mut samples = loader.epoch(epoch)?;
     let mut delivered = 0u64;
+    let mut first_batch_s = None;
     let mut mixed = match loader {
         Datasets::Mix(mix) => Some(vec![0u64; mix.loaders().len()]),
         Datasets::One(_) => None,
@@ -151,6 +158,9 @@ async fn run_epoch(
             *count += 1;
         }
         delivered += 1;
+        if delivered == batch {
+            first_batch_s = Some(started.elapsed().as_secs_f64());
+        }
         bar.advance(1, sample.bytes());
     }
     // The loader errs on a short epoch itself; the report must agree with the plan too. Samples
@@ -172,6 +182,7 @@ async fn run_epoch(
     let seconds = started.elapsed().as_secs_f64();
     bar.finish();
     let mut report = epoch_report(epoch, seconds, &before, &loader.stats());
+    report.first_batch_s = first_batch_s.unwrap_or(seconds);
     report.mixed = mixed;
     report.decode = decoded.map(|mut d| {
         d.images_per_s = d.images as f64 / seconds.max(1e-9);
@@ -190,6 +201,7 @@ fn epoch_report(epoch: u64, seconds: f64, a: &LoaderStats, b: &LoaderStats) -> E
         skipped_changed: b.skipped_changed - a.skipped_changed,
         bytes,
         seconds,
+        first_batch_s: seconds,
         samples_per_s: share(samples as f64),
         mb_per_s: share(bytes as f64 / 1e6),
         get: b.requests.get - a.requests.get,

@@ -31,9 +31,13 @@
 //! - **Streams** (shards read front to back): the shards are permuted per epoch, concatenated,
 //!   and cut into `world_size` runs of exactly the same number of samples (with
 //!   [`Remainder::Exact`], the first `N mod w` runs one longer), so a rank may read part of a shard (a [`WorkItem`] is a shard and a sample range). Each worker then passes its
-//!   samples through a shuffle buffer of `B` samples. Shuffle quality: the shard order is fully
-//!   random; the `k`-th sample yielded is one of the first `B + k + 1` read, and samples move
-//!   about `B` places on average, so a batch draws mostly from the last `B` samples read. Choose
+//!   samples through a shuffle buffer of `B` samples, which yields from the start: it holds
+//!   `min(B, 100)` samples before its first yield and one more after each yield until it holds
+//!   `B`. Shuffle quality: the shard order is fully random; the `k`-th sample yielded (from 0) is
+//!   one of the first `min(B, 100 + k) + k + 1` read (so of the first `B + k + 1`), and once the
+//!   buffer is full (after `2B − 100` samples read) samples move about `B` places on average, so
+//!   a batch draws mostly from the last `B` samples read; the first `2B` samples of a worker's
+//!   epoch are mixed less, over the growing buffer. Choose
 //!   `B` of 5–10 shards' worth of samples to mix shards within a batch (memory: `B` samples per
 //!   worker); docs/LOADER.md has measurements.
 //!
@@ -496,7 +500,14 @@ impl Source {
                  start the epoch over with begin"
             )))
         };
-        if state.version != STATE_VERSION {
+        if state.version == 1 && state.shuffle_buffer > worker::INITIAL_HELD as u64 {
+            return refuse(format!(
+                "by an older bucketload (state version 1) whose shuffle buffer of {} samples \
+                 gave another stream order",
+                state.shuffle_buffer
+            ));
+        }
+        if !(1..=STATE_VERSION).contains(&state.version) {
             return refuse(format!(
                 "by state version {} (this build reads {STATE_VERSION})",
                 state.version

@@ -30,7 +30,12 @@ use crate::{Error, Result};
 
 /// Version of [`SourceState`] and of the order it encodes; a state of another version is
 /// refused rather than resumed to a different order.
-pub const STATE_VERSION: u32 = 1;
+///
+/// Version 2 shuffle buffers yield from the start and grow to their capacity. A version 1 state
+/// still resumes when its order is the same under version 2: without a shuffle buffer (files,
+/// indexed, sequential or unbuffered streams) or with one of at most 100 samples, which starts
+/// full under both versions.
+pub const STATE_VERSION: u32 = 2;
 
 /// Which dataset a state belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -191,12 +191,24 @@ impl Arrivals {
     }
 }
 
-/// A shuffle buffer over local indices. While filling it yields nothing; once full, each
-/// arrival competes with the `capacity` held samples and a uniformly chosen one of the
-/// `capacity + 1` is yielded; at the end the held samples drain in random order.
+/// Samples a shuffle buffer holds when it yields its first one (or its capacity, if smaller):
+/// WebDataset's default `initial`, small enough that the first batch comes after a few hundred
+/// samples rather than a full buffer, large enough that the first samples out are not the first
+/// ones read.
+pub(crate) const INITIAL_HELD: usize = 100;
+
+/// A shuffle buffer over local indices that yields from the start and grows to its capacity.
+///
+/// Before yield `k` (from 0) it fills to `held(k) = min(capacity, INITIAL_HELD + k)` samples;
+/// the next arrival then competes with them and a uniformly chosen one of the `held(k) + 1` is
+/// yielded. So each yield reads two samples until the buffer is full (after
+/// `capacity - INITIAL_HELD` yields), then one; yield `k` is one of the first
+/// `held(k) + k + 1` samples read; at the end the held samples drain in random order.
 #[derive(Debug)]
 struct ShuffleBuffer {
     capacity: usize,
+    /// Samples to hold before the next yield: grows by one per yield up to `capacity`.
+    target: usize,
     held: Vec<u64>,
     rng: SplitMix64,
 }
@@ -205,13 +217,14 @@ impl ShuffleBuffer {
     fn new(capacity: usize, key: u64) -> ShuffleBuffer {
         ShuffleBuffer {
             capacity,
+            target: capacity.min(INITIAL_HELD),
             held: Vec::new(),
             rng: SplitMix64::new(key),
         }
     }
 
     fn next(&mut self, arrivals: &mut Arrivals) -> Option<u64> {
-        while self.held.len() < self.capacity {
+        while self.held.len() < self.target {
             match arrivals.next() {
                 Some(local) => self.held.push(local),
                 None => return self.drain(),
@@ -220,11 +233,13 @@ impl ShuffleBuffer {
         let Some(local) = arrivals.next() else {
             return self.drain();
         };
-        let pick = self.rng.below(self.capacity as u64 + 1) as usize;
-        match self.held.get_mut(pick) {
-            Some(slot) => Some(std::mem::replace(slot, local)),
-            None => Some(local),
-        }
+        let pick = self.rng.below(self.held.len() as u64 + 1) as usize;
+        let out = match self.held.get_mut(pick) {
+            Some(slot) => std::mem::replace(slot, local),
+            None => local,
+        };
+        self.target = (self.target + 1).min(self.capacity);
+        Some(out)
     }
 
     fn drain(&mut self) -> Option<u64> {
@@ -303,6 +318,64 @@ mod tests {
             0,
         ));
         assert!(out.iter().enumerate().all(|(k, &x)| x <= 10 + k as u64));
+    }
+
+    /// Samples read from the worker's spans so far (all spans start at 0 in these tests).
+    fn arrived(it: &WorkerIter, total: u64) -> u64 {
+        it.arrivals.rest().first().map_or(total, |r| r.start)
+    }
+
+    #[test]
+    fn a_large_buffer_yields_its_first_sample_after_the_initial_fill() {
+        let mut it = WorkerIter::new(files(5_000), 0, vec![0..5_000], Some((1_000, 7)), 0);
+        assert_eq!(arrived(&it, 5_000), 0);
+        let first = it.next().unwrap();
+        let SampleRef::File { index } = first else {
+            panic!("files plan")
+        };
+        assert!(index <= INITIAL_HELD as u64);
+        assert_eq!(arrived(&it, 5_000), INITIAL_HELD as u64 + 1);
+    }
+
+    #[test]
+    fn a_large_buffer_grows_by_one_sample_per_yield_to_its_capacity() {
+        let (capacity, total) = (400_u64, 3_000_u64);
+        let held = |k: u64| capacity.min(INITIAL_HELD as u64 + k);
+        let mut it = WorkerIter::new(files(total), 0, vec![0..total], Some((400, 11)), 0);
+        let mut out = Vec::new();
+        for k in 0..total {
+            let SampleRef::File { index } = it.next().unwrap() else {
+                panic!("files plan")
+            };
+            // Yield k is one of the first held(k) + k + 1 samples read, and that many were read.
+            assert!(index <= held(k) + k, "yield {k} was sample {index}");
+            assert_eq!(
+                arrived(&it, total),
+                (held(k) + k + 1).min(total),
+                "yield {k}"
+            );
+            out.push(index);
+        }
+        assert!(it.next().is_none());
+        out.sort_unstable();
+        assert_eq!(out, (0..total).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_growing_buffer_restarts_exactly() {
+        let spans = vec![0..700, 900..1_500];
+        let full = indices(WorkerIter::new(
+            files(1_500),
+            0,
+            spans.clone(),
+            Some((250, 3)),
+            0,
+        ));
+        assert_eq!(full.len(), 1_300);
+        for p in [0, 1, 99, 100, 101, 149, 150, 151, 640, 1_299, 1_300] {
+            let it = WorkerIter::new(files(1_500), 0, spans.clone(), Some((250, 3)), p);
+            assert_eq!(indices(it), full[p as usize..], "restart at {p}");
+        }
     }
 
     #[test]

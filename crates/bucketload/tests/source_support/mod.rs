@@ -14,11 +14,14 @@ pub fn plan(shards: usize) -> impl Strategy<Value = Plan> {
     ]
 }
 
-/// Sequential, or shuffled with a buffer of 0–24 samples.
+/// Sequential, or shuffled with a buffer of 0–24 or 100–159 samples.
 pub fn order() -> impl Strategy<Value = Order> {
     prop_oneof![
         Just(Order::sequential()),
         (any::<u64>(), 0u64..25).prop_map(|(seed, b)| Order::shuffled(seed).with_shuffle_buffer(b)),
+        // Past the 100 samples a buffer starts yielding with: it grows while the worker reads.
+        (any::<u64>(), 100u64..160)
+            .prop_map(|(seed, b)| Order::shuffled(seed).with_shuffle_buffer(b)),
     ]
 }
 
