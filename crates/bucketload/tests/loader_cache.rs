@@ -272,8 +272,8 @@ async fn a_streamed_epoch_two_is_served_from_the_cache() {
     let (data, (bytes, shards), _dir, cache) = cached_shards(40).await;
     let loader = streamed(&data, &cache, 0, 1).await;
     let first = drain(&loader, 0).await;
-    let filled = cache.stats().unwrap();
-    assert_eq!((filled.entries, filled.bytes_written), (shards, bytes));
+    // The last blocks may still be filling the cache when the epoch's last sample is out (the
+    // next epoch waits for them): the cache is checked after epoch 2.
     let gets = data.gets();
     let second = drain(&loader, 1).await;
     second.iter().for_each(|s| data.check(s));
@@ -289,10 +289,10 @@ async fn a_streamed_epoch_two_is_served_from_the_cache() {
     assert_eq!(data.gets(), gets, "epoch 2 sent no GET");
     let after = cache.stats().unwrap();
     assert_eq!(
-        (after.entries, after.size_bytes),
-        (shards, filled.size_bytes)
+        (after.entries, after.bytes_written, after.bytes_read),
+        (shards, bytes, bytes),
+        "each shard filed once, in epoch 1, and read back once, in epoch 2"
     );
-    assert_eq!(after.bytes_read, bytes);
 }
 
 /// Workers cut a rank's run of samples at sample counts, so the shard cut between two workers
@@ -312,8 +312,6 @@ async fn a_streamed_epoch_two_of_two_workers_rereads_at_most_the_cut_shard() {
         samples += drain(loader, 0).await.len();
     }
     assert_eq!(samples, 42);
-    let filled = cache.stats().unwrap();
-    assert!(filled.entries <= shards + 1, "{filled:?}");
     let gets = data.gets();
     for loader in &loaders {
         drain(loader, 1).await.iter().for_each(|s| data.check(s));
@@ -323,10 +321,13 @@ async fn a_streamed_epoch_two_of_two_workers_rereads_at_most_the_cut_shard() {
         "epoch 2 sent {} GETs",
         data.gets() - gets
     );
+    // Every shard whole, plus the tail from each epoch's cut (checked after epoch 2: the last
+    // blocks of an epoch may still be filling the cache when its last sample is out). A tail is
+    // less than a shard of 4 samples, about 1.05 times the mean shard here (one shard holds 2).
     let after = cache.stats().unwrap();
-    assert!(after.entries <= filled.entries + 1, "{after:?}");
+    assert!(after.entries <= shards + 2, "{after:?}");
     assert!(
-        after.bytes_written <= filled.bytes_written + bytes / shards * 2,
+        after.bytes_written <= bytes + bytes.div_ceil(shards) * 3,
         "{after:?}"
     );
 }
