@@ -1,9 +1,11 @@
-"""``bucketload.Loader``: batches of decoded, augmented images from object storage."""
+"""``bucketload.Loader``: batches of decoded, augmented images from object storage, or of raw
+samples for the user's own transform."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+import pickle
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import _env, _native
@@ -79,6 +81,21 @@ class Loader(_Base):
     ``DataLoader`` worker (use ``batch_size=None`` there) each worker reads its own disjoint
     part of the rank's samples.
 
+    Any data (``decode=False``): the raw-samples mode. Each batch is then a list of exactly
+    ``batch_size`` samples (the last one shorter unless ``drop_last``), each a dict in
+    WebDataset's convention: ``"__key__"`` (the sample's key: the object key, or the shard
+    sample's WebDataset key), ``"__index__"`` (its sample index, as ``return_indices`` gives it),
+    ``"__label__"`` (``int``, or ``None`` when the dataset has no labels) and one entry per member
+    by extension (``"jpg"``, ``"txt"``, ``"npy"``, ``"cls"``…; a one-object-per-sample dataset's
+    object under its own extension) holding a read-only ``Buffer`` over the bytes bucketload read
+    (no copy: ``bytes(m)``, ``io.BytesIO(m)``, ``str(m, "utf-8")``, ``numpy.frombuffer(m)``; it
+    pickles as ``bytes``). ``transform(sample)`` runs on each sample and ``collate_fn(list)`` on
+    each batch, in the iterating process: in parallel through ``DataLoader(loader,
+    batch_size=None, num_workers=N)``, each worker on its own part. Under the ``spawn`` start
+    method they are pickled: use module-level functions, not lambdas or closures. Cache,
+    shuffle, partitioning, mixing and ``state_dict`` work as for images; the image settings
+    (``image_size``, ``dtype``, ``jpeg_decode``, ``decode_threads``) do not apply.
+
     The order is a fresh permutation per epoch from ``seed`` (``shuffle=False``: dataset
     order). Each iteration reads the next epoch, also through DataLoader workers that are
     made anew every epoch; :meth:`set_epoch` chooses one. :meth:`state_dict` /
@@ -116,11 +133,20 @@ class Loader(_Base):
         region: str | None = None,
         return_indices: bool = False,
         jpeg_decode: JpegDecode = "region",
+        decode: bool = True,
+        transform: Callable[[dict[str, Any]], Any] | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
     ) -> None:
         if (rank is None) != (world_size is None):
             raise ConfigError("give both rank and world_size, or neither")
         if dtype not in ("float32", "uint8"):
             raise ConfigError(f"dtype {dtype!r} is not 'float32' or 'uint8'")
+        if decode and (transform is not None or collate_fn is not None):
+            raise ConfigError("transform= and collate_fn= run on raw samples: pass decode=False "
+                              "(decoded batches are tensors: transform them in your loop)")
+        if not decode and (return_indices or skip_corrupt):
+            raise ConfigError("with decode=False each sample holds its index (\"__index__\") "
+                              "and nothing is decoded: leave out return_indices and skip_corrupt")
         if drop_last and not pad:
             raise ConfigError("pad=False reads every sample exactly once and drop_last=True "
                               "leaves some out; pass one of them")
@@ -139,6 +165,9 @@ class Loader(_Base):
         }
         self.uri: str | list[str] = uri if isinstance(uri, str) else list(uri)
         self._return_indices = return_indices
+        self._decode = decode
+        self._transform = transform
+        self._collate_fn = collate_fn
         self._rank = rank
         self._world_size = world_size
         # The process group of the process building the loader: DataLoader workers never
@@ -160,6 +189,8 @@ class Loader(_Base):
         state["_native_for"] = None
         state["_current"] = None
         state["_finished"] = None
+        for name in ("transform", "collate_fn"):
+            _check_pickles(name, state[f"_{name}"])
         if self._rank is None and self._group is None:
             # Pickled for spawned DataLoader workers after init_process_group.
             state["_group"] = _env.captured()
@@ -181,7 +212,7 @@ class Loader(_Base):
         if self._native is None or self._native_for != key:
             self._native = _native.NativeLoader(
                 self.uri, rank=rank, world_size=world, worker=worker, num_workers=workers,
-                decode=True, **self._settings,
+                decode=self._decode, **self._settings,
             )
             self._native_for = key
         return self._native
@@ -201,7 +232,7 @@ class Loader(_Base):
         self._epochs.set(epoch)
         self._resume = None
 
-    def __iter__(self) -> Iterator[Batch | IndexedBatch]:
+    def __iter__(self) -> Iterator[Any]:
         """Starts the next epoch (each iteration reads a new one, also when it is left before
         the end) and returns its batches."""
         native = self._open()
@@ -209,7 +240,26 @@ class Loader(_Base):
         self._resume = None
         self._current = epoch
         self._finished = None
+        if not self._decode:
+            return self._samples(epoch)
         return self._batches(epoch)
+
+    def _samples(self, epoch: _native.NativeEpoch) -> Iterator[Any]:
+        size = self._settings["batch_size"]
+        while True:
+            samples: list[Any] = epoch.next_sample_batch(size)
+            if not samples or (len(samples) < size and self._settings["drop_last"]):
+                break
+            if self._transform is not None:
+                samples = [self._transform(sample) for sample in samples]
+            yield samples if self._collate_fn is None else self._collate_fn(samples)
+        self._epoch_done(epoch)
+
+    def _epoch_done(self, epoch: _native.NativeEpoch) -> None:
+        if self._current is epoch:
+            self._finished = (epoch.epoch, epoch.state())
+            self._current = None
+        self._epochs.end()
 
     def _batches(self, epoch: _native.NativeEpoch) -> Iterator[Batch | IndexedBatch]:
         images_dtype = None
@@ -231,10 +281,7 @@ class Loader(_Base):
                 yield IndexedBatch(images, _tensor(labels, int64), _tensor(_indices, int64))
             else:
                 yield Batch(images, _tensor(labels, int64))
-        if self._current is epoch:
-            self._finished = (epoch.epoch, epoch.state())
-            self._current = None
-        self._epochs.end()
+        self._epoch_done(epoch)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the loader stands: restore it with :meth:`load_state_dict` (also in a new
@@ -266,3 +313,17 @@ class Loader(_Base):
         self._resume = state.get("state")
         self._current = None
         self._finished = None
+
+
+def _check_pickles(name: str, function: Callable[..., Any] | None) -> None:
+    """Raises :class:`ConfigError` naming ``name`` when ``function`` cannot be pickled (to start
+    a spawned DataLoader worker, or to send the loader to another process)."""
+    if function is None:
+        return
+    try:
+        pickle.dumps(function)
+    except Exception as e:
+        raise ConfigError(
+            f"{name}={function!r} cannot be pickled ({e}), which a spawned DataLoader worker "
+            "(or any other process) needs: define it at module level, or use the 'fork' start "
+            "method") from e

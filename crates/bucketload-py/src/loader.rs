@@ -18,7 +18,7 @@ use bucketload_image::{Batch, BatchData};
 use futures::{Stream, StreamExt};
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
@@ -451,10 +451,23 @@ pub(crate) fn batch_tuple<'py>(py: Python<'py>, batch: Batch) -> PyResult<Bound<
     (images, labels, indices, skipped).into_pyobject(py)
 }
 
+/// A sample as a dict in WebDataset's convention (see [`NativeEpoch::next_sample_batch`]).
+fn sample_dict(py: Python<'_>, sample: Sample) -> PyResult<Bound<'_, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("__key__", sample.key.as_str())?;
+    dict.set_item("__index__", sample.dataset_index())?;
+    dict.set_item("__label__", sample.label)?;
+    for (ext, bytes) in sample.members {
+        dict.set_item(ext, Buffer::bytes(bytes))?;
+    }
+    Ok(dict)
+}
+
 impl NativeEpoch {
-    /// Up to `n` samples, at least one unless the epoch ended; an error that follows samples
-    /// is raised on the next call.
-    fn take_samples(&mut self, py: Python<'_>, n: usize) -> PyResult<Vec<Sample>> {
+    /// Up to `n` samples, at least one unless the epoch ended: with `fill`, exactly `n` unless
+    /// the epoch ends first, else only those already there after the first. An error that
+    /// follows samples is raised on the next call.
+    fn take_samples(&mut self, py: Python<'_>, n: usize, fill: bool) -> PyResult<Vec<Sample>> {
         if let Some(e) = self.pending.take() {
             return Err(errors::engine(e));
         }
@@ -466,7 +479,7 @@ impl NativeEpoch {
         let mut ended = false;
         py.detach(|| {
             while taken.len() < n.max(1) {
-                let next = match taken.is_empty() {
+                let next = match taken.is_empty() || fill {
                     true => rx.blocking_recv(),
                     // After the first sample, only what is already there.
                     false => match rx.try_recv() {
@@ -552,7 +565,7 @@ impl NativeEpoch {
     /// (`is_object`: one object per sample, `key` its key); an empty list at the end.
     fn next_samples<'py>(&mut self, py: Python<'py>, n: usize) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
-        for sample in self.take_samples(py, n)? {
+        for sample in self.take_samples(py, n, false)? {
             let members = PyList::empty(py);
             for (ext, bytes) in &sample.members {
                 members.append((ext.as_str(), PyBytes::new(py, bytes)))?;
@@ -568,7 +581,7 @@ impl NativeEpoch {
     /// as the decoder picks it (a sample without one raises); an empty list at the end.
     fn next_images<'py>(&mut self, py: Python<'py>, n: usize) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
-        for sample in self.take_samples(py, n)? {
+        for sample in self.take_samples(py, n, false)? {
             let image = image_sample(&sample).map_err(errors::engine)?;
             out.append((
                 image.key,
@@ -576,6 +589,22 @@ impl NativeEpoch {
                 PyBytes::new(py, &image.bytes),
                 image.index,
             ))?;
+        }
+        Ok(out)
+    }
+
+    /// The next `n` undecoded samples (fewer only at the end of the epoch; an empty list
+    /// there), each a dict in WebDataset's convention: `__key__`, `__index__` (as
+    /// `next_batch`'s indices), `__label__` (`None` without labels) and one entry per member
+    /// by extension, a read-only [`Buffer`] over the bytes the loader read (no copy).
+    fn next_sample_batch<'py>(
+        &mut self,
+        py: Python<'py>,
+        n: usize,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        for sample in self.take_samples(py, n, true)? {
+            out.append(sample_dict(py, sample)?)?;
         }
         Ok(out)
     }
