@@ -101,7 +101,10 @@ class NativeLoader:
                  drop_last: bool = False, pad: bool = True, skip_corrupt: bool = False,
                  endpoint: str | None = None, region: str | None = None,
                  jpeg_decode: JpegDecode = "region",
-                 client: ClientConfig | None = None) -> None: ...
+                 client: ClientConfig | None = None,
+                 decode_members: list[str] = ...) -> None:
+        """``decode_members`` (with ``decode=False``): extensions of members that
+        ``NativeEpoch.next_sample_batch`` also decodes and augments, as ``decode=True`` would."""
     def samples_per_epoch(self) -> int: ...
     def batches_per_epoch(self) -> int: ...
     def dataset_samples(self) -> int: ...
@@ -122,11 +125,12 @@ class NativeEpoch:
         Plain tuples, made in Rust on the per-sample path, unpacked where they are read."""
     def next_images(self, n: int) -> list[RawImage]:
         """Up to ``n`` raw samples ``(key, label, image, index)``, each with its image member."""
-    def next_sample_batch(self, n: int) -> list[dict[str, Any]]:
+    def next_sample_batch(self, n: int) -> tuple[list[dict[str, Any]], dict[str, Buffer]]:
         """The next ``n`` raw samples (fewer only at the end of the epoch; ``[]`` there), each a
         dict: ``"__key__"`` (str), ``"__index__"`` (int), ``"__label__"`` (int or ``None``) and
-        one read-only :class:`Buffer` per member by extension (no copy; pickles as ``bytes``).
-        Waits for the whole batch without the GIL."""
+        one read-only :class:`Buffer` per member by extension (no copy; pickles as ``bytes``);
+        and by extension, the ``decode_members`` decoded into one images buffer each (as
+        ``next_batch``'s). Waits for the whole batch and decodes without the GIL."""
     def state(self) -> str:
         """JSON state after what was handed out; resumes with neither replay nor skip."""
 

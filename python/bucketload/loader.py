@@ -93,8 +93,13 @@ class Loader(_Base):
     each batch, in the iterating process: in parallel through ``DataLoader(loader,
     batch_size=None, num_workers=N)``, each worker on its own part. Under the ``spawn`` start
     method they are pickled: use module-level functions, not lambdas or closures. Cache,
-    shuffle, partitioning, mixing and ``state_dict`` work as for images; the image settings
-    (``image_size``, ``dtype``, ``jpeg_decode``, ``decode_threads``) do not apply.
+    shuffle, partitioning, mixing and ``state_dict`` work as for images. ``decode_members``
+    (e.g. ``("jpg",)``) names members decoded and augmented natively as the image mode does
+    (same pixels for the same sample, epoch and settings ``image_size``, ``dtype``,
+    ``jpeg_decode``, ``decode_threads``; every sample must have them): each becomes a
+    ``[3, H, W]`` view of the batch's tensor for ``transform``/``collate_fn``, and without
+    either the batch is a dict of columns: ``batch["jpg"]`` the ``[N, 3, H, W]`` tensor, every
+    other key a list (``batch["txt"]``, ``batch["__key__"]``…).
 
     The order is a fresh permutation per epoch from ``seed`` (``shuffle=False``: dataset
     order). Each iteration reads the next epoch, also through DataLoader workers that are
@@ -134,6 +139,7 @@ class Loader(_Base):
         return_indices: bool = False,
         jpeg_decode: JpegDecode = "region",
         decode: bool = True,
+        decode_members: Sequence[str] = (),
         transform: Callable[[dict[str, Any]], Any] | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
     ) -> None:
@@ -147,6 +153,9 @@ class Loader(_Base):
         if not decode and (return_indices or skip_corrupt):
             raise ConfigError("with decode=False each sample holds its index (\"__index__\") "
                               "and nothing is decoded: leave out return_indices and skip_corrupt")
+        if decode_members and (decode or torch is None):
+            raise ConfigError("decode_members= decodes members of raw samples into tensors: "
+                              "pass decode=False, with torch installed")
         if drop_last and not pad:
             raise ConfigError("pad=False reads every sample exactly once and drop_last=True "
                               "leaves some out; pass one of them")
@@ -161,7 +170,7 @@ class Loader(_Base):
             "skip_corrupt": skip_corrupt, "shuffle_buffer": shuffle_buffer,
             "endpoint": endpoint, "region": region, "jpeg_decode": jpeg_decode,
             "weights": None if weights is None else [float(w) for w in weights],
-            "samples_per_epoch": samples_per_epoch,
+            "samples_per_epoch": samples_per_epoch, "decode_members": list(decode_members),
         }
         self.uri: str | list[str] = uri if isinstance(uri, str) else list(uri)
         self._return_indices = return_indices
@@ -247,9 +256,17 @@ class Loader(_Base):
     def _samples(self, epoch: _native.NativeEpoch) -> Iterator[Any]:
         size = self._settings["batch_size"]
         while True:
-            samples: list[Any] = epoch.next_sample_batch(size)
+            samples: list[Any]
+            samples, decoded = epoch.next_sample_batch(size)
             if not samples or (len(samples) < size and self._settings["drop_last"]):
                 break
+            images = {ext: self._images(buffer) for ext, buffer in decoded.items()}
+            if images and self._transform is None and self._collate_fn is None:
+                yield _columns(samples, images)
+                continue
+            for ext, batch in images.items():
+                for sample, image in zip(samples, batch, strict=True):
+                    sample[ext] = image
             if self._transform is not None:
                 samples = [self._transform(sample) for sample in samples]
             yield samples if self._collate_fn is None else self._collate_fn(samples)
@@ -261,10 +278,17 @@ class Loader(_Base):
             self._current = None
         self._epochs.end()
 
+    def _images(self, buffer: Any) -> Any:
+        """A batch's images as an ``[N, 3, H, W]`` tensor over the buffer (``uint8``:
+        channels_last); the buffer itself without torch."""
+        if torch is None:
+            return buffer
+        uint8 = self._settings["dtype"] == "uint8"
+        images = _tensor(buffer, torch.uint8 if uint8 else torch.float32)
+        # uint8: an NCHW view of NHWC memory (channels_last).
+        return images.permute(0, 3, 1, 2) if uint8 else images
+
     def _batches(self, epoch: _native.NativeEpoch) -> Iterator[Batch | IndexedBatch]:
-        images_dtype = None
-        if torch is not None:
-            images_dtype = torch.float32 if self._settings["dtype"] == "float32" else torch.uint8
         while True:
             try:
                 images, labels, _indices, skipped = epoch.next_batch()
@@ -274,9 +298,7 @@ class Loader(_Base):
             if len(labels) == 0:
                 continue
             int64 = torch.int64 if torch is not None else None
-            images = _tensor(images, images_dtype)
-            if torch is not None and images_dtype == torch.uint8:
-                images = images.permute(0, 3, 1, 2)  # NCHW view of NHWC memory: channels_last
+            images = self._images(images)
             if self._return_indices:
                 yield IndexedBatch(images, _tensor(labels, int64), _tensor(_indices, int64))
             else:
@@ -313,6 +335,13 @@ class Loader(_Base):
         self._resume = state.get("state")
         self._current = None
         self._finished = None
+
+
+def _columns(samples: list[dict[str, Any]], images: dict[str, Any]) -> dict[str, Any]:
+    """A batch of raw samples as columns: each decoded member's ``[N, 3, H, W]`` tensor, and a
+    list per other key (``None`` where a sample lacks it)."""
+    keys = dict.fromkeys(key for sample in samples for key in sample)
+    return {key: images[key] if key in images else [s.get(key) for s in samples] for key in keys}
 
 
 def _check_pickles(name: str, function: Callable[..., Any] | None) -> None:

@@ -14,6 +14,7 @@ import tarfile
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
@@ -112,6 +113,65 @@ def test_ranks_share_the_samples(shards):
     parts = [_keys(bucketload.Loader(uri, decode=False, batch_size=4, rank=r, world_size=2,
                                      pad=False)) for r in range(2)]
     assert sorted(parts[0] + parts[1]) == sorted(expected)
+
+
+def test_a_mixture_of_raw_datasets_says_where_each_sample_is_from(shards, bucketload_bin, env, s3):  # noqa: F811
+    uri, expected = shards
+    s3.create_bucket(Bucket="any-mix")
+    ok(bucketload_bin, env, "gen", "s3://any-mix/d", "--samples", "10", "--classes", "2",
+       "--size", "1KB", "--seed", "3")
+    loader = bucketload.Loader([uri, "s3://any-mix/d"], weights=[0.5, 0.5], decode=False,
+                               samples_per_epoch=256, batch_size=32, seed=1)
+    samples = [s for b in loader for s in b]
+    assert len(samples) == 256
+    dataset = [s["__index__"] >> 56 for s in samples]
+    assert dataset.count(0) == dataset.count(1) == 128
+    for s, d in zip(samples, dataset):
+        assert ("txt" in s) == (d == 0)
+        if d == 0:
+            assert bytes(s["npy"]) == expected[s["__key__"]]["npy"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_decode_members_gives_the_image_modes_pixels_next_to_the_raw_members(shards, dtype):
+    uri, expected = shards
+    settings = {"image_size": 16, "batch_size": 8, "seed": 3, "dtype": dtype}
+    pixels = {}
+    for images, _, indices in bucketload.Loader(uri, return_indices=True, **settings):
+        pixels.update(zip(indices.tolist(), images))
+    batches = list(bucketload.Loader(uri, decode=False, decode_members=["jpg"], **settings))
+    assert [len(b["__key__"]) for b in batches] == [8, 8, 8, 6]
+    for batch in batches:
+        images = batch["jpg"]
+        assert images.dtype == getattr(torch, dtype)
+        assert images.shape[1:] == (3, 16, 16)
+        assert set(batch) == {"__key__", "__index__", "__label__", "jpg", "txt", "npy", "cls"}
+        for key, index, image, text in zip(batch["__key__"], batch["__index__"], images,
+                                           batch["txt"], strict=True):
+            assert torch.equal(image, pixels[index])
+            assert bytes(text) == expected[key]["txt"]
+    assert sum(len(b["__key__"]) for b in batches) == len(pixels) == SAMPLES
+
+
+def shape_and_text(sample: dict) -> tuple[tuple[int, ...], str]:
+    return tuple(sample["jpg"].shape), bytes(sample["txt"]).decode()
+
+
+def test_decode_members_reach_the_transform_as_tensors(shards):
+    uri, _ = shards
+    loader = bucketload.Loader(uri, decode=False, decode_members=("jpg",), image_size=16,
+                               batch_size=8, transform=shape_and_text)
+    got = [item for b in DataLoader(loader, batch_size=None, num_workers=2) for item in b]
+    assert len(got) == SAMPLES
+    assert {tuple(shape) for shape, _ in got} == {(3, 16, 16)}
+
+
+def test_decode_members_needs_the_member_in_every_sample(shards):
+    uri, _ = shards
+    with pytest.raises(ConfigError, match=r"sample sample\d+ has no \"png\" member"):
+        list(bucketload.Loader(uri, decode=False, decode_members=("png",), image_size=16))
+    with pytest.raises(ConfigError, match="decode=False"):
+        bucketload.Loader(uri, decode_members=("jpg",))
 
 
 def decoded(sample: dict) -> tuple[str, str, float, int]:

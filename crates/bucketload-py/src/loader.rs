@@ -14,7 +14,7 @@ use bucketload::loader::{
 };
 use bucketload::panics;
 use bucketload::source::{Order, Partition, Remainder, SampleRef};
-use bucketload_image::{Batch, BatchData};
+use bucketload_image::{Batch, BatchData, ImagePipeline};
 use futures::{Stream, StreamExt};
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
@@ -44,6 +44,44 @@ pub struct NativeLoader {
 struct Parts {
     loader: Reader,
     decoder: Option<Decoder>,
+    members: Option<Arc<MemberDecode>>,
+}
+
+/// The members of raw samples decoded natively, batch by batch (`decode_members`).
+struct MemberDecode {
+    /// The members' extensions, as named in samples.
+    exts: Vec<String>,
+    pipeline: ImagePipeline,
+}
+
+impl MemberDecode {
+    /// Member `ext` of every sample, decoded and augmented as the image mode would (the
+    /// samples' indices and `epoch` fix each augmentation), without the GIL.
+    fn decode(&self, py: Python<'_>, epoch: u64, ext: &str, samples: &[Sample]) -> PyResult<Batch> {
+        let images = samples
+            .iter()
+            .map(|s| {
+                let bytes = s.get(ext).ok_or_else(|| {
+                    errors::raise(
+                        ErrorKind::InvalidInput,
+                        format!(
+                            "sample {} has no {ext:?} member to decode: name members every \
+                             sample has in decode_members",
+                            s.key
+                        ),
+                    )
+                })?;
+                Ok(bucketload_image::Sample {
+                    key: s.key.clone(),
+                    index: s.dataset_index(),
+                    label: s.label.map_or(-1, i64::from),
+                    bytes: bytes.clone(),
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        py.detach(|| self.pipeline.process(epoch, &images))
+            .map_err(errors::image)
+    }
 }
 
 /// One dataset, or a weighted mixture of several.
@@ -129,7 +167,7 @@ impl NativeLoader {
         shuffle=true, seed=0, shuffle_buffer=None, cache_dir=None, cache_size=bucketload_cache::DEFAULT_CAPACITY,
         concurrency=None, decode_threads=None, rank=0, world_size=1, worker=0, num_workers=1,
         drop_last=false, pad=true, skip_corrupt=false, endpoint=None, region=None,
-        jpeg_decode="region", client=None,
+        jpeg_decode="region", client=None, decode_members=Vec::new(),
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -160,6 +198,7 @@ impl NativeLoader {
         region: Option<String>,
         jpeg_decode: &str,
         client: Option<ClientOptions>,
+        decode_members: Vec<String>,
     ) -> PyResult<NativeLoader> {
         if batch_size == 0 {
             return Err(errors::raise(
@@ -241,6 +280,29 @@ impl NativeLoader {
                 Some(Decoder::new(&config).map_err(errors::engine)?)
             }
         };
+        let members = match (decode, decode_members.is_empty()) {
+            (_, true) => None,
+            (true, false) => {
+                return Err(errors::raise(
+                    ErrorKind::InvalidInput,
+                    "decode_members= decodes members of raw samples: pass decode=False".to_owned(),
+                ));
+            }
+            (false, false) => {
+                let config = crate::decoder::decode_config(
+                    image_size,
+                    dtype,
+                    seed,
+                    decode_threads,
+                    false,
+                    jpeg_decode,
+                )?;
+                Some(Arc::new(MemberDecode {
+                    exts: decode_members,
+                    pipeline: config.pipeline().map_err(errors::engine)?,
+                }))
+            }
+        };
         let rt = runtime()?;
         let opened = match (uri, weights, samples_per_epoch) {
             (Uris::One(uri), None, None) => {
@@ -265,6 +327,7 @@ impl NativeLoader {
             parts: ForkSafe::new(Parts {
                 loader: opened.map_err(errors::engine)?,
                 decoder,
+                members,
             }),
             batch_size,
             drop_last,
@@ -353,6 +416,7 @@ impl NativeLoader {
         };
         Ok(NativeEpoch {
             flow: ForkSafe::new(flow),
+            members: ForkSafe::new(parts.members.clone()),
             tracker,
             consumed: 0,
             expected,
@@ -402,6 +466,8 @@ where
 #[pyclass(module = "bucketload._native")]
 pub struct NativeEpoch {
     flow: ForkSafe<Flow>,
+    /// The members decoded natively in raw samples.
+    members: ForkSafe<Option<Arc<MemberDecode>>>,
     tracker: Tracker,
     consumed: u64,
     /// Samples the epoch hands out (decoded or skipped) before its end.
@@ -422,17 +488,17 @@ impl Drop for Flow {
     }
 }
 
-pub(crate) fn batch_tuple<'py>(py: Python<'py>, batch: Batch) -> PyResult<Bound<'py, PyTuple>> {
-    let shape = batch.shape;
+/// A batch's images: float32 NCHW or uint8 NHWC.
+fn batch_images(data: BatchData, shape: &[usize]) -> PyResult<Buffer> {
     let count: usize = shape.iter().product();
-    let images = match batch.data {
+    Ok(match data {
         BatchData::ChwF32(mut data) => {
             data.truncate(count);
-            Buffer::f32(data, &shape)
+            Buffer::f32(data, shape)
         }
         BatchData::HwcU8(mut data) => {
             data.truncate(count);
-            Buffer::u8(data, &shape)
+            Buffer::u8(data, shape)
         }
         _ => {
             return Err(errors::raise(
@@ -440,7 +506,11 @@ pub(crate) fn batch_tuple<'py>(py: Python<'py>, batch: Batch) -> PyResult<Bound<
                 "unknown batch layout".to_owned(),
             ));
         }
-    };
+    })
+}
+
+pub(crate) fn batch_tuple<'py>(py: Python<'py>, batch: Batch) -> PyResult<Bound<'py, PyTuple>> {
+    let images = batch_images(batch.data, &batch.shape)?;
     let labels = Buffer::i64(batch.labels);
     let indices = Buffer::i64(batch.indices.iter().map(|i| *i as i64).collect());
     let skipped: Vec<(String, String)> = batch
@@ -596,17 +666,31 @@ impl NativeEpoch {
     /// The next `n` undecoded samples (fewer only at the end of the epoch; an empty list
     /// there), each a dict in WebDataset's convention: `__key__`, `__index__` (as
     /// `next_batch`'s indices), `__label__` (`None` without labels) and one entry per member
-    /// by extension, a read-only [`Buffer`] over the bytes the loader read (no copy).
+    /// by extension, a read-only [`Buffer`] over the bytes the loader read (no copy). Also
+    /// the members of `decode_members` decoded, by extension: one images [`Buffer`] each.
     fn next_sample_batch<'py>(
         &mut self,
         py: Python<'py>,
         n: usize,
-    ) -> PyResult<Bound<'py, PyList>> {
+    ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyDict>)> {
+        let samples = self.take_samples(py, n, true)?;
+        let decoded = PyDict::new(py);
+        if let Some(members) = self
+            .members
+            .get("epoch")?
+            .as_ref()
+            .filter(|_| !samples.is_empty())
+        {
+            for ext in &members.exts {
+                let batch = members.decode(py, self.epoch, ext, &samples)?;
+                decoded.set_item(ext, batch_images(batch.data, &batch.shape)?)?;
+            }
+        }
         let out = PyList::empty(py);
-        for sample in self.take_samples(py, n, true)? {
+        for sample in samples {
             out.append(sample_dict(py, sample)?)?;
         }
-        Ok(out)
+        Ok((out, decoded))
     }
 
     /// The state after what was handed out so far (JSON): resumes with neither replay nor
