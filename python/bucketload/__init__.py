@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from . import checkpoint, errors
 from ._native import __version__
-from ._types import Batch, IndexedBatch
+from ._types import IMAGENET_MEAN, IMAGENET_STD, Batch, IndexedBatch
 from .errors import (
     BucketloadError,
     ConfigError,
@@ -31,6 +31,8 @@ from .loader import Loader
 from .s3torch import S3Checkpoint, S3IterableDataset, S3MapDataset, S3Reader, S3Writer
 
 __all__ = [
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
     "Batch",
     "BucketloadError",
     "ConfigError",

@@ -9,7 +9,7 @@ from typing import Any, Protocol, TypeAlias
 
 from typing_extensions import Buffer as BytesLike
 
-from ._types import DType, Format, JpegDecode, LabelFrom, Saved
+from ._types import DType, Format, JpegDecode, LabelFrom, Saved, Transform
 
 __version__: str
 #: The disk cache's default size in bytes (``cache_size``), as the engine and the CLI use it.
@@ -101,10 +101,12 @@ class NativeLoader:
                  drop_last: bool = False, pad: bool = True, skip_corrupt: bool = False,
                  endpoint: str | None = None, region: str | None = None,
                  jpeg_decode: JpegDecode = "region",
-                 client: ClientConfig | None = None,
+                 client: ClientConfig | None = None, transform: Transform | None = None,
+                 use_manifest: bool = True, check_manifest: bool = False,
                  decode_members: list[str] = ...) -> None:
         """``decode_members`` (with ``decode=False``): extensions of members that
-        ``NativeEpoch.next_sample_batch`` also decodes and augments, as ``decode=True`` would."""
+        ``NativeEpoch.next_sample_batch`` also decodes and augments, as ``decode=True`` would
+        (with ``transform``'s augmentation)."""
     def samples_per_epoch(self) -> int: ...
     def batches_per_epoch(self) -> int: ...
     def dataset_samples(self) -> int: ...
@@ -140,7 +142,9 @@ class NativeDecoder:
 
     def __init__(self, *, image_size: int = 224, seed: int = 0, dtype: DType = "float32",
                  decode_threads: int | None = None, skip_corrupt: bool = False,
-                 jpeg_decode: JpegDecode = "region") -> None: ...
+                 jpeg_decode: JpegDecode = "region", transform: Transform | None = None) -> None:
+        """``transform``: the transform keywords of ``bucketload.Loader`` (``None``: training's
+        defaults)."""
     def decode(self, epoch: int, images: list[bytes], indices: list[int], labels: list[int],
                keys: list[str] | None = None) -> BatchTuple:
         """One batch ``(images, labels, indices, skipped)`` as ``NativeEpoch.next_batch`` returns
@@ -151,8 +155,9 @@ def shard(src: str, dst: str, *, shard_size: int | None = None,
           samples_per_shard: int | None = None, seed: int | None = None,
           label_from: LabelFrom = "auto", part: tuple[int, int] | None = None, md5: bool = False,
           overwrite: bool = False, concurrency: int | None = None, endpoint: str | None = None,
-          region: str | None = None) -> str:
-    """``bucketload shard src dst`` (slice ``part = (i, n)`` only, when given); the report as JSON."""
+          region: str | None = None, use_manifest: bool = True) -> str:
+    """``bucketload shard src dst`` (slice ``part = (i, n)`` only, when given); the report as JSON.
+    ``use_manifest=False``: list the source even when it has a manifest (``--no-manifest``)."""
 
 def merge(dst: str, *, endpoint: str | None = None, region: str | None = None) -> str:
     """``bucketload merge dst``: the slices' manifests stitched into the dataset's; the report as JSON."""

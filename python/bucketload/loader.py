@@ -10,7 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 from . import _env, _native
 from ._epochs import Epochs
-from ._types import Batch, DType, Format, IndexedBatch, JpegDecode
+from ._types import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Augment,
+    Batch,
+    DType,
+    Format,
+    IndexedBatch,
+    JpegDecode,
+    Transform,
+)
 from ._util import parse_size
 from .errors import ConfigError
 
@@ -42,9 +52,15 @@ class Loader(_Base):
     """Batches of images from a dataset in object storage, decoded and augmented natively.
 
     ``uri`` is a dataset root: one object per sample (``s3://bucket/train`` with class
-    folders), or tar shards (with a bucketload manifest, or indexed, or plain tar).
+    folders), or tar shards (with a bucketload manifest, or indexed, or plain tar). A
+    bucketload manifest, when there is one, replaces the listing: objects added since it was
+    written are not read, and one it lists that is gone fails the epoch with a
+    :class:`NotFoundError` saying the manifest is stale. ``check_manifest=True`` lists the
+    dataset once when the loader opens and raises :class:`CorruptDataError` naming what was
+    added, removed or resized; ``use_manifest=False`` ignores the manifest (the dataset is
+    listed, as one without a manifest). Both messages give the command that refreshes it.
     Iterating yields :class:`Batch` tuples ``(images, labels)``: ``images`` a ``float32`` tensor ``[N, 3, H, W]``
-    normalised with ImageNet's mean and std (``dtype="float32"``) or a ``uint8`` tensor
+    normalised with ``mean`` and ``std`` (``dtype="float32"``) or a ``uint8`` tensor
     ``[N, 3, H, W]`` in ``torch.channels_last`` memory format (``dtype="uint8"``: the pixels
     as decoded, stored HWC), ``labels`` an ``int64`` tensor ``[N]`` (-1 when the
     dataset has no labels). The tensors share the memory bucketload wrote (no copy). With
@@ -52,10 +68,17 @@ class Loader(_Base):
     holds each image's sample index in the dataset (the object's position in key order; for
     shards ``shard << 32 | sample``).
 
-    Each image is decoded, cropped with torchvision's RandomResizedCrop sampling (scale
-    0.08–1, ratio 3/4–4/3), resized to ``image_size``, flipped with probability 0.5 and
+    ``augment="train"`` (the default): each image is decoded, cropped with torchvision's
+    ``RandomResizedCrop(image_size, scale, ratio)`` sampling, flipped with probability 0.5 and
     normalised, on ``decode_threads`` threads (default: the cores available). The
-    augmentation of a sample depends only on ``(seed, epoch, sample)``. JPEGs are decoded
+    augmentation of a sample depends only on ``(seed, epoch, sample)``. ``augment="eval"``,
+    for validation: torchvision's ``Resize(resize)`` (the shorter side, antialiased as on PIL
+    images; ``resize`` defaults to ``round(image_size / 0.875)``, 256 for 224) then
+    ``CenterCrop(image_size)``, no flip, the same pixels every epoch; pair it with
+    ``shuffle=False``. ``mean`` and ``std`` (ImageNet's by default) normalise ``float32``
+    batches; ``uint8`` batches are not normalised. A transform keyword that does not apply
+    (``resize`` with ``"train"``, ``scale``/``ratio`` with ``"eval"``, ``mean``/``std`` with
+    ``uint8``) raises :class:`ConfigError`. JPEGs are decoded
     only where the crop box needs pixels (``jpeg_decode="region"``: the same pixels as PIL +
     torchvision); ``"region-scaled"`` also decodes at 1/2, 1/4 or 1/8 size when the box is
     that many times ``image_size`` (faster on large pictures, slightly different pixels);
@@ -95,8 +118,8 @@ class Loader(_Base):
     method they are pickled: use module-level functions, not lambdas or closures. Cache,
     shuffle, partitioning, mixing and ``state_dict`` work as for images. ``decode_members``
     (e.g. ``("jpg",)``) names members decoded and augmented natively as the image mode does
-    (same pixels for the same sample, epoch and settings ``image_size``, ``dtype``,
-    ``jpeg_decode``, ``decode_threads``; every sample must have them): each becomes a
+    (same pixels for the same sample, epoch and image settings: ``augment`` and its keywords,
+    ``image_size``, ``dtype``, ``jpeg_decode``; every sample must have them): each becomes a
     ``[3, H, W]`` view of the batch's tensor for ``transform``/``collate_fn``, and without
     either the batch is a dict of columns: ``batch["jpg"]`` the ``[N, 3, H, W]`` tensor, every
     other key a list (``batch["txt"]``, ``batch["__key__"]``…).
@@ -138,6 +161,14 @@ class Loader(_Base):
         region: str | None = None,
         return_indices: bool = False,
         jpeg_decode: JpegDecode = "region",
+        augment: Augment = "train",
+        resize: int | None = None,
+        mean: tuple[float, float, float] = IMAGENET_MEAN,
+        std: tuple[float, float, float] = IMAGENET_STD,
+        scale: tuple[float, float] = (0.08, 1.0),
+        ratio: tuple[float, float] = (3 / 4, 4 / 3),
+        use_manifest: bool = True,
+        check_manifest: bool = False,
         decode: bool = True,
         decode_members: Sequence[str] = (),
         transform: Callable[[dict[str, Any]], Any] | None = None,
@@ -159,6 +190,8 @@ class Loader(_Base):
         if drop_last and not pad:
             raise ConfigError("pad=False reads every sample exactly once and drop_last=True "
                               "leaves some out; pass one of them")
+        if augment not in ("train", "eval"):
+            raise ConfigError(f"augment {augment!r} is not 'train' or 'eval'")
         self._settings: dict[str, Any] = {
             "format": format, "batch_size": batch_size, "image_size": image_size,
             "shuffle": shuffle, "seed": seed,
@@ -169,6 +202,9 @@ class Loader(_Base):
             "decode_threads": decode_threads, "drop_last": drop_last, "pad": pad, "dtype": dtype,
             "skip_corrupt": skip_corrupt, "shuffle_buffer": shuffle_buffer,
             "endpoint": endpoint, "region": region, "jpeg_decode": jpeg_decode,
+            "transform": Transform(augment=augment, resize=resize, mean=mean, std=std,
+                                   scale=scale, ratio=ratio),
+            "use_manifest": use_manifest, "check_manifest": check_manifest,
             "weights": None if weights is None else [float(w) for w in weights],
             "samples_per_epoch": samples_per_epoch, "decode_members": list(decode_members),
         }

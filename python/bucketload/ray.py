@@ -32,7 +32,16 @@ from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
 from . import _native
-from ._types import DType, Format, JpegDecode, LabelFrom
+from ._types import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Augment,
+    DType,
+    Format,
+    JpegDecode,
+    LabelFrom,
+    Transform,
+)
 
 _ROWS_PER_BLOCK = 256
 # Each read task opens the dataset (one GET of its manifest, or a listing without one), so a
@@ -71,11 +80,13 @@ class BucketloadDatasource(Datasource):
 
     Every task opens the dataset: with a manifest (``bucketload manifest`` or ``bucketload
     shard`` wrote one) that is one GET, without one a listing. Tasks therefore get at least
-    ``MIN_SAMPLES_PER_TASK`` samples each, unless ``tasks`` fixes their number."""
+    ``MIN_SAMPLES_PER_TASK`` samples each, unless ``tasks`` fixes their number.
+    ``use_manifest`` and ``check_manifest`` as for :class:`bucketload.Loader`."""
 
     def __init__(self, uri: str, *, format: Format = "auto", shuffle: bool = False, seed: int = 0,
                  epoch: int = 0, concurrency: int | None = None, endpoint: str | None = None,
-                 region: str | None = None, tasks: int | None = None) -> None:
+                 region: str | None = None, tasks: int | None = None, use_manifest: bool = True,
+                 check_manifest: bool = False) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         if tasks is not None and tasks < 1:
             raise ValueError("tasks must be at least 1")
@@ -84,9 +95,11 @@ class BucketloadDatasource(Datasource):
         self._tasks = tasks
         self._settings: dict[str, Any] = {
             "format": format, "shuffle": shuffle, "seed": seed, "concurrency": concurrency,
-            "endpoint": endpoint, "region": region,
+            "endpoint": endpoint, "region": region, "use_manifest": use_manifest,
         }
-        self._samples = _native.NativeLoader(uri, decode=False, **self._settings).dataset_samples()
+        # The check lists the dataset once, here; the read tasks trust what it checked.
+        self._samples = _native.NativeLoader(uri, decode=False, check_manifest=check_manifest,
+                                             **self._settings).dataset_samples()
 
     def estimate_inmemory_data_size(self) -> int | None:
         return None
@@ -110,14 +123,16 @@ class BucketloadDatasource(Datasource):
 
 def read_dataset(uri: str, *, format: Format = "auto", shuffle: bool = False, seed: int = 0,
                  epoch: int = 0, concurrency: int | None = None, endpoint: str | None = None,
-                 region: str | None = None, override_num_blocks: int | None = None) -> ray.data.Dataset:
+                 region: str | None = None, override_num_blocks: int | None = None,
+                 use_manifest: bool = True, check_manifest: bool = False) -> ray.data.Dataset:
     """A ``ray.data.Dataset`` of the samples of ``uri`` read by bucketload's engine; see
     :class:`BucketloadDatasource`. ``shuffle=True`` visits the permutation of ``(seed, epoch)``
     (each read task a slice of it). ``override_num_blocks`` sets the number of read tasks;
     by default Ray's parallelism, at most one task per ``MIN_SAMPLES_PER_TASK`` samples."""
     source = BucketloadDatasource(uri, format=format, shuffle=shuffle, seed=seed, epoch=epoch,
                                   concurrency=concurrency, endpoint=endpoint, region=region,
-                                  tasks=override_num_blocks)
+                                  tasks=override_num_blocks, use_manifest=use_manifest,
+                                  check_manifest=check_manifest)
     dataset: ray.data.Dataset = ray.data.read_datasource(
         source, override_num_blocks=override_num_blocks)
     return dataset
@@ -125,24 +140,35 @@ def read_dataset(uri: str, *, format: Format = "auto", shuffle: bool = False, se
 
 @functools.lru_cache(maxsize=8)
 def _decoder(pid: int, image_size: int, seed: int, dtype: DType, decode_threads: int | None,
-             skip_corrupt: bool, jpeg_decode: JpegDecode) -> _native.NativeDecoder:
-    return _native.NativeDecoder(image_size=image_size, seed=seed, dtype=dtype,
-                                 decode_threads=decode_threads, skip_corrupt=skip_corrupt,
-                                 jpeg_decode=jpeg_decode)
+             skip_corrupt: bool, jpeg_decode: JpegDecode,
+             transform: tuple[Any, ...]) -> _native.NativeDecoder:
+    augment, resize, mean, std, scale, ratio = transform
+    return _native.NativeDecoder(
+        image_size=image_size, seed=seed, dtype=dtype, decode_threads=decode_threads,
+        skip_corrupt=skip_corrupt, jpeg_decode=jpeg_decode,
+        transform=Transform(augment=augment, resize=resize, mean=mean, std=std, scale=scale,
+                            ratio=ratio))
 
 
 def decode_batch(batch: dict[str, np.ndarray], *, image_size: int = 224, seed: int = 0,
                  epoch: int = 0, dtype: DType = "float32", decode_threads: int | None = None,
-                 skip_corrupt: bool = False,
-                 jpeg_decode: JpegDecode = "region") -> dict[str, np.ndarray]:
+                 skip_corrupt: bool = False, jpeg_decode: JpegDecode = "region",
+                 augment: Augment = "train", resize: int | None = None,
+                 mean: tuple[float, float, float] = IMAGENET_MEAN,
+                 std: tuple[float, float, float] = IMAGENET_STD,
+                 scale: tuple[float, float] = (0.08, 1.0),
+                 ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> dict[str, np.ndarray]:
     """bucketload's native decode and augmentation as a ``map_batches`` function
-    (``batch_format="numpy"``): RandomResizedCrop to ``image_size``, flip, and for
-    ``float32`` ImageNet normalisation into ``[N, 3, H, W]`` (``uint8``: ``[N, H, W, 3]``).
+    (``batch_format="numpy"``): RandomResizedCrop to ``image_size``, flip (``augment="eval"``:
+    resize of the shorter side to ``resize``, centre crop), and for ``float32`` normalisation
+    with ``mean`` and ``std`` into ``[N, 3, H, W]`` (``uint8``: ``[N, H, W, 3]``).
     Returns ``image``, ``label`` and ``index``; images that fail to decode raise
     ``CorruptDataError`` naming the key, or with ``skip_corrupt=True`` are left out.
-    ``jpeg_decode`` as for :class:`bucketload.Loader`."""
+    The transform keywords and ``jpeg_decode`` as for :class:`bucketload.Loader`."""
+    # Hashable, for the decoder cache.
+    transform = (augment, resize, tuple(mean), tuple(std), tuple(scale), tuple(ratio))
     decoder = _decoder(os.getpid(), image_size, seed, dtype, decode_threads, skip_corrupt,
-                       jpeg_decode)
+                       jpeg_decode, transform)
     keys = [str(k) for k in batch["key"]] if "key" in batch else None
     images, labels, indices, _skipped = decoder.decode(
         epoch, [bytes(b) for b in batch["image"]], [int(i) for i in batch["index"]],
@@ -171,17 +197,19 @@ def shard(src: str, dst: str, *, parts: int, shard_size: int | None = None,
           samples_per_shard: int | None = None, seed: int | None = None,
           label_from: LabelFrom = "auto",
           md5: bool = False, concurrency: int | None = None, endpoint: str | None = None,
-          region: str | None = None, num_cpus: float = 1) -> dict[str, Any]:
+          region: str | None = None, num_cpus: float = 1,
+          use_manifest: bool = True) -> dict[str, Any]:
     """``bucketload shard SRC DST --part i/N`` for every ``i`` as Ray tasks, then the merge:
     the same shards and manifest as one ``bucketload shard`` run. A failed part leaves no
     partial shard and no manifest; call again to finish (finished shards are kept).
     ``concurrency``: GETs in flight per task (default: the engine's, as the CLI's ``shard``).
+    ``use_manifest=False`` lists the source even when it has a manifest (``--no-manifest``).
     Returns ``{"parts": [report, ...], "merge": report}``."""
     if parts < 1:
         raise ValueError("parts must be at least 1")
     options = {"shard_size": shard_size, "samples_per_shard": samples_per_shard, "seed": seed,
                "label_from": label_from, "md5": md5, "concurrency": concurrency,
-               "endpoint": endpoint, "region": region}
+               "endpoint": endpoint, "region": region, "use_manifest": use_manifest}
     task = _shard_part.options(num_cpus=num_cpus)
     reports = ray.get([task.remote(src, dst, i, parts, options) for i in range(parts)])
     merged = json.loads(_native.merge(dst, endpoint=endpoint, region=region))

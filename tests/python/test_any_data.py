@@ -132,10 +132,13 @@ def test_a_mixture_of_raw_datasets_says_where_each_sample_is_from(shards, bucket
             assert bytes(s["npy"]) == expected[s["__key__"]]["npy"]
 
 
-@pytest.mark.parametrize("dtype", ["float32", "uint8"])
-def test_decode_members_gives_the_image_modes_pixels_next_to_the_raw_members(shards, dtype):
+@pytest.mark.parametrize(("dtype", "augment"),
+                         [("float32", "train"), ("uint8", "train"), ("float32", "eval")])
+def test_decode_members_gives_the_image_modes_pixels_next_to_the_raw_members(shards, dtype,
+                                                                            augment):
     uri, expected = shards
-    settings = {"image_size": 16, "batch_size": 8, "seed": 3, "dtype": dtype}
+    settings = {"image_size": 16, "batch_size": 8, "seed": 3, "dtype": dtype,
+                "augment": augment}
     pixels = {}
     for images, _, indices in bucketload.Loader(uri, return_indices=True, **settings):
         pixels.update(zip(indices.tolist(), images))

@@ -120,6 +120,15 @@ fn flag(setting: Setting) -> &'static str {
         Setting::Classes => "--classes",
         Setting::Size => "--size",
         Setting::Concurrency => "--concurrency",
+        Setting::Augment => "--augment",
+        Setting::ImageSize => "--image-size",
+        Setting::Resize => "--resize",
+        Setting::Mean => "--mean",
+        Setting::Std => "--std",
+        Setting::Scale => "--crop-scale",
+        Setting::Ratio => "--crop-ratio",
+        Setting::UseManifest => "--no-manifest",
+        Setting::CheckManifest => "--check-manifest",
     }
 }
 
@@ -159,6 +168,9 @@ fn words(hint: &Hint) -> Option<String> {
         Hint::Format(F::ReindexOrReshard) => "rebuild it with `bucketload index` (or re-create \
             the shards with `bucketload shard`)"
             .to_owned(),
+        Hint::RefreshManifest { command } => {
+            format!("refresh it with `{command}`, or read the dataset without it: --no-manifest")
+        }
         _ => return None,
     })
 }

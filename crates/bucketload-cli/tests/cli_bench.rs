@@ -104,6 +104,36 @@ fn the_log_has_the_training_keys_and_the_cache_serves_epoch_two() {
 }
 
 #[test]
+fn validation_runs_bench_the_eval_transform_without_the_manifest() {
+    let fx = Fixture::start();
+    fx.generate("s3://bench-eval/val", 20, 2, "4KB");
+    fx.run(&["manifest", "s3://bench-eval/val"]).ok();
+    let args = [
+        "--dataset",
+        "s3://bench-eval/val",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--image-size",
+        "32",
+        "--augment",
+        "eval",
+        "--resize",
+        "40",
+        "--no-shuffle",
+        "--check-manifest",
+    ];
+    let log = bench(&fx, &args);
+    assert_eq!(log["config"]["augment"], "eval", "{log:#}");
+    assert_eq!(log["samples_processed_total"], 20, "{log:#}");
+    let mut ignoring = args.to_vec();
+    ignoring.pop();
+    ignoring.push("--no-manifest");
+    assert_eq!(bench(&fx, &ignoring)["samples_processed_total"], 20);
+}
+
+#[test]
 fn shards_streamed_and_indexed_count_every_sample() {
     let fx = Fixture::start();
     fx.generate("s3://bench-shards/src", 30, 3, "2KB");

@@ -248,6 +248,68 @@ fn decode_turns_every_sample_into_batches_and_names_a_corrupt_image() {
     assert_eq!(epoch(&report, 0)["decode"]["skipped"], 1);
 }
 
+#[test]
+fn eval_transform_is_accepted_and_misused_transform_flags_are_named() {
+    let fx = Fixture::start();
+    fx.generate("s3://read-eval/train", 20, 2, "4KB");
+    let decode = ["s3://read-eval/train", "--decode", "--image-size", "32"];
+    let with = |extra: &[&'static str]| {
+        let mut args = decode.to_vec();
+        args.extend_from_slice(extra);
+        args
+    };
+    let report = read_json(&fx, &with(&["--augment", "eval", "--no-shuffle"]));
+    assert_eq!(epoch(&report, 0)["decode"]["images"], 20, "{report:#}");
+    let args = with(&[
+        "--augment",
+        "eval",
+        "--resize",
+        "40",
+        "--mean",
+        "0.5,0.5,0.5",
+    ]);
+    let report = read_json(&fx, &args);
+    assert_eq!(epoch(&report, 0)["decode"]["images"], 20, "{report:#}");
+    let args = with(&["--crop-scale", "0.5,1", "--crop-ratio", "1,1"]);
+    let report = read_json(&fx, &args);
+    assert_eq!(epoch(&report, 0)["decode"]["images"], 20, "{report:#}");
+
+    let failure = |extra: &[&'static str]| {
+        let mut all = vec!["read"];
+        all.extend(with(extra));
+        let run = fx.run(&all);
+        assert_ne!(run.code, 0, "{run:#?}");
+        run.stderr
+    };
+    let cases: [(&[&str], &[&str]); 7] = [
+        (&["--augment", "test"], &["--augment", "train", "eval"]),
+        (
+            &["--augment", "eval", "--resize", "16"],
+            &["--resize 16", "--image-size 32"],
+        ),
+        (&["--resize", "64"], &["--resize applies to --augment eval"]),
+        (
+            &["--augment", "eval", "--crop-scale", "0.5,1"],
+            &["--crop-scale and --crop-ratio apply to --augment train"],
+        ),
+        (&["--crop-scale", "0.5,0.1"], &["--crop-scale (0.5, 0.1"]),
+        (&["--mean", "0.5,0.5"], &["--mean", "give three"]),
+        (
+            &["--dtype", "u8", "--std", "1,1,1"],
+            &["--mean and --std apply to float32 batches"],
+        ),
+    ];
+    for (extra, said) in cases {
+        let stderr = failure(extra);
+        for words in said {
+            assert!(
+                stderr.contains(words),
+                "{extra:?}: {words:?} not in {stderr}"
+            );
+        }
+    }
+}
+
 const CRAFTED_INDEX: &str = "shard-000000.tar.idx";
 
 /// The first shard's index below `uri`.

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use bucketload::decode::DecodeConfig;
-use bucketload_image::ImagePipeline;
+use bucketload::decode::{DEFAULT_RATIO, DEFAULT_SCALE, DecodeConfig, TransformSettings};
+use bucketload_image::{IMAGENET_MEAN, IMAGENET_STD, ImagePipeline};
 use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
@@ -14,9 +14,51 @@ use crate::loader::batch_tuple;
 use crate::runtime::ForkSafe;
 use bucketload::ErrorKind;
 
-/// The decode settings of the Python keywords: RandomResizedCrop to `image_size`, flip, and
-/// `dtype` "float32" (NCHW, ImageNet-normalised) or "uint8" (NHWC); `jpeg_decode` "region",
-/// "region-scaled" or "whole".
+/// The transform of decoded images, read from the `transform=` dict of the Python layer
+/// (`bucketload._types.Transform`): `augment` "train" (RandomResizedCrop with `scale` and
+/// `ratio`, flip) or "eval" (resize the shorter side to `resize`, centre crop), and the
+/// normalisation's `mean` and `std`; `None` is the default of each. Each range and triple is any
+/// sequence (a tuple or a list).
+#[derive(FromPyObject)]
+pub(crate) struct Transform {
+    #[pyo3(item)]
+    augment: String,
+    #[pyo3(item)]
+    resize: Option<u32>,
+    #[pyo3(item)]
+    mean: Option<[f32; 3]>,
+    #[pyo3(item)]
+    std: Option<[f32; 3]>,
+    #[pyo3(item)]
+    scale: Option<[f64; 2]>,
+    #[pyo3(item)]
+    ratio: Option<[f64; 2]>,
+}
+
+impl Transform {
+    /// The settings given: a keyword at its default (the Python signatures show the defaults)
+    /// counts as not given.
+    fn settings(&self) -> PyResult<TransformSettings> {
+        Ok(TransformSettings {
+            augmentation: self.augment.parse().map_err(errors::engine)?,
+            resize: self.resize,
+            mean: self.mean.filter(|m| *m != IMAGENET_MEAN),
+            std: self.std.filter(|s| *s != IMAGENET_STD),
+            scale: self
+                .scale
+                .map(|[lo, hi]| (lo, hi))
+                .filter(|s| *s != DEFAULT_SCALE),
+            ratio: self
+                .ratio
+                .map(|[lo, hi]| (lo, hi))
+                .filter(|r| *r != DEFAULT_RATIO),
+        })
+    }
+}
+
+/// The decode settings of the Python keywords: `transform` to `image_size`, and `dtype`
+/// "float32" (NCHW, normalised) or "uint8" (NHWC); `jpeg_decode` "region", "region-scaled" or
+/// "whole".
 pub(crate) fn decode_config(
     image_size: u32,
     dtype: &str,
@@ -24,10 +66,20 @@ pub(crate) fn decode_config(
     decode_threads: Option<usize>,
     skip_corrupt: bool,
     jpeg_decode: &str,
+    transform: Option<&Transform>,
 ) -> PyResult<DecodeConfig> {
+    let dtype = dtype.parse().map_err(errors::engine)?;
+    let settings = match transform {
+        Some(transform) => transform.settings()?,
+        None => TransformSettings::default(),
+    };
+    let (augmentation, mean, std) = settings.resolve(dtype).map_err(errors::engine)?;
     Ok(DecodeConfig {
         image_size,
-        dtype: dtype.parse().map_err(errors::engine)?,
+        augmentation,
+        mean,
+        std,
+        dtype,
         jpeg: jpeg_decode.parse().map_err(|_| {
             errors::raise(
                 ErrorKind::InvalidInput,
@@ -52,7 +104,7 @@ impl NativeDecoder {
     #[new]
     #[pyo3(signature = (
         *, image_size=224, seed=0, dtype="float32", decode_threads=None, skip_corrupt=false,
-        jpeg_decode="region",
+        jpeg_decode="region", transform=None,
     ))]
     fn new(
         image_size: u32,
@@ -61,6 +113,7 @@ impl NativeDecoder {
         decode_threads: Option<usize>,
         skip_corrupt: bool,
         jpeg_decode: &str,
+        transform: Option<Transform>,
     ) -> PyResult<NativeDecoder> {
         let config = decode_config(
             image_size,
@@ -69,6 +122,7 @@ impl NativeDecoder {
             decode_threads,
             skip_corrupt,
             jpeg_decode,
+            transform.as_ref(),
         )?;
         let pipeline = config.pipeline().map_err(errors::engine)?;
         Ok(NativeDecoder {

@@ -98,6 +98,10 @@ fn words(hint: &Hint) -> Option<String> {
         Hint::Format(F::ReindexOrReshard) => "rebuild it with the `bucketload index` command (or \
             re-create the shards with the `bucketload shard` command)"
             .to_owned(),
+        Hint::RefreshManifest { command } => format!(
+            "refresh it with the `{command}` command, or read the dataset without it: \
+             use_manifest=False"
+        ),
         _ => return None,
     })
 }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use bucketload::decode::{DecodedBatches, Decoder, image_sample};
 use bucketload::loader::{
-    CacheBuilder, Delivery, Format, Loader, LoaderConfig, MixState, MixTracker, Mixture, Sample,
-    StateTracker,
+    CacheBuilder, Delivery, Format, Loader, LoaderConfig, ManifestUse, MixState, MixTracker,
+    Mixture, Sample, StateTracker,
 };
 use bucketload::panics;
 use bucketload::source::{Order, Partition, Remainder, SampleRef};
@@ -159,6 +159,21 @@ fn parse_format(format: &str) -> PyResult<Format> {
     })
 }
 
+/// The engine's manifest use of the keywords `use_manifest` and `check_manifest`.
+pub(crate) fn manifest_use(use_manifest: bool, check_manifest: bool) -> PyResult<ManifestUse> {
+    match (use_manifest, check_manifest) {
+        (true, false) => Ok(ManifestUse::Trust),
+        (true, true) => Ok(ManifestUse::Check),
+        (false, false) => Ok(ManifestUse::Ignore),
+        (false, true) => Err(errors::raise(
+            ErrorKind::InvalidInput,
+            "check_manifest=True checks the manifest that use_manifest=False ignores: give one \
+             of them"
+                .to_owned(),
+        )),
+    }
+}
+
 #[pymethods]
 impl NativeLoader {
     #[new]
@@ -167,7 +182,8 @@ impl NativeLoader {
         shuffle=true, seed=0, shuffle_buffer=None, cache_dir=None, cache_size=bucketload_cache::DEFAULT_CAPACITY,
         concurrency=None, decode_threads=None, rank=0, world_size=1, worker=0, num_workers=1,
         drop_last=false, pad=true, skip_corrupt=false, endpoint=None, region=None,
-        jpeg_decode="region", client=None, decode_members=Vec::new(),
+        jpeg_decode="region", client=None, transform=None, use_manifest=true,
+        check_manifest=false, decode_members=Vec::new(),
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -198,6 +214,9 @@ impl NativeLoader {
         region: Option<String>,
         jpeg_decode: &str,
         client: Option<ClientOptions>,
+        transform: Option<crate::decoder::Transform>,
+        use_manifest: bool,
+        check_manifest: bool,
         decode_members: Vec<String>,
     ) -> PyResult<NativeLoader> {
         if batch_size == 0 {
@@ -230,6 +249,7 @@ impl NativeLoader {
         if let Some(client) = client {
             store = client.apply(store);
         }
+        let manifest = manifest_use(use_manifest, check_manifest)?;
         if let Some(n) = concurrency {
             store = store.with_concurrency(n);
         }
@@ -251,6 +271,7 @@ impl NativeLoader {
                 .with_order(order)
                 .with_partition(Partition::new(rank, world_size).with_remainder(remainder))
                 .with_worker(worker, num_workers)
+                .with_manifest(manifest)
                 // Batches are checkpointed by count: samples must arrive in the worker's order.
                 .with_delivery(Delivery::Strict);
             if let Some(n) = concurrency {
@@ -271,6 +292,7 @@ impl NativeLoader {
                     decode_threads,
                     skip_corrupt,
                     jpeg_decode,
+                    transform.as_ref(),
                 )?;
                 let config = bucketload::decode::DecodeConfig {
                     batch_size,
@@ -296,6 +318,7 @@ impl NativeLoader {
                     decode_threads,
                     false,
                     jpeg_decode,
+                    transform.as_ref(),
                 )?;
                 Some(Arc::new(MemberDecode {
                     exts: decode_members,

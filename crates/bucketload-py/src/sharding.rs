@@ -31,6 +31,7 @@ fn open_with(uri: &str, config: StoreConfig) -> PyResult<Store> {
 #[pyo3(signature = (
     src, dst, *, shard_size=None, samples_per_shard=None, seed=None, label_from="auto",
     part=None, md5=false, overwrite=false, concurrency=None, endpoint=None, region=None,
+    use_manifest=true,
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn shard(
@@ -47,6 +48,7 @@ pub fn shard(
     concurrency: Option<usize>,
     endpoint: Option<String>,
     region: Option<String>,
+    use_manifest: bool,
 ) -> PyResult<String> {
     // The engine's GETs in flight, unless asked for another number; the source store allows
     // as many at once.
@@ -71,6 +73,7 @@ pub fn shard(
         .with_md5(md5)
         .with_overwrite(overwrite)
         .with_gets_in_flight(gets)
+        .with_source_manifest(use_manifest)
         .build()
         .map_err(errors::engine)?;
     let rt = runtime()?;

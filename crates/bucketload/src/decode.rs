@@ -22,15 +22,15 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 
 use bucketload_image::{
-    Augment, Batch, Geometry, ImagePipeline, ImagePipelineBuilder, JpegDecode, LastBatch, OnError,
-    OutputFormat, PipelineStats,
+    Augment, Batch, Geometry, IMAGENET_MEAN, IMAGENET_STD, ImagePipeline, ImagePipelineBuilder,
+    JpegDecode, LastBatch, OnError, OutputFormat, PipelineStats,
 };
 use futures::{Stream, StreamExt};
 use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::loader::Sample;
-use crate::{Error, Result, panics};
+use crate::{Error, Result, Setting, panics};
 
 /// Batches decoded ahead of a consumer outside the runtime ([`Decoder::batches`]).
 pub const PREFETCH_BATCHES: usize = 2;
@@ -38,7 +38,7 @@ pub const PREFETCH_BATCHES: usize = 2;
 /// The element type of a batch.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Dtype {
-    /// 32-bit floats, channels first (NCHW), normalised with ImageNet's mean and std.
+    /// 32-bit floats, channels first (NCHW), normalised with the configured mean and std.
     #[default]
     F32,
     /// Bytes, channels last (NHWC).
@@ -60,12 +60,154 @@ impl FromStr for Dtype {
     }
 }
 
-/// How a training run's images are decoded and augmented: RandomResizedCrop to `image_size`,
-/// a horizontal flip with probability 1/2, then `dtype`.
+/// torchvision's default range of `RandomResizedCrop`'s share of the image area.
+pub const DEFAULT_SCALE: (f64, f64) = (0.08, 1.0);
+/// torchvision's default range of `RandomResizedCrop`'s width / height.
+pub const DEFAULT_RATIO: (f64, f64) = (3.0 / 4.0, 4.0 / 3.0);
+
+/// Which transform each image gets: a training run's random crops and flips, or the
+/// deterministic evaluation transform of a validation loop.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum Augmentation {
+    /// torchvision's `RandomResizedCrop(image_size, scale, ratio)` (without antialias, as the
+    /// reference training pipelines) then `RandomHorizontalFlip(0.5)`.
+    Train {
+        /// Range of the crop's share of the image area; torchvision's default (0.08, 1.0).
+        scale: (f64, f64),
+        /// Range of the crop's width / height; torchvision's default (3/4, 4/3).
+        ratio: (f64, f64),
+    },
+    /// torchvision's `Resize(resize)` (the shorter side, antialiased as on PIL images) then
+    /// `CenterCrop(image_size)`; no flip, no randomness.
+    Eval {
+        /// Length the shorter side is resized to; `None`: [`eval_resize`] of the image size
+        /// (256 for 224).
+        resize: Option<u32>,
+    },
+}
+
+impl Augmentation {
+    /// Training with torchvision's default scale and ratio ranges.
+    pub const TRAIN: Augmentation = Augmentation::Train {
+        scale: DEFAULT_SCALE,
+        ratio: DEFAULT_RATIO,
+    };
+
+    /// Evaluation with the default resize ([`eval_resize`]).
+    pub const EVAL: Augmentation = Augmentation::Eval { resize: None };
+}
+
+impl Default for Augmentation {
+    fn default() -> Self {
+        Augmentation::TRAIN
+    }
+}
+
+impl FromStr for Augmentation {
+    type Err = Error;
+
+    /// `train` or `eval`, with their defaults.
+    fn from_str(s: &str) -> Result<Augmentation> {
+        match s {
+            "train" => Ok(Augmentation::TRAIN),
+            "eval" => Ok(Augmentation::EVAL),
+            other => Err(Error::invalid_input(format!(
+                "{} {other:?} is not 'train' (random crops and flips) or 'eval' (resize and \
+                 centre crop)",
+                Setting::Augment
+            ))),
+        }
+    }
+}
+
+/// The transform settings as a front end takes them: the transform chosen (its defaults) and
+/// each setting the user gave, `None` when not given. [`TransformSettings::resolve`] checks that
+/// every given setting applies to the transform and dtype chosen, and fills in the defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TransformSettings {
+    /// [`Augmentation::TRAIN`] or [`Augmentation::EVAL`] (`"train"`/`"eval"` parse to them).
+    pub augmentation: Augmentation,
+    /// The evaluation transform's resize.
+    pub resize: Option<u32>,
+    /// The normalisation's channel means.
+    pub mean: Option<[f32; 3]>,
+    /// The normalisation's channel standard deviations.
+    pub std: Option<[f32; 3]>,
+    /// The training crop's area range.
+    pub scale: Option<(f64, f64)>,
+    /// The training crop's aspect-ratio range.
+    pub ratio: Option<(f64, f64)>,
+}
+
+impl TransformSettings {
+    /// The augmentation, mean and std for batches of `dtype`; a setting given that does not
+    /// apply (`resize` to training, `scale` or `ratio` to evaluation, `mean` or `std` to
+    /// unnormalised `U8` batches) is an error naming it rather than ignored.
+    pub fn resolve(&self, dtype: Dtype) -> Result<(Augmentation, [f32; 3], [f32; 3])> {
+        let mut wrong = Vec::new();
+        let augmentation = match self.augmentation {
+            Augmentation::Train { scale, ratio } => {
+                if self.resize.is_some() {
+                    wrong.push(format!(
+                        "{} applies to {} eval",
+                        Setting::Resize,
+                        Setting::Augment
+                    ));
+                }
+                Augmentation::Train {
+                    scale: self.scale.unwrap_or(scale),
+                    ratio: self.ratio.unwrap_or(ratio),
+                }
+            }
+            Augmentation::Eval { resize } => {
+                if self.scale.is_some() || self.ratio.is_some() {
+                    wrong.push(format!(
+                        "{} and {} apply to {} train",
+                        Setting::Scale,
+                        Setting::Ratio,
+                        Setting::Augment
+                    ));
+                }
+                Augmentation::Eval {
+                    resize: self.resize.or(resize),
+                }
+            }
+        };
+        if dtype == Dtype::U8 && (self.mean.is_some() || self.std.is_some()) {
+            wrong.push(format!(
+                "{} and {} apply to float32 batches (uint8 batches are not normalised)",
+                Setting::Mean,
+                Setting::Std
+            ));
+        }
+        if !wrong.is_empty() {
+            return Err(Error::invalid_input(wrong.join("; ")));
+        }
+        let mean = self.mean.unwrap_or(IMAGENET_MEAN);
+        Ok((augmentation, mean, self.std.unwrap_or(IMAGENET_STD)))
+    }
+}
+
+/// The shorter side an evaluation transform resizes to by default: ImageNet's convention,
+/// `round(image_size / 0.875)`, 256 for a 224 crop (the crop keeps 87.5% of the side).
+pub fn eval_resize(image_size: u32) -> u32 {
+    // In range: image_size / 0.875 < 2^32 * 1.15, and the cast saturates above.
+    (f64::from(image_size) / 0.875).round() as u32
+}
+
+/// How a run's images are decoded and transformed into batches: the [`Augmentation`] to
+/// `image_size`, then `dtype` (floats normalised with `mean` and `std`).
 #[derive(Debug, Clone)]
 pub struct DecodeConfig {
     /// Side of the square crop, in pixels.
     pub image_size: u32,
+    /// Training or evaluation transform.
+    pub augmentation: Augmentation,
+    /// Channel means (R, G, B) of pixels scaled to [0, 1], subtracted from `F32` batches.
+    pub mean: [f32; 3],
+    /// Channel standard deviations (R, G, B), dividing `F32` batches.
+    pub std: [f32; 3],
     /// Images per batch.
     pub batch_size: usize,
     /// Batch element type.
@@ -86,6 +228,9 @@ impl Default for DecodeConfig {
     fn default() -> Self {
         DecodeConfig {
             image_size: 224,
+            augmentation: Augmentation::TRAIN,
+            mean: IMAGENET_MEAN,
+            std: IMAGENET_STD,
             batch_size: 64,
             dtype: Dtype::F32,
             jpeg: JpegDecode::Region,
@@ -101,15 +246,14 @@ impl DecodeConfig {
     /// The image pipeline's builder with these settings.
     pub fn builder(&self) -> ImagePipelineBuilder {
         let output = match self.dtype {
-            Dtype::F32 => OutputFormat::imagenet(),
+            Dtype::F32 => OutputFormat::ChwF32 {
+                mean: self.mean,
+                std: self.std,
+            },
             Dtype::U8 => OutputFormat::HwcU8,
         };
         let mut builder = ImagePipeline::builder()
-            .with_augment(Augment {
-                geometry: Geometry::random_resized_crop(self.image_size),
-                flip: 0.5,
-                antialias: false,
-            })
+            .with_augment(self.augment())
             .with_output(output)
             .with_batch_size(self.batch_size)
             .with_seed(self.seed)
@@ -128,8 +272,84 @@ impl DecodeConfig {
         builder
     }
 
-    /// Builds the pipeline.
+    /// The image pipeline's augmentation.
+    fn augment(&self) -> Augment {
+        let size = self.image_size;
+        match self.augmentation {
+            Augmentation::Train { scale, ratio } => Augment {
+                geometry: Geometry::RandomResizedCrop {
+                    size: (size, size),
+                    scale,
+                    ratio,
+                },
+                flip: 0.5,
+                antialias: false,
+            },
+            Augmentation::Eval { resize } => Augment {
+                geometry: Geometry::ResizeCenterCrop {
+                    shorter: resize.unwrap_or_else(|| eval_resize(size)),
+                    crop: (size, size),
+                },
+                flip: 0.0,
+                // torchvision's Resize of a PIL image always antialiases.
+                antialias: true,
+            },
+        }
+    }
+
+    /// Every problem with these settings, naming each setting (empty when valid).
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.image_size == 0 {
+            problems.push(format!("{} must be at least 1 pixel", Setting::ImageSize));
+        }
+        match self.augmentation {
+            Augmentation::Train { scale, ratio } => {
+                if !(scale.0 > 0.0 && scale.0 <= scale.1 && scale.1 <= 1.0) {
+                    problems.push(format!(
+                        "{} {scale:?} must satisfy 0 < low <= high <= 1 (shares of the image area)",
+                        Setting::Scale
+                    ));
+                }
+                if !(ratio.0 > 0.0 && ratio.0 <= ratio.1 && ratio.1.is_finite()) {
+                    problems.push(format!(
+                        "{} {ratio:?} must satisfy 0 < low <= high (width / height)",
+                        Setting::Ratio
+                    ));
+                }
+            }
+            Augmentation::Eval { resize } => {
+                let shorter = resize.unwrap_or_else(|| eval_resize(self.image_size));
+                if shorter < self.image_size {
+                    problems.push(format!(
+                        "{} {shorter} is smaller than {} {}: the centre crop must fit in the \
+                         resized image",
+                        Setting::Resize,
+                        Setting::ImageSize,
+                        self.image_size
+                    ));
+                }
+            }
+        }
+        if self.mean.iter().any(|m| !m.is_finite()) {
+            problems.push(format!("{} {:?} must be finite", Setting::Mean, self.mean));
+        }
+        if self.std.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
+            problems.push(format!(
+                "{} {:?} must be finite and positive",
+                Setting::Std,
+                self.std
+            ));
+        }
+        problems
+    }
+
+    /// Builds the pipeline; invalid settings are one error listing every problem.
     pub fn pipeline(&self) -> Result<ImagePipeline> {
+        let problems = self.problems();
+        if !problems.is_empty() {
+            return Err(Error::invalid_input(problems.join("; ")));
+        }
         Ok(self.builder().build()?)
     }
 }
@@ -410,5 +630,74 @@ impl DecodedBatches {
 impl Drop for DecodedBatches {
     fn drop(&mut self) {
         self.feeder.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eval_resizes_by_imagenet_convention() {
+        assert_eq!(eval_resize(224), 256);
+        assert_eq!(eval_resize(32), 37);
+        assert_eq!("eval".parse::<Augmentation>().unwrap(), Augmentation::EVAL);
+        assert!("test".parse::<Augmentation>().is_err());
+    }
+
+    #[test]
+    fn problems_name_every_setting() {
+        let config = DecodeConfig {
+            augmentation: Augmentation::Eval { resize: Some(100) },
+            std: [0.2, 0.0, 0.2],
+            mean: [f32::NAN, 0.0, 0.0],
+            ..DecodeConfig::default()
+        };
+        let problems = config.problems().join("; ");
+        for setting in [Setting::Resize, Setting::Mean, Setting::Std] {
+            assert!(problems.contains(&setting.to_string()), "{problems}");
+        }
+        let config = DecodeConfig {
+            augmentation: Augmentation::Train {
+                scale: (0.5, 0.1),
+                ratio: (0.0, 1.0),
+            },
+            ..DecodeConfig::default()
+        };
+        let problems = config.problems().join("; ");
+        for setting in [Setting::Scale, Setting::Ratio] {
+            assert!(problems.contains(&setting.to_string()), "{problems}");
+        }
+        assert!(DecodeConfig::default().problems().is_empty());
+    }
+
+    #[test]
+    fn settings_that_do_not_apply_are_named() {
+        let eval = TransformSettings {
+            augmentation: Augmentation::EVAL,
+            resize: Some(300),
+            scale: Some(DEFAULT_SCALE),
+            mean: Some([0.5; 3]),
+            ..TransformSettings::default()
+        };
+        let err = eval.resolve(Dtype::U8).unwrap_err().to_string();
+        assert!(
+            err.contains("`scale` and `ratio` apply to `augment` train"),
+            "{err}"
+        );
+        assert!(err.contains("`mean` and `std` apply to float32"), "{err}");
+        let given = TransformSettings {
+            scale: None,
+            ..eval
+        };
+        let (augmentation, mean, std) = given.resolve(Dtype::F32).unwrap();
+        assert_eq!(augmentation, Augmentation::Eval { resize: Some(300) });
+        assert_eq!((mean, std), ([0.5; 3], IMAGENET_STD));
+        let train = TransformSettings {
+            resize: Some(300),
+            ..TransformSettings::default()
+        };
+        let err = train.resolve(Dtype::F32).unwrap_err().to_string();
+        assert!(err.contains("`resize` applies to `augment` eval"), "{err}");
     }
 }

@@ -6,6 +6,8 @@
 
 pub use bucketload_store::ErrorKind;
 
+use crate::Setting;
+
 /// A boxed error used as the source of some variants.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -86,6 +88,20 @@ pub enum Error {
         /// Samples the epoch should have delivered.
         planned: u64,
     },
+    /// The dataset's manifest no longer describes what the store holds: objects were added,
+    /// removed or rewritten since it was written.
+    #[error("{manifest} is stale: {what}; {}", Hint::RefreshManifest { command: refresh.clone() })]
+    StaleManifest {
+        /// Full URI of the manifest.
+        manifest: String,
+        /// What differs, naming objects.
+        what: String,
+        /// The command that writes the manifest again.
+        refresh: String,
+        /// [`ErrorKind::NotFound`] when an object it lists is gone, else
+        /// [`ErrorKind::Corrupt`].
+        kind: ErrorKind,
+    },
     /// Decoding or augmenting an image failed, or the image pipeline's settings are invalid.
     #[cfg(feature = "image")]
     #[error(transparent)]
@@ -125,6 +141,7 @@ impl Error {
             Error::Format(e) => format_kind(e),
             Error::InvalidInput { .. } => ErrorKind::InvalidInput,
             Error::Corrupt { .. } => ErrorKind::Corrupt,
+            Error::StaleManifest { kind, .. } => *kind,
             Error::Io { source, .. } => io_kind(source),
             #[cfg(feature = "image")]
             Error::Image(e) => image_kind(e),
@@ -143,6 +160,9 @@ impl Error {
         match self {
             Error::Store(e) | Error::Copy { source: e, .. } => e.hint().map(Hint::Store),
             Error::Format(e) => e.hint().map(Hint::Format),
+            Error::StaleManifest { refresh, .. } => Some(Hint::RefreshManifest {
+                command: refresh.clone(),
+            }),
             _ => None,
         }
     }
@@ -170,6 +190,11 @@ pub enum Hint {
     Store(bucketload_store::Hint),
     /// The shard format's advice ([`bucketload_format::Hint`]).
     Format(bucketload_format::Hint),
+    /// A stale manifest: write it again with `command`, or read the dataset without it.
+    RefreshManifest {
+        /// The command of the tool that writes the manifest again.
+        command: String,
+    },
 }
 
 impl std::fmt::Display for Hint {
@@ -177,6 +202,12 @@ impl std::fmt::Display for Hint {
         match self {
             Hint::Store(hint) => hint.fmt(f),
             Hint::Format(hint) => hint.fmt(f),
+            Hint::RefreshManifest { command } => write!(
+                f,
+                "refresh it with `{command}`, or read the dataset without its manifest \
+                 (turn off {})",
+                Setting::UseManifest
+            ),
         }
     }
 }
@@ -185,20 +216,26 @@ impl std::fmt::Display for Hint {
 /// found directly, inside an engine error, or carried by an I/O error.
 pub fn hints(err: &(dyn std::error::Error + 'static)) -> Vec<Hint> {
     let mut out = Vec::new();
-    let mut next = Some(err);
-    while let Some(cause) = next {
+    for e in causes(err) {
+        if let Some(hint) = hint_of(e).filter(|h| !out.contains(h)) {
+            out.push(hint);
+        }
+    }
+    out
+}
+
+/// `err` and its causes, outermost first, each followed by the error it carries when it is an
+/// I/O error (streams of object bytes report store failures as I/O errors).
+pub(crate) fn causes<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(err), |e| e.source()).flat_map(|cause| {
         let carried = cause
             .downcast_ref::<std::io::Error>()
             .and_then(|io| io.get_ref())
             .map(|inner| inner as &(dyn std::error::Error + 'static));
-        for e in std::iter::once(cause).chain(carried) {
-            if let Some(hint) = hint_of(e).filter(|h| !out.contains(h)) {
-                out.push(hint);
-            }
-        }
-        next = cause.source();
-    }
-    out
+        std::iter::once(cause).chain(carried)
+    })
 }
 
 /// The hint of one error, if it is one of the engine's, the store's or the format's.

@@ -29,11 +29,29 @@ pub enum Setting {
     Size,
     /// Requests in flight.
     Concurrency,
+    /// The transform of decoded images: training or evaluation.
+    Augment,
+    /// Side of the square crop of decoded images.
+    ImageSize,
+    /// Shorter side of the evaluation transform's resize.
+    Resize,
+    /// Channel means of the normalisation.
+    Mean,
+    /// Channel standard deviations of the normalisation.
+    Std,
+    /// Area range of the training transform's random crop.
+    Scale,
+    /// Aspect-ratio range of the training transform's random crop.
+    Ratio,
+    /// Read a dataset through its manifest (else list it).
+    UseManifest,
+    /// Compare a dataset's manifest with a listing before reading.
+    CheckManifest,
 }
 
 impl Setting {
     /// Every setting.
-    pub const ALL: [Setting; 11] = [
+    pub const ALL: [Setting; 20] = [
         Setting::Format,
         Setting::LabelFrom,
         Setting::ShardSize,
@@ -45,6 +63,15 @@ impl Setting {
         Setting::Classes,
         Setting::Size,
         Setting::Concurrency,
+        Setting::Augment,
+        Setting::ImageSize,
+        Setting::Resize,
+        Setting::Mean,
+        Setting::Std,
+        Setting::Scale,
+        Setting::Ratio,
+        Setting::UseManifest,
+        Setting::CheckManifest,
     ];
 
     /// The engine's name: `label_from`.
@@ -61,6 +88,15 @@ impl Setting {
             Setting::Classes => "classes",
             Setting::Size => "size",
             Setting::Concurrency => "concurrency",
+            Setting::Augment => "augment",
+            Setting::ImageSize => "image_size",
+            Setting::Resize => "resize",
+            Setting::Mean => "mean",
+            Setting::Std => "std",
+            Setting::Scale => "scale",
+            Setting::Ratio => "ratio",
+            Setting::UseManifest => "use_manifest",
+            Setting::CheckManifest => "check_manifest",
         }
     }
 

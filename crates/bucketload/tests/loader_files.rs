@@ -145,3 +145,56 @@ async fn throttled_and_failed_gets_are_retried() {
         "every object, and four retries"
     );
 }
+
+#[tokio::test]
+async fn a_stale_manifest_is_named_checked_or_ignored() {
+    use bucketload::loader::ManifestUse;
+    use bucketload::{ErrorKind, Hint};
+    use bucketload_store::object_store::{ObjectStoreExt, PutPayload};
+
+    let data = TestData::files(12, true).await;
+    let src = data.store("src");
+    let objects = src.object_store();
+    let key = |k: &str| bucketload_store::key_path(k);
+    let refresh = Hint::RefreshManifest {
+        command: format!("bucketload manifest s3://{}/src", data.bucket),
+    };
+    objects.delete(&key("class_2/0002.jpg")).await.unwrap();
+    let trusted = Loader::open(data.loader("src").build().unwrap()).await;
+    let epoch: Result<Vec<_>, _> =
+        futures::TryStreamExt::try_collect(trusted.unwrap().epoch(0).unwrap()).await;
+    let err = epoch.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    let gone = format!("s3://{}/src/class_2/0002.jpg", data.bucket);
+    assert!(
+        err.to_string()
+            .contains(&format!("is stale: it lists {gone}, which is not found")),
+        "{err}"
+    );
+    assert_eq!(err.hint(), Some(refresh.clone()));
+
+    let added = PutPayload::from_static(b"added later");
+    objects.put(&key("class_0/9999.jpg"), added).await.unwrap();
+    let resized = PutPayload::from_static(b"another size");
+    objects
+        .put(&key("class_1/0001.jpg"), resized)
+        .await
+        .unwrap();
+    let checked = data.loader("src").with_manifest(ManifestUse::Check);
+    let err = Loader::open(checked.build().unwrap()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    for said in [
+        "1 object added since it was written (class_0/9999.jpg)",
+        "1 object listed but gone (class_2/0002.jpg)",
+        "1 object of another size than it records (class_1/0001.jpg)",
+    ] {
+        assert!(err.to_string().contains(said), "{said:?} not in {err}");
+    }
+    assert_eq!(err.hint(), Some(refresh));
+
+    let ignored = data.loader("src").with_manifest(ManifestUse::Ignore);
+    let loader = Loader::open(ignored.build().unwrap()).await.unwrap();
+    let samples = drain(&loader, 0).await;
+    assert_eq!(samples.len(), 12, "one added, one gone");
+    assert!(samples.iter().any(|s| s.key == "class_0/9999.jpg"));
+}

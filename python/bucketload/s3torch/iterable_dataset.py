@@ -77,7 +77,8 @@ class S3IterableDataset(_IterBase):
                  format: DatasetFormat = "objects", concurrency: int | None = None,
                  s3client_config: S3ClientConfig | None = None,
                  reader_constructor: S3ReaderConstructorProtocol | None = None,
-                 object_uris: str | Iterable[str] | None = None) -> None:
+                 object_uris: str | Iterable[str] | None = None, use_manifest: bool = True,
+                 check_manifest: bool = False) -> None:
         if (s3_uri is None) == (object_uris is None):
             raise ValueError("give either s3_uri (a prefix) or object_uris")
         if format not in _OBJECTS + _SAMPLES:
@@ -93,6 +94,8 @@ class S3IterableDataset(_IterBase):
         self._seed = seed
         self._format = format
         self._concurrency = concurrency
+        self._use_manifest = use_manifest
+        self._check_manifest = check_manifest
         self._s3client_config = s3client_config
         self._reader_constructor = reader_constructor or S3ReaderConstructor.default()
         self._objects = _from_objects(object_uris) if object_uris is not None else None
@@ -115,7 +118,9 @@ class S3IterableDataset(_IterBase):
         """Every object whose key starts with the URI's key prefix (``s3://b/train/class_0``
         matches ``train/class_0/a.jpg`` and ``train/class_01.jpg``), in key order, folder
         markers left out. Extra keywords: ``shuffle``, ``seed``, ``format``,
-        ``concurrency``."""
+        ``concurrency``, and ``use_manifest``/``check_manifest`` as for
+        :class:`bucketload.Loader` (a folder read by the engine with a bucketload manifest is
+        read through it)."""
         return cls(s3_uri, region=region, endpoint=endpoint, transform=transform,
                    enable_sharding=enable_sharding, s3client_config=s3client_config,
                    reader_constructor=reader_constructor, **bucketload_options)
@@ -168,7 +173,8 @@ class S3IterableDataset(_IterBase):
             engine_uri, format=_engine_format(self._format), decode=False, shuffle=self._shuffle,
             seed=self._seed, rank=rank, world_size=world, worker=worker, num_workers=workers,
             concurrency=self._concurrency, endpoint=self.endpoint, region=self.region,
-            client=self._s3client_config,
+            client=self._s3client_config, use_manifest=self._use_manifest,
+            check_manifest=self._check_manifest,
         )
 
     def _engine_uri(self) -> str | None:

@@ -7,7 +7,7 @@ use anyhow::Context;
 use bucketload::io::PrefetchConfig;
 use bucketload::loader::{
     CacheBuilder, DEFAULT_LOADER_CONCURRENCY, Delivery, Format, Loader, LoaderConfig, LoaderStats,
-    MixStream, Mixture, SampleStream,
+    ManifestUse, MixStream, Mixture, SampleStream,
 };
 use bucketload::source::{Order, Partition, Remainder};
 use bucketload_store::Store;
@@ -63,6 +63,14 @@ pub struct LoaderArgs {
     /// ETag, CRC32C), counted and reported, instead of failing
     #[arg(long)]
     pub skip_changed: bool,
+    /// List the dataset (and read its shard indexes) even when it has a bucketload manifest:
+    /// objects added since the manifest was written are read, removed ones are not missed
+    #[arg(long)]
+    pub no_manifest: bool,
+    /// Before reading, list the dataset once and fail if its manifest differs (objects added,
+    /// removed or resized), naming them and the command that refreshes the manifest
+    #[arg(long, conflicts_with = "no_manifest")]
+    pub check_manifest: bool,
     /// Mix several datasets: the share of samples drawn from each, in their order, e.g.
     /// 0.7,0.3 (normalised by their sum) [default: equal]
     #[arg(
@@ -75,6 +83,17 @@ pub struct LoaderArgs {
     /// Samples of a mixture's epoch over all ranks [default: the datasets' sizes added]
     #[arg(long, value_name = "N")]
     pub samples_per_epoch: Option<u64>,
+}
+
+impl LoaderArgs {
+    /// How the dataset's manifest is used.
+    pub fn manifest(&self) -> ManifestUse {
+        match (self.no_manifest, self.check_manifest) {
+            (true, _) => ManifestUse::Ignore,
+            (false, true) => ManifestUse::Check,
+            (false, false) => ManifestUse::Trust,
+        }
+    }
 }
 
 /// `--format`.
@@ -134,6 +153,7 @@ pub fn loader_config(
         .with_concurrency(concurrency)
         .with_epochs(epochs)
         .with_skip_changed(a.skip_changed)
+        .with_manifest(a.manifest())
         .with_order(order)
         .with_partition(Partition::new(a.rank, a.world_size).with_remainder(remainder));
     if a.strict_order {

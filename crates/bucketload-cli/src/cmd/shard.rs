@@ -57,6 +57,10 @@ pub struct ShardArgs {
     /// Create the destination bucket if it does not exist (automatic for loopback endpoints)
     #[arg(long)]
     create_bucket: bool,
+    /// List the source even when it has a bucketload manifest (objects added since it was
+    /// written are packaged too)
+    #[arg(long)]
+    no_manifest: bool,
     /// Print the report as JSON
     #[arg(long)]
     json: bool,
@@ -108,6 +112,7 @@ pub async fn shard(args: &StoreArgs, a: ShardArgs) -> anyhow::Result<()> {
         .with_skip_changed(a.skip_changed)
         .with_overwrite(a.overwrite)
         .with_md5(a.md5)
+        .with_source_manifest(!a.no_manifest)
         .build()?;
     let (src, _) = open_dir(&local_to_absolute(&a.src)?, &config)?;
     let (dst, _) = open_dir(&local_to_absolute(&a.dst)?, &args.config())?;

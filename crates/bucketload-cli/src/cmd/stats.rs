@@ -24,6 +24,9 @@ pub struct StatsArgs {
     /// Price the transfer too, as read from outside the bucket's region
     #[arg(long)]
     out_of_region: bool,
+    /// Describe the dataset from a listing even when it has a bucketload manifest
+    #[arg(long)]
+    no_manifest: bool,
 }
 
 /// `stats`.
@@ -38,7 +41,8 @@ pub async fn stats(args: &StoreArgs, a: StatsArgs) -> anyhow::Result<()> {
     let options = StatsOptions::default()
         .with_sample(a.sample)
         .with_concurrency(config.concurrency())
-        .with_prices(prices);
+        .with_prices(prices)
+        .with_manifest(!a.no_manifest);
     let bar = Bar::new("listing");
     let stats = dataset::stats(&location, &options, &bar).await?;
     if stats.objects == 0 {
@@ -49,12 +53,12 @@ pub async fn stats(args: &StoreArgs, a: StatsArgs) -> anyhow::Result<()> {
         serde_json::to_writer_pretty(&mut out, &stats)?;
         writeln!(out)?;
     } else {
-        print_stats(&mut out, &stats)?;
+        print_stats(&mut out, &stats, a.no_manifest)?;
     }
     Ok(())
 }
 
-fn print_stats(out: &mut impl Write, s: &DatasetStats) -> std::io::Result<()> {
+fn print_stats(out: &mut impl Write, s: &DatasetStats, no_manifest: bool) -> std::io::Result<()> {
     writeln!(out, "dataset   {}", s.uri)?;
     let kind = match s.kind {
         DatasetKind::Shards => "tar shards",
@@ -62,8 +66,13 @@ fn print_stats(out: &mut impl Write, s: &DatasetStats) -> std::io::Result<()> {
     };
     let from = match s.from {
         StatsFrom::Manifest => format!("described by {MANIFEST_PATH}"),
-        StatsFrom::Indexes => "no manifest: listed, then the shards' indexes read".to_string(),
-        StatsFrom::Listing => "no manifest: listed".to_string(),
+        StatsFrom::Indexes => "listed, then the shards' indexes read".to_string(),
+        StatsFrom::Listing => "listed".to_string(),
+    };
+    let from = match (s.from, no_manifest) {
+        (StatsFrom::Manifest, _) => from,
+        (_, true) => format!("--no-manifest: {from}"),
+        (_, false) => format!("no manifest: {from}"),
     };
     writeln!(out, "kind      {kind} ({from})")?;
     match &s.shards {

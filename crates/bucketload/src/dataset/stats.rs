@@ -43,6 +43,7 @@ pub struct StatsOptions {
     pub(crate) sample: usize,
     pub(crate) concurrency: usize,
     pub(crate) prices: PriceTable,
+    pub(crate) manifest: bool,
 }
 
 impl Default for StatsOptions {
@@ -51,11 +52,19 @@ impl Default for StatsOptions {
             sample: 32,
             concurrency: 32,
             prices: PriceTable::default(),
+            manifest: true,
         }
     }
 }
 
 impl StatsOptions {
+    /// Describe the dataset from its manifest when it has one (default `true`), or from a
+    /// listing (`false`), which sees objects added or removed since the manifest was written.
+    pub fn with_manifest(mut self, yes: bool) -> Self {
+        self.manifest = yes;
+        self
+    }
+
     /// Images whose header is read (default 32; 0 skips the dimensions).
     pub fn with_sample(mut self, n: usize) -> Self {
         self.sample = n;
@@ -228,7 +237,11 @@ pub async fn stats(
     options: &StatsOptions,
     progress: &dyn Progress,
 ) -> Result<DatasetStats> {
-    if let Some(manifest) = location.manifest().await? {
+    let manifest = match options.manifest {
+        true => location.manifest().await?,
+        false => None,
+    };
+    if let Some(manifest) = manifest {
         return match manifest.kind {
             DatasetKind::Files => files_from_manifest(location, manifest, options).await,
             DatasetKind::Shards => shards_from_manifest(location, manifest, options).await,

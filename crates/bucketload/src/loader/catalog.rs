@@ -1,6 +1,8 @@
 //! What a dataset holds: its files or shards, read once when a loader opens (the manifest, one
 //! GET; else one listing), and the shard indexes an indexed loader needs (one GET each, many in
-//! flight).
+//! flight). A manifest can be stale: [`ManifestUse::Check`] compares it with one listing before
+//! use, and [`ManifestOrigin::explain`] turns an object it lists that is gone into an error
+//! that says so.
 
 use std::sync::Arc;
 
@@ -8,13 +10,15 @@ use bucketload_format::{DatasetKind, Manifest, ShardIndex, class_of_key};
 use bucketload_store::object_store::{ObjectMeta, path::Path};
 use bucketload_store::{ETag, key_path};
 
-use super::config::Format;
+use std::collections::BTreeMap;
+
+use super::config::{Format, ManifestUse};
 use crate::base::{Location, list_all};
 use crate::shards::{
     IndexOptions, SHARD_EXT, ShardObject, index_key, index_shard, read_all_indexes, shards_in,
 };
 use crate::source::Plan;
-use crate::{Error, Result, Setting};
+use crate::{Error, ErrorKind, Result, Setting};
 use futures::{StreamExt, TryStreamExt};
 
 /// Prefix of bucketload's own objects at a dataset root (never samples).
@@ -57,13 +61,34 @@ pub(crate) enum Catalog {
 }
 
 impl Catalog {
-    /// Reads the manifest, else lists the dataset, then the indexes when `format` needs them.
-    pub(crate) async fn open(location: &Location, format: Format) -> Result<Catalog> {
-        let catalog = match location.manifest().await? {
-            Some(manifest) => from_manifest(location, &manifest, format)?,
-            None => from_listing(location, format).await?,
+    /// Reads the manifest (unless `manifest` ignores it; checked against a listing when it
+    /// asks), else lists the dataset, then the indexes when `format` needs them. Returns the
+    /// manifest's origin when the catalog came from one.
+    pub(crate) async fn open(
+        location: &Location,
+        format: Format,
+        manifest: ManifestUse,
+    ) -> Result<(Catalog, Option<ManifestOrigin>)> {
+        let found = match manifest {
+            ManifestUse::Ignore => None,
+            ManifestUse::Trust | ManifestUse::Check => location.manifest().await?,
         };
-        match catalog {
+        let (catalog, origin) = match found {
+            Some(found) => {
+                let origin = ManifestOrigin::new(location, &found);
+                if manifest == ManifestUse::Check {
+                    origin.check(location, &found).await?;
+                }
+                (from_manifest(location, &found, format)?, Some(origin))
+            }
+            None => (from_listing(location, format).await?, None),
+        };
+        Ok((catalog.read_indexes(location).await?, origin))
+    }
+
+    /// The catalog with the indexes an indexed read needs.
+    async fn read_indexes(self, location: &Location) -> Result<Catalog> {
+        match self {
             Catalog::Shards {
                 shards,
                 indexed: true,
@@ -300,6 +325,134 @@ pub(crate) fn checked(location: &Location, shard: &DataShard, index: &ShardIndex
     Ok(index.validate(&index_uri, &shard_uri, shard.size)?)
 }
 
+/// The manifest a catalog was read from: where it is and the command that writes it again.
+#[derive(Debug, Clone)]
+pub(crate) struct ManifestOrigin {
+    uri: String,
+    refresh: String,
+}
+
+/// Objects named per kind of difference in a stale-manifest error.
+const NAMED_DIFFERENCES: usize = 3;
+
+impl ManifestOrigin {
+    fn new(location: &Location, manifest: &Manifest) -> ManifestOrigin {
+        let refresh = match manifest.kind {
+            DatasetKind::Files => format!("bucketload manifest {location}"),
+            _ => format!(
+                "bucketload shard {} {location} --overwrite",
+                manifest.parameters.source
+            ),
+        };
+        ManifestOrigin {
+            uri: location.uri_of(&Path::from(bucketload_format::MANIFEST_PATH)),
+            refresh,
+        }
+    }
+
+    /// One listing of the dataset against the manifest: the same objects (files; shards for a
+    /// shards dataset) with the same sizes, or an error naming what differs.
+    async fn check(&self, location: &Location, manifest: &Manifest) -> Result<()> {
+        let listed = list_all(location).await?;
+        let listed: BTreeMap<&str, u64> = listed
+            .iter()
+            .map(|m| (m.location.as_ref(), m.size))
+            .filter(|(key, _)| !key.starts_with(RESERVED))
+            .filter(|(key, _)| manifest.kind == DatasetKind::Files || key.ends_with(SHARD_EXT))
+            .collect();
+        let recorded: BTreeMap<&str, u64> = match manifest.kind {
+            DatasetKind::Files => manifest
+                .files
+                .iter()
+                .map(|f| (f.key.as_str(), f.size))
+                .collect(),
+            _ => manifest
+                .shards
+                .iter()
+                .map(|s| (s.name.as_str(), s.bytes))
+                .collect(),
+        };
+        let added: Vec<&str> = listed
+            .keys()
+            .filter(|k| !recorded.contains_key(*k))
+            .copied()
+            .collect();
+        let removed: Vec<&str> = recorded
+            .keys()
+            .filter(|k| !listed.contains_key(*k))
+            .copied()
+            .collect();
+        let resized: Vec<&str> = recorded
+            .iter()
+            .filter(|(k, size)| listed.get(*k).is_some_and(|l| l != *size))
+            .map(|(k, _)| *k)
+            .collect();
+        let parts: Vec<String> = [
+            ("added since it was written", added),
+            ("listed but gone", removed),
+            ("of another size than it records", resized),
+        ]
+        .into_iter()
+        .filter(|(_, keys)| !keys.is_empty())
+        .map(|(what, keys)| differences(what, &keys))
+        .collect();
+        if parts.is_empty() {
+            return Ok(());
+        }
+        Err(Error::StaleManifest {
+            manifest: self.uri.clone(),
+            what: parts.join(", "),
+            refresh: self.refresh.clone(),
+            kind: ErrorKind::Corrupt,
+        })
+    }
+
+    /// `err`, an error of an epoch, said as a stale manifest when it is an object the manifest
+    /// lists that the store no longer holds.
+    pub(crate) fn explain(&self, err: Error) -> Error {
+        let Some(uri) = missing_object(&err) else {
+            return err;
+        };
+        Error::StaleManifest {
+            manifest: self.uri.clone(),
+            what: format!("it lists {uri}, which is not found"),
+            refresh: self.refresh.clone(),
+            kind: ErrorKind::NotFound,
+        }
+    }
+}
+
+/// "2 objects added since it was written (a.jpg, b.jpg)", naming at most
+/// [`NAMED_DIFFERENCES`].
+fn differences(what: &str, keys: &[&str]) -> String {
+    let named = keys[..keys.len().min(NAMED_DIFFERENCES)].join(", ");
+    let more = match keys.len() > NAMED_DIFFERENCES {
+        true => ", …",
+        false => "",
+    };
+    let objects = match keys.len() {
+        1 => "object",
+        _ => "objects",
+    };
+    format!("{} {objects} {what} ({named}{more})", keys.len())
+}
+
+/// The URI of the object whose absence `err` (or one of its causes, also inside an I/O error)
+/// reports; `None` for any other error, a missing bucket included.
+fn missing_object(err: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let not_found = crate::error::causes(err).find_map(|e| {
+        match e
+            .downcast_ref::<Error>()
+            .and_then(Error::as_store)
+            .or_else(|| e.downcast_ref::<bucketload_store::Error>())
+        {
+            Some(bucketload_store::Error::NotFound { uri, what, .. }) => Some((uri, *what)),
+            _ => None,
+        }
+    });
+    not_found.and_then(|(uri, what)| (what == "object").then(|| uri.clone()))
+}
+
 /// Class labels from folders, as `bucketload shard` assigns them: when every key has a folder,
 /// the index of its folder among the sorted folder names; otherwise no labels.
 pub(crate) fn folder_labels(keys: &[&str]) -> Vec<Option<u32>> {
@@ -327,6 +480,32 @@ mod tests {
     fn labels_are_sorted_folder_indices() {
         let keys = ["b/1.jpg", "a/2.jpg", "c/3.jpg", "a/4.jpg"];
         assert_eq!(folder_labels(&keys), [Some(1), Some(0), Some(2), Some(0)]);
+    }
+
+    #[test]
+    fn differences_name_a_few_objects_and_count_all() {
+        assert_eq!(differences("added", &["a"]), "1 object added (a)");
+        let many = differences("gone", &["a", "b", "c", "d"]);
+        assert_eq!(many, "4 objects gone (a, b, c, …)");
+    }
+
+    #[test]
+    fn only_a_missing_object_is_a_stale_manifest() {
+        let missing = |what| {
+            Error::Store(bucketload_store::Error::NotFound {
+                uri: "s3://b/x.jpg".to_owned(),
+                what,
+                hint: bucketload_store::Hint::CheckBucket,
+            })
+        };
+        assert_eq!(
+            missing_object(&missing("object")).as_deref(),
+            Some("s3://b/x.jpg")
+        );
+        let carried = std::io::Error::other(missing("object"));
+        assert_eq!(missing_object(&carried).as_deref(), Some("s3://b/x.jpg"));
+        assert_eq!(missing_object(&missing("bucket")), None);
+        assert_eq!(missing_object(&Error::invalid_input("x")), None);
     }
 
     #[test]

@@ -80,6 +80,22 @@ pub enum Delivery {
     Strict,
 }
 
+/// Whether a dataset's manifest (`_bucketload/manifest.json`) says what it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ManifestUse {
+    /// The manifest, when there is one, replaces the listing (one GET): objects added since
+    /// it was written are not read, and one removed fails its epoch with an error saying the
+    /// manifest is stale.
+    #[default]
+    Trust,
+    /// The manifest, after one listing of the dataset agrees with it (the same keys and
+    /// sizes); otherwise opening fails naming what was added, removed or resized.
+    Check,
+    /// The listing (and the shards' indexes), as for a dataset without a manifest.
+    Ignore,
+}
+
 /// Where the dataset lives.
 #[derive(Debug, Clone)]
 pub(crate) enum Dataset {
@@ -107,6 +123,7 @@ pub struct LoaderConfig {
     pub(crate) coalesce_gap: u64,
     pub(crate) cache: Option<Arc<Cache>>,
     pub(crate) skip_changed: bool,
+    pub(crate) manifest: ManifestUse,
 }
 
 impl LoaderConfig {
@@ -142,6 +159,11 @@ impl LoaderConfig {
         self.skip_changed
     }
 
+    /// How the dataset's manifest is used (see [`LoaderBuilder::with_manifest`]).
+    pub fn manifest(&self) -> ManifestUse {
+        self.manifest
+    }
+
     /// This process's worker number and the number of workers of its rank.
     pub fn worker(&self) -> (u32, u32) {
         (self.worker, self.num_workers)
@@ -174,6 +196,7 @@ impl LoaderBuilder {
                 coalesce_gap: DEFAULT_COALESCE_GAP,
                 cache: None,
                 skip_changed: false,
+                manifest: ManifestUse::Trust,
             },
         }
     }
@@ -273,6 +296,13 @@ impl LoaderBuilder {
     /// sample out, logs it, and counts it in [`LoaderStats::skipped_changed`](super::LoaderStats).
     pub fn with_skip_changed(mut self, skip: bool) -> Self {
         self.config.skip_changed = skip;
+        self
+    }
+
+    /// Whether the dataset's manifest is used, checked against a listing first, or ignored
+    /// (default [`ManifestUse::Trust`]).
+    pub fn with_manifest(mut self, manifest: ManifestUse) -> Self {
+        self.config.manifest = manifest;
         self
     }
 

@@ -76,13 +76,13 @@ pub use bucketload_cache::{Cache, CacheBuilder, CacheStats};
 pub use config::{
     DEFAULT_COALESCE_GAP, DEFAULT_COALESCE_WINDOW, DEFAULT_LOADER_CONCURRENCY,
     DEFAULT_MEMORY_BUDGET, DEFAULT_SHARDS_IN_FLIGHT, Delivery, Format, LoaderBuilder, LoaderConfig,
-    MAX_COALESCED_BYTES,
+    MAX_COALESCED_BYTES, ManifestUse,
 };
 pub use mixture::{MixState, MixStream, MixTracker, Mixture};
 pub use shard_stream::{ShardSample, ShardSpan, shard_samples};
 pub use stats::{InFlight, LoaderStats, RequestStats, StageTime};
 
-use catalog::{Catalog, DataShard, FileObject};
+use catalog::{Catalog, DataShard, FileObject, ManifestOrigin};
 use config::Dataset;
 use stats::Counters;
 
@@ -218,6 +218,8 @@ pub(crate) struct Inner {
     pub(crate) store: Store,
     pub(crate) store_uri: String,
     pub(crate) catalog: Catalog,
+    /// The manifest the catalog was read from, if it was.
+    pub(crate) manifest: Option<ManifestOrigin>,
     pub(crate) source: Source,
     pub(crate) counters: Arc<Counters>,
     pub(crate) prefetch: Arc<PrefetchCounters>,
@@ -280,7 +282,7 @@ impl Loader {
             );
         }
         let location = Location::from_store(&store);
-        let catalog = Catalog::open(&location, config.format).await?;
+        let (catalog, manifest) = Catalog::open(&location, config.format, config.manifest).await?;
         let source = Source::new(catalog.plan(), config.order, config.partition)?;
         // Budget in KiB permits: a semaphore counts at most `usize::MAX >> 3` permits.
         let budget_kib = u32::try_from(config.memory_budget.div_ceil(1024)).unwrap_or(u32::MAX);
@@ -301,6 +303,7 @@ impl Loader {
                 location,
                 store,
                 catalog,
+                manifest,
                 source,
                 cache,
                 config,
@@ -561,7 +564,10 @@ impl Stream for SampleStream {
                     stats::add(&this.inner.counters.bytes, sample.bytes());
                     Some(Ok(sample))
                 }
-                Poll::Ready(Some(Err(e))) => Some(Err(e)),
+                Poll::Ready(Some(Err(e))) => Some(Err(match &this.inner.manifest {
+                    Some(manifest) => manifest.explain(e),
+                    None => e,
+                })),
                 _ => this.end(),
             });
         }

@@ -110,6 +110,8 @@ pub struct RunConfig {
     pub image_size: u32,
     /// Whether samples were decoded and augmented (`--no-decode` turns it off).
     pub decode: bool,
+    /// The transform of decoded images: `train` or `eval` (`--augment`).
+    pub augment: String,
     pub decode_threads: Option<usize>,
     pub compute_ms: f64,
     /// Requests in flight.

@@ -71,6 +71,8 @@ pub struct BenchArgs {
     /// Leave out images that cannot be decoded (counted and reported) instead of stopping
     #[arg(long)]
     pub skip_corrupt: bool,
+    #[command(flatten)]
+    pub transform: crate::decode::TransformArgs,
     /// Emulated compute per batch, milliseconds (0: as fast as the input allows)
     #[arg(long, default_value_t = 0.0, value_name = "MS")]
     pub compute_ms: f64,
@@ -182,6 +184,7 @@ fn decode_args(a: &BenchArgs) -> DecodeArgs {
         drop_last: a.drop_last,
         skip_corrupt: a.skip_corrupt,
         jpeg_decode: crate::decode::JpegMode::Region,
+        transform: a.transform.clone(),
     }
 }
 
@@ -427,6 +430,7 @@ fn assemble(
             batch_size: a.batch_size,
             image_size: a.image_size,
             decode: trainer.decoder.is_some(),
+            augment: format!("{:?}", a.transform.augment).to_lowercase(),
             decode_threads: trainer.decoder.map(Decoder::threads),
             compute_ms: trainer.compute_ms,
             concurrency: store.concurrency.unwrap_or(DEFAULT_LOADER_CONCURRENCY),

@@ -102,6 +102,7 @@ pub struct ShardOptions {
     skip_changed: bool,
     overwrite: bool,
     md5: bool,
+    source_manifest: bool,
 }
 
 /// Builder of [`ShardOptions`].
@@ -133,6 +134,7 @@ impl ShardOptions {
                 skip_changed: false,
                 overwrite: false,
                 md5: false,
+                source_manifest: true,
             },
         }
     }
@@ -210,6 +212,14 @@ impl ShardOptionsBuilder {
         self
     }
 
+    /// Take the source's objects from its `files` manifest when it has one (the default), or
+    /// list the source (`false`): objects added since the manifest was written are then
+    /// packaged too.
+    pub fn with_source_manifest(mut self, yes: bool) -> Self {
+        self.inner.source_manifest = yes;
+        self
+    }
+
     /// Validates the options.
     pub fn build(self) -> Result<ShardOptions> {
         let o = &self.inner;
@@ -278,7 +288,7 @@ pub async fn shard_dataset(
 ) -> Result<ShardReport> {
     let started = Instant::now();
     check_disjoint(src, dst)?;
-    let objects = source_objects(src).await?;
+    let objects = source_objects(src, options.source_manifest).await?;
     let plan = make_plan(objects, options)?;
     let part = plan.part_shards(options.part);
     let source = src.uri().to_string();
@@ -342,10 +352,15 @@ fn check_disjoint(src: &Store, dst: &Store) -> Result<()> {
     Ok(())
 }
 
-/// The source's objects: from its `files` manifest if it has one, else one listing.
-async fn source_objects(src: &Store) -> Result<Vec<SourceObject>> {
+/// The source's objects: from its `files` manifest if it has one and `use_manifest`, else one
+/// listing.
+async fn source_objects(src: &Store, use_manifest: bool) -> Result<Vec<SourceObject>> {
     let location = Location::from_store(src);
-    if let Some(manifest) = location.manifest().await? {
+    let manifest = match use_manifest {
+        true => location.manifest().await?,
+        false => None,
+    };
+    if let Some(manifest) = manifest {
         if manifest.kind != DatasetKind::Files {
             return Err(Error::invalid_input(format!(
                 "{} already is a shard dataset; shard a one-object-per-sample dataset",
