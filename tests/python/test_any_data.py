@@ -17,6 +17,7 @@ import pytest
 import torch
 from PIL import Image
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 import bucketload
 from bucketload.errors import ConfigError
@@ -106,6 +107,25 @@ def test_state_dict_resumes_mid_epoch(shards):
     again = bucketload.Loader(uri, decode=False, batch_size=4, seed=5)
     again.load_state_dict(state)
     assert seen + _keys(again) == whole  # nothing repeated, nothing skipped
+
+
+def test_stateful_dataloader_resumes_raw_samples_through_workers(shards):
+    def loader():
+        return StatefulDataLoader(
+            bucketload.Loader(uri, decode=False, batch_size=4, seed=6, transform=decoded),
+            batch_size=None, num_workers=2)
+
+    uri, _ = shards
+    whole = [s[0] for b in loader() for s in b]
+    assert sorted(whole) == sorted(shards[1])
+    first = loader()
+    it = iter(first)
+    seen = [s[0] for _ in range(3) for s in next(it)]
+    state = first.state_dict()
+    del it, first
+    again = loader()
+    again.load_state_dict(state)
+    assert seen + [s[0] for b in again for s in b] == whole
 
 
 def test_ranks_share_the_samples(shards):
