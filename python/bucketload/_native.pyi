@@ -5,7 +5,7 @@ GIL. Objects belong to the process that created them: in a forked child they rai
 ``RuntimeError`` (open them again there)."""
 
 import builtins
-from typing import Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 from typing_extensions import Buffer as BytesLike
 
@@ -55,6 +55,9 @@ class Buffer:
     def nbytes(self) -> int: ...
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __reduce__(self) -> tuple[type[bytes], tuple[bytes]]:
+        """Read-only bytes (a sample's member) pickle as ``bytes``; typed memory raises
+        ``TypeError``."""
 
 class NativeStore:
     """A store opened at a URI prefix (``s3://bucket/prefix``, ``file://``, a path)."""
@@ -99,7 +102,11 @@ class NativeLoader:
                  endpoint: str | None = None, region: str | None = None,
                  jpeg_decode: JpegDecode = "region",
                  client: ClientConfig | None = None, transform: Transform | None = None,
-                 use_manifest: bool = True, check_manifest: bool = False) -> None: ...
+                 use_manifest: bool = True, check_manifest: bool = False,
+                 decode_members: list[str] = ...) -> None:
+        """``decode_members`` (with ``decode=False``): extensions of members that
+        ``NativeEpoch.next_sample_batch`` also decodes and augments, as ``decode=True`` would
+        (with ``transform``'s augmentation)."""
     def samples_per_epoch(self) -> int: ...
     def batches_per_epoch(self) -> int: ...
     def dataset_samples(self) -> int: ...
@@ -120,6 +127,12 @@ class NativeEpoch:
         Plain tuples, made in Rust on the per-sample path, unpacked where they are read."""
     def next_images(self, n: int) -> list[RawImage]:
         """Up to ``n`` raw samples ``(key, label, image, index)``, each with its image member."""
+    def next_sample_batch(self, n: int) -> tuple[list[dict[str, Any]], dict[str, Buffer]]:
+        """The next ``n`` raw samples (fewer only at the end of the epoch; ``[]`` there), each a
+        dict: ``"__key__"`` (str), ``"__index__"`` (int), ``"__label__"`` (int or ``None``) and
+        one read-only :class:`Buffer` per member by extension (no copy; pickles as ``bytes``);
+        and by extension, the ``decode_members`` decoded into one images buffer each (as
+        ``next_batch``'s). Waits for the whole batch and decodes without the GIL."""
     def state(self) -> str:
         """JSON state after what was handed out; resumes with neither replay nor skip."""
 

@@ -1,9 +1,11 @@
-"""``bucketload.Loader``: batches of decoded, augmented images from object storage."""
+"""``bucketload.Loader``: batches of decoded, augmented images from object storage, or of raw
+samples for the user's own transform."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+import pickle
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import _env, _native
@@ -102,6 +104,26 @@ class Loader(_Base):
     ``DataLoader`` worker (use ``batch_size=None`` there) each worker reads its own disjoint
     part of the rank's samples.
 
+    Any data (``decode=False``): the raw-samples mode. Each batch is then a list of exactly
+    ``batch_size`` samples (the last one shorter unless ``drop_last``), each a dict in
+    WebDataset's convention: ``"__key__"`` (the sample's key: the object key, or the shard
+    sample's WebDataset key), ``"__index__"`` (its sample index, as ``return_indices`` gives it),
+    ``"__label__"`` (``int``, or ``None`` when the dataset has no labels) and one entry per member
+    by extension (``"jpg"``, ``"txt"``, ``"npy"``, ``"cls"``…; a one-object-per-sample dataset's
+    object under its own extension) holding a read-only ``Buffer`` over the bytes bucketload read
+    (no copy: ``bytes(m)``, ``io.BytesIO(m)``, ``str(m, "utf-8")``, ``numpy.frombuffer(m)``; it
+    pickles as ``bytes``). ``transform(sample)`` runs on each sample and ``collate_fn(list)`` on
+    each batch, in the iterating process: in parallel through ``DataLoader(loader,
+    batch_size=None, num_workers=N)``, each worker on its own part. Under the ``spawn`` start
+    method they are pickled: use module-level functions, not lambdas or closures. Cache,
+    shuffle, partitioning, mixing and ``state_dict`` work as for images. ``decode_members``
+    (e.g. ``("jpg",)``) names members decoded and augmented natively as the image mode does
+    (same pixels for the same sample, epoch and image settings: ``augment`` and its keywords,
+    ``image_size``, ``dtype``, ``jpeg_decode``; every sample must have them): each becomes a
+    ``[3, H, W]`` view of the batch's tensor for ``transform``/``collate_fn``, and without
+    either the batch is a dict of columns: ``batch["jpg"]`` the ``[N, 3, H, W]`` tensor, every
+    other key a list (``batch["txt"]``, ``batch["__key__"]``…).
+
     The order is a fresh permutation per epoch from ``seed`` (``shuffle=False``: dataset
     order). Each iteration reads the next epoch, also through DataLoader workers that are
     made anew every epoch; :meth:`set_epoch` chooses one. :meth:`state_dict` /
@@ -147,11 +169,24 @@ class Loader(_Base):
         ratio: tuple[float, float] = (3 / 4, 4 / 3),
         use_manifest: bool = True,
         check_manifest: bool = False,
+        decode: bool = True,
+        decode_members: Sequence[str] = (),
+        transform: Callable[[dict[str, Any]], Any] | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
     ) -> None:
         if (rank is None) != (world_size is None):
             raise ConfigError("give both rank and world_size, or neither")
         if dtype not in ("float32", "uint8"):
             raise ConfigError(f"dtype {dtype!r} is not 'float32' or 'uint8'")
+        if decode and (transform is not None or collate_fn is not None):
+            raise ConfigError("transform= and collate_fn= run on raw samples: pass decode=False "
+                              "(decoded batches are tensors: transform them in your loop)")
+        if not decode and (return_indices or skip_corrupt):
+            raise ConfigError("with decode=False each sample holds its index (\"__index__\") "
+                              "and nothing is decoded: leave out return_indices and skip_corrupt")
+        if decode_members and (decode or torch is None):
+            raise ConfigError("decode_members= decodes members of raw samples into tensors: "
+                              "pass decode=False, with torch installed")
         if drop_last and not pad:
             raise ConfigError("pad=False reads every sample exactly once and drop_last=True "
                               "leaves some out; pass one of them")
@@ -171,10 +206,13 @@ class Loader(_Base):
                                    scale=scale, ratio=ratio),
             "use_manifest": use_manifest, "check_manifest": check_manifest,
             "weights": None if weights is None else [float(w) for w in weights],
-            "samples_per_epoch": samples_per_epoch,
+            "samples_per_epoch": samples_per_epoch, "decode_members": list(decode_members),
         }
         self.uri: str | list[str] = uri if isinstance(uri, str) else list(uri)
         self._return_indices = return_indices
+        self._decode = decode
+        self._transform = transform
+        self._collate_fn = collate_fn
         self._rank = rank
         self._world_size = world_size
         # The process group of the process building the loader: DataLoader workers never
@@ -196,6 +234,8 @@ class Loader(_Base):
         state["_native_for"] = None
         state["_current"] = None
         state["_finished"] = None
+        for name in ("transform", "collate_fn"):
+            _check_pickles(name, state[f"_{name}"])
         if self._rank is None and self._group is None:
             # Pickled for spawned DataLoader workers after init_process_group.
             state["_group"] = _env.captured()
@@ -217,7 +257,7 @@ class Loader(_Base):
         if self._native is None or self._native_for != key:
             self._native = _native.NativeLoader(
                 self.uri, rank=rank, world_size=world, worker=worker, num_workers=workers,
-                decode=True, **self._settings,
+                decode=self._decode, **self._settings,
             )
             self._native_for = key
         return self._native
@@ -237,7 +277,7 @@ class Loader(_Base):
         self._epochs.set(epoch)
         self._resume = None
 
-    def __iter__(self) -> Iterator[Batch | IndexedBatch]:
+    def __iter__(self) -> Iterator[Any]:
         """Starts the next epoch (each iteration reads a new one, also when it is left before
         the end) and returns its batches."""
         native = self._open()
@@ -245,12 +285,46 @@ class Loader(_Base):
         self._resume = None
         self._current = epoch
         self._finished = None
+        if not self._decode:
+            return self._samples(epoch)
         return self._batches(epoch)
 
+    def _samples(self, epoch: _native.NativeEpoch) -> Iterator[Any]:
+        size = self._settings["batch_size"]
+        while True:
+            samples: list[Any]
+            samples, decoded = epoch.next_sample_batch(size)
+            if not samples or (len(samples) < size and self._settings["drop_last"]):
+                break
+            images = {ext: self._images(buffer) for ext, buffer in decoded.items()}
+            if images and self._transform is None and self._collate_fn is None:
+                yield _columns(samples, images)
+                continue
+            for ext, batch in images.items():
+                for sample, image in zip(samples, batch, strict=True):
+                    sample[ext] = image
+            if self._transform is not None:
+                samples = [self._transform(sample) for sample in samples]
+            yield samples if self._collate_fn is None else self._collate_fn(samples)
+        self._epoch_done(epoch)
+
+    def _epoch_done(self, epoch: _native.NativeEpoch) -> None:
+        if self._current is epoch:
+            self._finished = (epoch.epoch, epoch.state())
+            self._current = None
+        self._epochs.end()
+
+    def _images(self, buffer: Any) -> Any:
+        """A batch's images as an ``[N, 3, H, W]`` tensor over the buffer (``uint8``:
+        channels_last); the buffer itself without torch."""
+        if torch is None:
+            return buffer
+        uint8 = self._settings["dtype"] == "uint8"
+        images = _tensor(buffer, torch.uint8 if uint8 else torch.float32)
+        # uint8: an NCHW view of NHWC memory (channels_last).
+        return images.permute(0, 3, 1, 2) if uint8 else images
+
     def _batches(self, epoch: _native.NativeEpoch) -> Iterator[Batch | IndexedBatch]:
-        images_dtype = None
-        if torch is not None:
-            images_dtype = torch.float32 if self._settings["dtype"] == "float32" else torch.uint8
         while True:
             try:
                 images, labels, _indices, skipped = epoch.next_batch()
@@ -260,17 +334,12 @@ class Loader(_Base):
             if len(labels) == 0:
                 continue
             int64 = torch.int64 if torch is not None else None
-            images = _tensor(images, images_dtype)
-            if torch is not None and images_dtype == torch.uint8:
-                images = images.permute(0, 3, 1, 2)  # NCHW view of NHWC memory: channels_last
+            images = self._images(images)
             if self._return_indices:
                 yield IndexedBatch(images, _tensor(labels, int64), _tensor(_indices, int64))
             else:
                 yield Batch(images, _tensor(labels, int64))
-        if self._current is epoch:
-            self._finished = (epoch.epoch, epoch.state())
-            self._current = None
-        self._epochs.end()
+        self._epoch_done(epoch)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the loader stands: restore it with :meth:`load_state_dict` (also in a new
@@ -302,3 +371,24 @@ class Loader(_Base):
         self._resume = state.get("state")
         self._current = None
         self._finished = None
+
+
+def _columns(samples: list[dict[str, Any]], images: dict[str, Any]) -> dict[str, Any]:
+    """A batch of raw samples as columns: each decoded member's ``[N, 3, H, W]`` tensor, and a
+    list per other key (``None`` where a sample lacks it)."""
+    keys = dict.fromkeys(key for sample in samples for key in sample)
+    return {key: images[key] if key in images else [s.get(key) for s in samples] for key in keys}
+
+
+def _check_pickles(name: str, function: Callable[..., Any] | None) -> None:
+    """Raises :class:`ConfigError` naming ``name`` when ``function`` cannot be pickled (to start
+    a spawned DataLoader worker, or to send the loader to another process)."""
+    if function is None:
+        return
+    try:
+        pickle.dumps(function)
+    except Exception as e:
+        raise ConfigError(
+            f"{name}={function!r} cannot be pickled ({e}), which a spawned DataLoader worker "
+            "(or any other process) needs: define it at module level, or use the 'fork' start "
+            "method") from e

@@ -7,16 +7,17 @@ use std::ffi::{CStr, c_int, c_void};
 
 use bucketload_image::AlignedBuf;
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::PyBufferError;
+use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 /// Owned storage of a [`Buffer`].
 enum Storage {
     F32(#[allow(dead_code)] AlignedBuf<f32>),
     U8(#[allow(dead_code)] AlignedBuf<u8>),
     I64(#[allow(dead_code)] Vec<i64>),
-    Bytes(#[allow(dead_code)] bytes::Bytes),
+    Bytes(bytes::Bytes),
 }
 
 /// A typed, shaped, C-contiguous block of memory owned by Rust, exported through Python's
@@ -105,6 +106,21 @@ impl Buffer {
 
     fn __len__(&self) -> usize {
         self.shape.first().map_or(0, |d| *d as usize)
+    }
+
+    /// Read-only bytes pickle as `bytes` (a sample's member sent from a DataLoader worker);
+    /// typed memory does not pickle: make a tensor of it first.
+    fn __reduce__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyBytes>,))> {
+        let Storage::Bytes(data) = &self._storage else {
+            return Err(PyTypeError::new_err(
+                "cannot pickle a batch's Buffer: make a tensor of it (torch.frombuffer) first",
+            ));
+        };
+        let bytes = py.get_type::<PyBytes>().into_any();
+        Ok((bytes, (PyBytes::new(py, data),)))
     }
 
     /// Exports the memory (PEP 3118).

@@ -14,11 +14,11 @@ use bucketload::loader::{
 };
 use bucketload::panics;
 use bucketload::source::{Order, Partition, Remainder, SampleRef};
-use bucketload_image::{Batch, BatchData};
+use bucketload_image::{Batch, BatchData, ImagePipeline};
 use futures::{Stream, StreamExt};
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
@@ -44,6 +44,44 @@ pub struct NativeLoader {
 struct Parts {
     loader: Reader,
     decoder: Option<Decoder>,
+    members: Option<Arc<MemberDecode>>,
+}
+
+/// The members of raw samples decoded natively, batch by batch (`decode_members`).
+struct MemberDecode {
+    /// The members' extensions, as named in samples.
+    exts: Vec<String>,
+    pipeline: ImagePipeline,
+}
+
+impl MemberDecode {
+    /// Member `ext` of every sample, decoded and augmented as the image mode would (the
+    /// samples' indices and `epoch` fix each augmentation), without the GIL.
+    fn decode(&self, py: Python<'_>, epoch: u64, ext: &str, samples: &[Sample]) -> PyResult<Batch> {
+        let images = samples
+            .iter()
+            .map(|s| {
+                let bytes = s.get(ext).ok_or_else(|| {
+                    errors::raise(
+                        ErrorKind::InvalidInput,
+                        format!(
+                            "sample {} has no {ext:?} member to decode: name members every \
+                             sample has in decode_members",
+                            s.key
+                        ),
+                    )
+                })?;
+                Ok(bucketload_image::Sample {
+                    key: s.key.clone(),
+                    index: s.dataset_index(),
+                    label: s.label.map_or(-1, i64::from),
+                    bytes: bytes.clone(),
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        py.detach(|| self.pipeline.process(epoch, &images))
+            .map_err(errors::image)
+    }
 }
 
 /// One dataset, or a weighted mixture of several.
@@ -145,7 +183,7 @@ impl NativeLoader {
         concurrency=None, decode_threads=None, rank=0, world_size=1, worker=0, num_workers=1,
         drop_last=false, pad=true, skip_corrupt=false, endpoint=None, region=None,
         jpeg_decode="region", client=None, transform=None, use_manifest=true,
-        check_manifest=false,
+        check_manifest=false, decode_members=Vec::new(),
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -179,6 +217,7 @@ impl NativeLoader {
         transform: Option<crate::decoder::Transform>,
         use_manifest: bool,
         check_manifest: bool,
+        decode_members: Vec<String>,
     ) -> PyResult<NativeLoader> {
         if batch_size == 0 {
             return Err(errors::raise(
@@ -263,6 +302,30 @@ impl NativeLoader {
                 Some(Decoder::new(&config).map_err(errors::engine)?)
             }
         };
+        let members = match (decode, decode_members.is_empty()) {
+            (_, true) => None,
+            (true, false) => {
+                return Err(errors::raise(
+                    ErrorKind::InvalidInput,
+                    "decode_members= decodes members of raw samples: pass decode=False".to_owned(),
+                ));
+            }
+            (false, false) => {
+                let config = crate::decoder::decode_config(
+                    image_size,
+                    dtype,
+                    seed,
+                    decode_threads,
+                    false,
+                    jpeg_decode,
+                    transform.as_ref(),
+                )?;
+                Some(Arc::new(MemberDecode {
+                    exts: decode_members,
+                    pipeline: config.pipeline().map_err(errors::engine)?,
+                }))
+            }
+        };
         let rt = runtime()?;
         let opened = match (uri, weights, samples_per_epoch) {
             (Uris::One(uri), None, None) => {
@@ -287,6 +350,7 @@ impl NativeLoader {
             parts: ForkSafe::new(Parts {
                 loader: opened.map_err(errors::engine)?,
                 decoder,
+                members,
             }),
             batch_size,
             drop_last,
@@ -375,6 +439,7 @@ impl NativeLoader {
         };
         Ok(NativeEpoch {
             flow: ForkSafe::new(flow),
+            members: ForkSafe::new(parts.members.clone()),
             tracker,
             consumed: 0,
             expected,
@@ -424,6 +489,8 @@ where
 #[pyclass(module = "bucketload._native")]
 pub struct NativeEpoch {
     flow: ForkSafe<Flow>,
+    /// The members decoded natively in raw samples.
+    members: ForkSafe<Option<Arc<MemberDecode>>>,
     tracker: Tracker,
     consumed: u64,
     /// Samples the epoch hands out (decoded or skipped) before its end.
@@ -444,17 +511,17 @@ impl Drop for Flow {
     }
 }
 
-pub(crate) fn batch_tuple<'py>(py: Python<'py>, batch: Batch) -> PyResult<Bound<'py, PyTuple>> {
-    let shape = batch.shape;
+/// A batch's images: float32 NCHW or uint8 NHWC.
+fn batch_images(data: BatchData, shape: &[usize]) -> PyResult<Buffer> {
     let count: usize = shape.iter().product();
-    let images = match batch.data {
+    Ok(match data {
         BatchData::ChwF32(mut data) => {
             data.truncate(count);
-            Buffer::f32(data, &shape)
+            Buffer::f32(data, shape)
         }
         BatchData::HwcU8(mut data) => {
             data.truncate(count);
-            Buffer::u8(data, &shape)
+            Buffer::u8(data, shape)
         }
         _ => {
             return Err(errors::raise(
@@ -462,7 +529,11 @@ pub(crate) fn batch_tuple<'py>(py: Python<'py>, batch: Batch) -> PyResult<Bound<
                 "unknown batch layout".to_owned(),
             ));
         }
-    };
+    })
+}
+
+pub(crate) fn batch_tuple<'py>(py: Python<'py>, batch: Batch) -> PyResult<Bound<'py, PyTuple>> {
+    let images = batch_images(batch.data, &batch.shape)?;
     let labels = Buffer::i64(batch.labels);
     let indices = Buffer::i64(batch.indices.iter().map(|i| *i as i64).collect());
     let skipped: Vec<(String, String)> = batch
@@ -473,10 +544,23 @@ pub(crate) fn batch_tuple<'py>(py: Python<'py>, batch: Batch) -> PyResult<Bound<
     (images, labels, indices, skipped).into_pyobject(py)
 }
 
+/// A sample as a dict in WebDataset's convention (see [`NativeEpoch::next_sample_batch`]).
+fn sample_dict(py: Python<'_>, sample: Sample) -> PyResult<Bound<'_, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("__key__", sample.key.as_str())?;
+    dict.set_item("__index__", sample.dataset_index())?;
+    dict.set_item("__label__", sample.label)?;
+    for (ext, bytes) in sample.members {
+        dict.set_item(ext, Buffer::bytes(bytes))?;
+    }
+    Ok(dict)
+}
+
 impl NativeEpoch {
-    /// Up to `n` samples, at least one unless the epoch ended; an error that follows samples
-    /// is raised on the next call.
-    fn take_samples(&mut self, py: Python<'_>, n: usize) -> PyResult<Vec<Sample>> {
+    /// Up to `n` samples, at least one unless the epoch ended: with `fill`, exactly `n` unless
+    /// the epoch ends first, else only those already there after the first. An error that
+    /// follows samples is raised on the next call.
+    fn take_samples(&mut self, py: Python<'_>, n: usize, fill: bool) -> PyResult<Vec<Sample>> {
         if let Some(e) = self.pending.take() {
             return Err(errors::engine(e));
         }
@@ -488,7 +572,7 @@ impl NativeEpoch {
         let mut ended = false;
         py.detach(|| {
             while taken.len() < n.max(1) {
-                let next = match taken.is_empty() {
+                let next = match taken.is_empty() || fill {
                     true => rx.blocking_recv(),
                     // After the first sample, only what is already there.
                     false => match rx.try_recv() {
@@ -574,7 +658,7 @@ impl NativeEpoch {
     /// (`is_object`: one object per sample, `key` its key); an empty list at the end.
     fn next_samples<'py>(&mut self, py: Python<'py>, n: usize) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
-        for sample in self.take_samples(py, n)? {
+        for sample in self.take_samples(py, n, false)? {
             let members = PyList::empty(py);
             for (ext, bytes) in &sample.members {
                 members.append((ext.as_str(), PyBytes::new(py, bytes)))?;
@@ -590,7 +674,7 @@ impl NativeEpoch {
     /// as the decoder picks it (a sample without one raises); an empty list at the end.
     fn next_images<'py>(&mut self, py: Python<'py>, n: usize) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
-        for sample in self.take_samples(py, n)? {
+        for sample in self.take_samples(py, n, false)? {
             let image = image_sample(&sample).map_err(errors::engine)?;
             out.append((
                 image.key,
@@ -600,6 +684,36 @@ impl NativeEpoch {
             ))?;
         }
         Ok(out)
+    }
+
+    /// The next `n` undecoded samples (fewer only at the end of the epoch; an empty list
+    /// there), each a dict in WebDataset's convention: `__key__`, `__index__` (as
+    /// `next_batch`'s indices), `__label__` (`None` without labels) and one entry per member
+    /// by extension, a read-only [`Buffer`] over the bytes the loader read (no copy). Also
+    /// the members of `decode_members` decoded, by extension: one images [`Buffer`] each.
+    fn next_sample_batch<'py>(
+        &mut self,
+        py: Python<'py>,
+        n: usize,
+    ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyDict>)> {
+        let samples = self.take_samples(py, n, true)?;
+        let decoded = PyDict::new(py);
+        if let Some(members) = self
+            .members
+            .get("epoch")?
+            .as_ref()
+            .filter(|_| !samples.is_empty())
+        {
+            for ext in &members.exts {
+                let batch = members.decode(py, self.epoch, ext, &samples)?;
+                decoded.set_item(ext, batch_images(batch.data, &batch.shape)?)?;
+            }
+        }
+        let out = PyList::empty(py);
+        for sample in samples {
+            out.append(sample_dict(py, sample)?)?;
+        }
+        Ok((out, decoded))
     }
 
     /// The state after what was handed out so far (JSON): resumes with neither replay nor
