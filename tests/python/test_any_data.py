@@ -184,7 +184,7 @@ def test_decode_members_reach_the_transform_as_tensors(shards):
     uri, _ = shards
     loader = bucketload.Loader(uri, decode=False, decode_members=("jpg",), image_size=16,
                                batch_size=8, transform=shape_and_text)
-    got = [item for b in DataLoader(loader, batch_size=None, num_workers=2) for item in b]
+    got = [item for b in DataLoader(loader, batch_size=None, num_workers=2, timeout=120) for item in b]
     assert len(got) == SAMPLES
     assert {tuple(shape) for shape, _ in got} == {(3, 16, 16)}
 
@@ -213,7 +213,7 @@ def test_transform_and_collate_fn_run_in_dataloader_workers(shards, context):
     loader = bucketload.Loader(uri, decode=False, batch_size=4, transform=decoded,
                                collate_fn=as_dict)
     batches = list(DataLoader(loader, batch_size=None, num_workers=2,
-                              multiprocessing_context=context))
+                              multiprocessing_context=context, timeout=120))
     got = {k: v for batch in batches for k, v in batch.items()}
     assert sum(len(b) for b in batches) == SAMPLES  # each sample once over the workers
     assert sorted(got) == sorted(expected)
@@ -227,7 +227,9 @@ def test_transform_and_collate_fn_run_in_dataloader_workers(shards, context):
 def test_raw_samples_cross_from_workers_as_bytes(shards):
     uri, expected = shards
     loader = bucketload.Loader(uri, decode=False, batch_size=8)
-    samples = [s for b in DataLoader(loader, batch_size=None, num_workers=2) for s in b]
+    # timeout: a batch a worker cannot pickle would otherwise leave the DataLoader waiting.
+    samples = [s for b in DataLoader(loader, batch_size=None, num_workers=2, timeout=120)
+               for s in b]
     assert sorted(s["__key__"] for s in samples) == sorted(expected)
     assert all(s["txt"] == expected[s["__key__"]]["txt"] for s in samples)
 
