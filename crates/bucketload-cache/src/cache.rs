@@ -8,7 +8,7 @@
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -132,26 +132,54 @@ impl Cache {
         Ok(Lookup::Hit(body))
     }
 
+    /// Whether the cache surely holds no entry of `key`: one `stat`, cheap enough to call before
+    /// handing a [`Cache::get`] to another thread. `true` counts a miss, as [`Cache::get`]
+    /// would; `false` (an entry exists, or the `stat` failed) says nothing of the entry.
+    pub fn absent(&self, key: &CacheKey) -> bool {
+        let path = self.layout.entry(&key.file_name());
+        let absent =
+            matches!(fs::symlink_metadata(&path), Err(e) if e.kind() == io::ErrorKind::NotFound);
+        if absent {
+            self.miss(Miss::Absent);
+        }
+        absent
+    }
+
     /// Stores `body` as the bytes of `key`, from `version` of the object,
     /// replacing any entry of the key. Other processes see either no entry
     /// or the whole of it. When the cache is full, the [`Policy`] decides
     /// whether to evict or to reject the entry.
     pub fn insert(&self, key: &CacheKey, version: &ObjectVersion, body: Bytes) -> Result<Inserted> {
-        check_body(key, version, &body)?;
+        self.insert_chunks(key, version, &[body])
+    }
+
+    /// [`Cache::insert`] of a body that arrived in pieces (a response's chunks): the entry is
+    /// written from the pieces, without joining them into one buffer first.
+    pub fn insert_chunks(
+        &self,
+        key: &CacheKey,
+        version: &ObjectVersion,
+        body: &[Bytes],
+    ) -> Result<Inserted> {
+        let len: usize = body.iter().map(Bytes::len).sum();
+        check_body(key, version, len as u64)?;
         let name = key.file_name();
-        let header = entry::encode_header(key, version, &body);
-        let need = accounted((header.len() + body.len()) as u64);
+        let crc = body
+            .iter()
+            .fold(0, |crc, chunk| crc32c::crc32c_append(crc, chunk));
+        let header = entry::encode_header(key, version, len as u64, crc);
+        let need = accounted((header.len() + len) as u64);
         let state = self.read_state()?;
         if self.surely_rejected(need, &state) {
             return Ok(self.reject(need));
         }
         self.prepare_room(need, &state)?;
-        let temp = self.write_temp(&name, &header, &body)?;
+        let temp = self.write_temp(&name, &header, body)?;
         if !self.commit(temp, &self.layout.entry(&name), need)? {
             return Ok(self.reject(need));
         }
         Counters::add(&self.counters.inserts, 1);
-        Counters::add(&self.counters.bytes_written, body.len() as u64);
+        Counters::add(&self.counters.bytes_written, len as u64);
         Ok(Inserted::Stored)
     }
 
@@ -352,7 +380,7 @@ impl Cache {
     }
 
     /// Writes header and body to a new, locked temporary file.
-    fn write_temp(&self, name: &str, header: &[u8], body: &[u8]) -> Result<TempFile> {
+    fn write_temp(&self, name: &str, header: &[u8], body: &[Bytes]) -> Result<TempFile> {
         let seq = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
         let path = self
             .layout
@@ -370,8 +398,11 @@ impl Cache {
         };
         let io = |op, e| Error::io(op, &temp.path, e);
         temp.file.lock().map_err(|e| io("lock", e))?;
-        (&temp.file).write_all(header).map_err(|e| io("write", e))?;
-        (&temp.file).write_all(body).map_err(|e| io("write", e))?;
+        let mut pieces: Vec<IoSlice<'_>> = std::iter::once(header)
+            .chain(body.iter().map(|b| &b[..]))
+            .map(IoSlice::new)
+            .collect();
+        write_all_vectored(&temp.file, &mut pieces).map_err(|e| io("write", e))?;
         temp.file
             .set_modified(SystemTime::now())
             .map_err(|e| io("write", e))?;
@@ -448,9 +479,24 @@ fn read_entry(path: &Path) -> Result<Option<(File, Vec<u8>)>> {
     Ok(Some((file, buf)))
 }
 
-/// Checks that `body` is what `key` and `version` say it is.
-fn check_body(key: &CacheKey, version: &ObjectVersion, body: &[u8]) -> Result<()> {
-    let len = body.len() as u64;
+/// Writes every piece, in order, with as few `writev` calls as the kernel allows.
+fn write_all_vectored(mut file: &File, mut pieces: &mut [IoSlice<'_>]) -> io::Result<()> {
+    IoSlice::advance_slices(&mut pieces, 0);
+    while !pieces.is_empty() {
+        // At most IOV_MAX (1024 on Linux) pieces per call.
+        let upto = pieces.len().min(1024);
+        match file.write_vectored(&pieces[..upto]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut pieces, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Checks that a body of `len` bytes is what `key` and `version` say it is.
+fn check_body(key: &CacheKey, version: &ObjectVersion, len: u64) -> Result<()> {
     let problem = match key.range() {
         None if len != version.size => Some(format!(
             "body has {len} bytes but the object has {}",

@@ -54,8 +54,14 @@ impl Header {
     }
 }
 
-/// The header for `body` filed under `key` and `version`.
-pub(crate) fn encode_header(key: &CacheKey, version: &ObjectVersion, body: &[u8]) -> Vec<u8> {
+/// The header for a body of `body_len` bytes with CRC32C `body_crc`, filed under `key` and
+/// `version`.
+pub(crate) fn encode_header(
+    key: &CacheKey,
+    version: &ObjectVersion,
+    body_len: u64,
+    body_crc: u32,
+) -> Vec<u8> {
     let etag = version.etag.as_ref().map_or("", |e| e.as_str());
     let names = [
         key.store().as_bytes(),
@@ -76,11 +82,11 @@ pub(crate) fn encode_header(key: &CacheKey, version: &ObjectVersion, body: &[u8]
     h.extend_from_slice(&ENTRY_MAGIC);
     h.extend_from_slice(&ENTRY_VERSION.to_le_bytes());
     h.extend_from_slice(&(header_len as u32).to_le_bytes());
-    for v in [body.len() as u64, version.size, range.start, range.end] {
+    for v in [body_len, version.size, range.start, range.end] {
         h.extend_from_slice(&v.to_le_bytes());
     }
     h.extend_from_slice(&flags.to_le_bytes());
-    h.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
+    h.extend_from_slice(&body_crc.to_le_bytes());
     for n in names {
         h.extend_from_slice(&(n.len() as u32).to_le_bytes());
     }
@@ -184,7 +190,7 @@ mod tests {
 
     fn file() -> Vec<u8> {
         let (key, version, body) = sample();
-        let mut f = encode_header(&key, &version, &body);
+        let mut f = encode_header(&key, &version, body.len() as u64, crc32c::crc32c(&body));
         f.extend_from_slice(&body);
         f
     }
@@ -198,7 +204,7 @@ mod tests {
         assert_eq!(h.version, version);
         assert_eq!(&f[h.header_len..], &body[..]);
         let whole = CacheKey::new("s", "k");
-        let mut f = encode_header(&whole, &ObjectVersion::size_only(0), b"");
+        let mut f = encode_header(&whole, &ObjectVersion::size_only(0), 0, crc32c::crc32c(b""));
         let h = decode(&f).expect("empty body");
         assert!(h.is_for(&whole) && h.version.etag.is_none() && h.range.is_none());
         f.push(0);

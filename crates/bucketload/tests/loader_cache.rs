@@ -54,6 +54,53 @@ async fn files_epoch_two_is_served_from_the_cache() {
     second_epoch_from_disk(&data, "src", Format::Files, 33).await;
 }
 
+/// Cache writes run in the background, off the reader's path, but an epoch ends only once they
+/// are done: a process that stops after its last epoch leaves every sample cached, and another
+/// process (its own cache handle and loader) then reads the whole epoch from disk.
+async fn a_finished_epoch_is_all_in_the_cache(data: &TestData, prefix: &str, format: Format) {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || Arc::new(CacheBuilder::new(dir.path(), 64 << 20).build().unwrap());
+    let config = data.loader(prefix).with_format(format).with_cache(open());
+    let loader = Loader::open(config.build().unwrap()).await.unwrap();
+    let first = drain(&loader, 0).await;
+    let stats = open().stats().unwrap();
+    if format == Format::Shards {
+        assert!(stats.entries > 0, "{format:?}: {stats:?}");
+    } else {
+        assert_eq!(stats.entries, first.len() as u64, "{format:?}: {stats:?}");
+    }
+    drop(loader);
+    let config = data.loader(prefix).with_format(format).with_cache(open());
+    let again = Loader::open(config.build().unwrap()).await.unwrap();
+    let gets = data.gets();
+    let second = drain(&again, 0).await;
+    second.iter().for_each(|s| data.check(s));
+    assert_eq!(keys(&first), keys(&second));
+    assert_eq!(
+        data.gets(),
+        gets,
+        "{format:?}: the second process sent no GET"
+    );
+}
+
+#[tokio::test]
+async fn a_finished_epoch_of_files_is_all_in_the_cache() {
+    let data = TestData::files(60, true).await;
+    a_finished_epoch_is_all_in_the_cache(&data, "src", Format::Files).await;
+}
+
+#[tokio::test]
+async fn a_finished_epoch_of_indexed_shards_is_all_in_the_cache() {
+    let data = TestData::shards(60, 5).await;
+    a_finished_epoch_is_all_in_the_cache(&data, "shards", Format::Indexed).await;
+}
+
+#[tokio::test]
+async fn a_finished_streamed_epoch_is_all_in_the_cache() {
+    let data = TestData::shards(60, 5).await;
+    a_finished_epoch_is_all_in_the_cache(&data, "shards", Format::Shards).await;
+}
+
 #[tokio::test]
 async fn indexed_epoch_two_is_served_from_the_cache() {
     let data = TestData::shards(33, 5).await;

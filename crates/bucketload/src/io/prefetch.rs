@@ -476,15 +476,7 @@ fn spawn_part(object: &Arc<Object>, range: Range<u64>) -> Part {
     let (start, end) = (range.start, range.end);
     // Counted from now, so that an epoch starting next waits for it.
     let fill = object.blocks.as_ref().map(Blocks::fill);
-    let what = format!("reading bytes {start}..{end} of {}", object.uri);
-    let report = tx.clone();
-    let fetch = fetch_part(Arc::clone(object), range, tx, fill);
-    // A panic is the part's error, not a body that stops early.
-    let task = tokio::spawn(async move {
-        if let Err(e) = crate::panics::catch(what, fetch.map(Ok)).await {
-            let _ = report.send(Err(e));
-        }
-    });
+    let task = tokio::spawn(fetch_part(Arc::clone(object), range, tx, fill));
     Part {
         start,
         end,
@@ -533,27 +525,47 @@ async fn fetch_part(
         }
         // Sent on to the consumer and kept, to be cached once the range is whole. A consumer
         // that stops early (a tar reader done before the archive's trailing padding) does not
-        // stop the range from being cached: the next epoch requests the same range.
+        // stop the range from being cached: the next epoch requests the same range. The
+        // consumer sees the range end as soon as its last byte arrives, before the cache write
+        // (which this task goes on with, counted as a fill).
         let (tee, mut kept) = mpsc::unbounded_channel::<Result<Bytes>>();
-        let forward = async {
-            let mut body = bytes::BytesMut::new();
+        let forward = async move {
+            let mut body = Vec::new();
             let mut ok = true;
             while let Some(item) = kept.recv().await {
                 match &item {
-                    Ok(chunk) => body.extend_from_slice(chunk),
+                    Ok(chunk) => body.push(chunk.clone()),
                     Err(_) => ok = false,
                 }
                 let _ = tx.send(item);
             }
-            (ok, body.freeze())
+            drop(tx);
+            (ok, body)
         };
-        let ((ok, body), ()) = tokio::join!(forward, fetch_uncached(&object, &range, tee));
-        if ok && body.len() as u64 == range.end - range.start {
+        let ((ok, body), ()) = tokio::join!(forward, fetch_caught(&object, &range, tee));
+        let len: usize = body.iter().map(Bytes::len).sum();
+        if ok && len as u64 == range.end - range.start {
             blocks.put(range, body).await;
         }
         return;
     }
-    fetch_uncached(&object, &range, tx).await;
+    fetch_caught(&object, &range, tx).await;
+}
+
+/// [`fetch_uncached`], whose panic is sent as the range's error (not a body that stops early).
+async fn fetch_caught(
+    object: &Arc<Object>,
+    range: &Range<u64>,
+    tx: mpsc::UnboundedSender<Result<Bytes>>,
+) {
+    let what = format!(
+        "reading bytes {}..{} of {}",
+        range.start, range.end, object.uri
+    );
+    let fetch = fetch_uncached(object, range, tx.clone()).map(Ok);
+    if let Err(e) = crate::panics::catch(what, fetch).await {
+        let _ = tx.send(Err(e));
+    }
 }
 
 /// [`fetch_part`] from the store.

@@ -40,7 +40,7 @@ pub(crate) async fn file_bytes(inner: &Inner, file: &FileObject) -> Result<Optio
     if let Some(cache) = &inner.cache
         && !matches!(change, Some(Change::Checksum { .. }))
     {
-        cache.insert(&key, &returned, bytes.clone()).await;
+        cache.insert_later(key, returned, bytes.clone()).await;
     }
     match change {
         None => Ok(Some(bytes)),

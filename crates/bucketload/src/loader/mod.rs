@@ -391,6 +391,18 @@ impl Loader {
             Catalog::Shards { indexed: false, .. } => streamed_shards::samples(inner.clone(), iter),
             _ => random_access::samples(inner.clone(), iter),
         };
+        // The epoch ends once what it read is in the cache (the writes went on in the
+        // background; only the last ones can still be running), so that a process that stops
+        // after its last epoch leaves every sample cached.
+        let items = match inner.cache.clone() {
+            Some(cache) => items
+                .chain(
+                    futures::stream::once(async move { cache.fills().idle().await })
+                        .filter_map(|()| futures::future::ready(None)),
+                )
+                .boxed(),
+            None => items,
+        };
         Ok(SampleStream {
             items,
             inner,

@@ -274,7 +274,7 @@ async fn fetch_group(inner: Arc<Inner>, group: Vec<Wanted>) -> Result<Vec<Item>>
         // Cached only once its members matched the index: bytes of a changed shard never are.
         if let (true, Some(cache)) = (fresh, &inner.cache) {
             let (key, version) = range_key(&inner, w);
-            cache.insert(&key, &version, bytes).await;
+            cache.insert_later(key, version, bytes).await;
         }
         items.push(Item {
             sample,

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use futures::stream::{self, BoxStream};
 use futures::{FutureExt, StreamExt};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use super::shard_stream::{ShardSample, ShardSpan, shard_samples_with};
 use super::{Inner, Item, Sample};
@@ -37,13 +37,43 @@ const SPAN_CHANNEL: usize = 4096;
 /// A parsed sample and its bytes of the task's share of the budget.
 type Parsed = (Result<ShardSample>, Option<OwnedSemaphorePermit>);
 
+/// Samples a stream hands out with its first shards read one at a time (see [`Ramp`]).
+pub(crate) const RAMP_SAMPLES: u64 = 256;
+
+/// How a stream starts: its first shard alone, so that the first batch does not wait while
+/// `shards_in_flight` shards share the bandwidth. Each shard starts once the one before it has
+/// arrived whole, until the consumer has taken [`RAMP_SAMPLES`] samples (a first batch or two,
+/// after the shuffle buffer's first fill); from then on `shards_in_flight` stream at once.
+#[derive(Debug, Clone, Copy, Default)]
+struct Ramp {
+    /// Spans (in the stream's order) whose samples have all arrived, or that stopped.
+    done: usize,
+    /// Whether every span may start (the consumer took its first samples).
+    open: bool,
+}
+
+/// Marks span `number` done when dropped (its task ended, however it ended).
+struct SpanDone(Arc<watch::Sender<Ramp>>, usize);
+
+impl Drop for SpanDone {
+    fn drop(&mut self) {
+        let number = self.1;
+        self.0.send_modify(|r| r.done = r.done.max(number + 1));
+    }
+}
+
 /// The samples of `iter`, in its order.
 pub(crate) fn samples(inner: Arc<Inner>, iter: WorkerIter) -> BoxStream<'static, Result<Item>> {
     let reads = iter.reads().unwrap_or_default();
     let in_flight = inner.config.shards_in_flight;
     let spawner = inner.clone();
-    let arrivals = stream::iter(reads)
-        .map(move |item| futures::future::ready(spawn_span(spawner.clone(), item)))
+    let ramp = Arc::new(watch::Sender::new(Ramp::default()));
+    let starts = Arc::clone(&ramp);
+    let arrivals = stream::iter(reads.into_iter().enumerate())
+        .map(move |(number, item)| {
+            let done = SpanDone(Arc::clone(&starts), number);
+            futures::future::ready(spawn_span(spawner.clone(), item, done))
+        })
         .buffered(in_flight)
         .flatten()
         .boxed();
@@ -53,6 +83,8 @@ pub(crate) fn samples(inner: Arc<Inner>, iter: WorkerIter) -> BoxStream<'static,
         refs: (start..).zip(iter),
         arrivals,
         held: HashMap::new(),
+        handed: 0,
+        ramp,
     };
     stream::try_unfold(state, |mut state| async move {
         match state.next().await? {
@@ -68,6 +100,9 @@ struct Reorder<I> {
     refs: I,
     arrivals: BoxStream<'static, Result<ShardSample>>,
     held: HashMap<(usize, u64), ShardSample>,
+    /// Samples handed out, counted up to [`RAMP_SAMPLES`].
+    handed: u64,
+    ramp: Arc<watch::Sender<Ramp>>,
 }
 
 impl<I: Iterator<Item = (u64, SampleRef)>> Reorder<I> {
@@ -83,6 +118,12 @@ impl<I: Iterator<Item = (u64, SampleRef)>> Reorder<I> {
         let want = (usize::try_from(shard).unwrap_or(usize::MAX), sample);
         loop {
             if let Some(got) = self.held.remove(&want) {
+                if self.handed < RAMP_SAMPLES {
+                    self.handed += 1;
+                    if self.handed == RAMP_SAMPLES {
+                        self.ramp.send_modify(|r| r.open = true);
+                    }
+                }
                 let sample = Sample {
                     label: super::label_of(&got.members),
                     key: got.key,
@@ -124,7 +165,11 @@ impl Drop for AbortOnDrop {
 }
 
 /// Starts reading one work item on its own task; the stream yields its samples.
-fn spawn_span(inner: Arc<Inner>, item: WorkItem) -> BoxStream<'static, Result<ShardSample>> {
+fn spawn_span(
+    inner: Arc<Inner>,
+    item: WorkItem,
+    done: SpanDone,
+) -> BoxStream<'static, Result<ShardSample>> {
     let (tx, rx) = mpsc::channel::<Parsed>(SPAN_CHANNEL);
     let share = (inner.budget_kib / inner.config.shards_in_flight.max(1) as u32).max(1);
     let shard = usize::try_from(item.shard).ok();
@@ -134,6 +179,14 @@ fn spawn_span(inner: Arc<Inner>, item: WorkItem) -> BoxStream<'static, Result<Sh
     };
     let report = tx.clone();
     let run = async move {
+        // Its turn (see [`Ramp`]); the sender outlives every span of the stream.
+        let number = done.1;
+        let _ = done
+            .0
+            .subscribe()
+            .wait_for(|r| r.open || r.done >= number)
+            .await;
+        let _done = done;
         let _active = inner.counters.busy();
         let budget = Arc::new(Semaphore::new(share as usize));
         let mut samples = match open_span(&inner, &item).await {

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# What the loader's disk cache costs on a cold epoch and gives on a warm one (`bucketload read`,
+# release build), for one object per sample (`--format files`) and streamed tar shards
+# (`--format shards`), at each of LATENCIES first-byte latency:
+#   - none: no `--cache`;
+#   - cold: `--cache DIR` on an empty DIR (every sample fetched and written to the cache; the
+#           epoch ends once the cache holds it all);
+#   - warm: a second process on the same DIR (every sample from the cache).
+# The rows run in turn (none, cold, warm) RUNS times; each line is the median and the range of
+# the runs. "cold/none" is the median cold rate over the median uncached one. First batch:
+# seconds until the loader had delivered --batch-size (64) samples.
+# CACHE_ROOT is where the cache directories go (default: the scratch directory under /tmp).
+# Usage: [SAMPLES=4000] [SIZE=100KB] [SHARD_SIZE=64MB] [LATENCIES="0ms 50ms"] [RUNS=3]
+#        [CACHE_ROOT=DIR] scripts/bench-cache.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+samples="${SAMPLES:-4000}"
+size="${SIZE:-100KB}"
+shard_size="${SHARD_SIZE:-64MB}"
+latencies="${LATENCIES:-0ms 50ms}"
+runs="${RUNS:-3}"
+port="${PORT:-9481}"
+cache_root="${CACHE_ROOT:-}"
+
+cargo build --release --locked -p bucketload-cli
+bin="${CARGO_TARGET_DIR:-$PWD/target}/release/bucketload"
+
+. scripts/bench-lib.sh
+
+export AWS_ACCESS_KEY_ID=bucketload AWS_SECRET_ACCESS_KEY=bucketload-dev-secret AWS_REGION=us-east-1
+export AWS_ENDPOINT_URL="http://127.0.0.1:$port"
+serve() {
+    "$bin" serve --root "$work/root" --addr "127.0.0.1:$port" "$@" >"$work/serve.log" 2>&1 &
+    pids=($!)
+    wait_port "$port"
+}
+stop() { kill "${pids[0]}"; wait "${pids[0]}" 2>/dev/null || true; pids=(); }
+
+serve
+"$bin" gen s3://cache/files --samples "$samples" --classes 10 --size "$size" --seed 7 >/dev/null
+"$bin" shard s3://cache/files s3://cache-shards/train --shard-size "$shard_size" >/dev/null
+stop
+
+echo "machine: $(machine)"
+echo "dataset: $samples samples of $size, one object each (s3://cache/files) and in shards of $shard_size"
+results="$work/results.jsonl"
+cache="$(mktemp -d -p "${cache_root:-$work}")/cache"
+echo "cache: $cache ($(df -T "$(dirname "$cache")" | awk 'NR==2{print $2}'))"
+for latency in $latencies; do
+    serve --latency "$latency"
+    for run in $(seq "$runs"); do
+        for format in files shards; do
+            uri=s3://cache/files
+            [ "$format" = shards ] && uri=s3://cache-shards/train
+            rm -rf "$cache"
+            for mode in none cold warm; do
+                args=()
+                [ "$mode" != none ] && args=(--cache "$cache" --cache-size 20GiB)
+                "$bin" read "$uri" --format "$format" --epochs 1 "${args[@]}" --json >"$work/out.json"
+                python3 - "$work/out.json" "$latency" "$format" "$mode" "$run" "$samples" >>"$results" <<'PY'
+import json, sys
+path, latency, fmt, mode, run, samples = sys.argv[1:]
+report = json.load(open(path))
+epoch = report["epochs"][0]
+assert epoch["samples"] == int(samples), f"read {epoch['samples']} samples of {samples}"
+if mode == "warm":
+    assert epoch["cache_hits"] > 0 and epoch["cache_misses"] == 0, epoch
+print(json.dumps({"latency": latency, "format": fmt, "mode": mode, "run": int(run),
+                  "samples_per_s": epoch["samples_per_s"], "seconds": epoch["seconds"],
+                  "first_batch_s": epoch["first_batch_s"], "hits": epoch["cache_hits"],
+                  "misses": epoch["cache_misses"]}))
+PY
+            done
+        done
+    done
+    stop
+done
+du -sh "$cache" | awk '{print "cache after the last warm epoch: " $1}'
+rm -rf "$(dirname "$cache")"
+python3 - "$results" <<'PY'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+print("| latency | format | cache | samples/s (median, min–max) | first batch s (median) | cold/none |")
+print("|---|---|---|---|---|---|")
+keys = []
+for r in rows:
+    k = (r["latency"], r["format"], r["mode"])
+    if k not in keys:
+        keys.append(k)
+def rates(k):
+    return [r["samples_per_s"] for r in rows if (r["latency"], r["format"], r["mode"]) == k]
+for k in keys:
+    rs = rates(k)
+    fb = statistics.median(r["first_batch_s"] for r in rows if (r["latency"], r["format"], r["mode"]) == k)
+    ratio = ""
+    if k[2] == "cold":
+        ratio = f"{statistics.median(rs) / statistics.median(rates((k[0], k[1], 'none'))):.2f}"
+    print(f"| {k[0]} | {k[1]} | {k[2]} | {statistics.median(rs):,.0f} ({min(rs):,.0f}–{max(rs):,.0f}) | {fb:.3f} | {ratio} |")
+PY
