@@ -9,17 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 venv=.venv-bench
-stamp="$venv/.requirements.txt"
-reqs=benchmarks/peers/requirements.txt
-pip=("$venv/bin/python" -m pip --disable-pip-version-check --quiet)
-if [ ! -x "$venv/bin/python" ] || ! cmp -s "$reqs" "$stamp"; then
-    echo "peers setup: installing PyTorch, s3torchconnector and WebDataset into $venv (about 4 GB, a few minutes)" >&2
-    python3 -m venv "$venv"
-    "${pip[@]}" install --upgrade pip
-    # --no-deps: requirements.txt lists every dependency, minus the CUDA wheels.
-    "${pip[@]}" install --no-deps -r "$reqs"
-    cp "$reqs" "$stamp"
-fi
+. benchmarks/peers/venv-lib.sh
+# requirements.txt lists every dependency, minus the CUDA wheels.
+make_venv "$venv" benchmarks/peers/requirements.txt "PyTorch, s3torchconnector and WebDataset"
 # The install is only good if torch imports without the CUDA libraries and a DataLoader
 # with worker processes runs.
 "$venv/bin/python" - <<'PY'
