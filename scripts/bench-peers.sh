@@ -14,6 +14,7 @@
 # to first batch is in every row. RUNS repeats everything; the table at the end gives the median
 # and min–max. JSON lines go to OUT/results.jsonl. docs/BENCHMARKS.md records the table with
 # this command.
+# CACHE_ROOT=DIR puts the caches there (default: the scratch directory under /tmp).
 # SKIP_BUILD=1 skips the release build and install (then BUCKETLOAD_BIN and BENCH_PYTHON, a
 # python with a bucketload package that has `decode=False`, name what to run).
 set -euo pipefail
@@ -26,6 +27,8 @@ runs="${RUNS:-3}"
 raw_workers="${RAW_WORKERS:-0}"
 decoded_workers="${DECODED_WORKERS:-2}"
 port="${PORT:-9351}"
+# Where every tool's cache directory goes (default: the scratch directory); one filesystem for all.
+cache_root="${CACHE_ROOT:-}"
 out="$(realpath -m "${OUT:-bench-peers-out}")"
 
 if [ "${SKIP_BUILD:-0}" = 1 ]; then
@@ -76,7 +79,7 @@ results="$out/results.jsonl"
 # deleted after; its JSON lines kept, its log shown if it fails.
 measured=0
 measure() {
-    local python="$1" script="$2" cache="$work/cache-$((++measured))"
+    local python="$1" script="$2" cache="${cache_root:-$work}/cache-$((++measured))"
     shift 2
     echo "-- $script $* (load $(load))" >&2
     (cd benchmarks/peers && "$python" "$script" --label "$latency" --run "$run" "$@" \

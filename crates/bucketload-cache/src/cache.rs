@@ -112,6 +112,7 @@ impl Cache {
         let Some((file, buf)) = read_entry(&path)? else {
             return Ok(self.miss(Miss::Absent));
         };
+        let buf = buf.into_bytes();
         let header = match entry::decode(&buf) {
             Ok(h) => h,
             Err(Damage(why)) => {
@@ -126,7 +127,7 @@ impl Cache {
             return Ok(self.miss(Miss::Stale));
         }
         self.record_use(&file, &path);
-        let body = Bytes::from(buf).slice(header.header_len..);
+        let body = buf.slice(header.header_len..);
         Counters::add(&self.counters.hits, 1);
         Counters::add(&self.counters.bytes_read, body.len() as u64);
         Ok(Lookup::Hit(body))
@@ -462,8 +463,8 @@ impl fmt::Display for Cache {
     }
 }
 
-/// Opens and reads a whole entry file; `None` if there is none.
-fn read_entry(path: &Path) -> Result<Option<(File, Vec<u8>)>> {
+/// Opens a whole entry file, read or mapped (see [`mapped`]); `None` if there is none.
+fn read_entry(path: &Path) -> Result<Option<(File, EntryBytes)>> {
     let mut file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -473,10 +474,41 @@ fn read_entry(path: &Path) -> Result<Option<(File, Vec<u8>)>> {
         .metadata()
         .map_err(|e| Error::io("stat", path, e))?
         .len();
+    if len >= crate::mapped::MAP_AT_LEAST {
+        let map = crate::mapped::map(&file).map_err(|e| Error::io("map", path, e))?;
+        return Ok(Some((file, EntryBytes::Mapped(map))));
+    }
     let mut buf = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
     file.read_to_end(&mut buf)
         .map_err(|e| Error::io("read", path, e))?;
-    Ok(Some((file, buf)))
+    Ok(Some((file, EntryBytes::Read(buf))))
+}
+
+/// An entry file's bytes: read into memory, or mapped.
+enum EntryBytes {
+    Read(Vec<u8>),
+    Mapped(memmap2::Mmap),
+}
+
+impl std::ops::Deref for EntryBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            EntryBytes::Read(b) => b,
+            EntryBytes::Mapped(m) => m,
+        }
+    }
+}
+
+impl EntryBytes {
+    /// The bytes, without a copy: a mapping lives as long as the last slice of it.
+    fn into_bytes(self) -> Bytes {
+        match self {
+            EntryBytes::Read(b) => Bytes::from(b),
+            EntryBytes::Mapped(m) => Bytes::from_owner(m),
+        }
+    }
 }
 
 /// Writes every piece, in order, with as few `writev` calls as the kernel allows.

@@ -57,6 +57,7 @@ mod entry;
 mod error;
 mod evict;
 mod key;
+mod mapped;
 mod policy;
 mod scan;
 mod state;

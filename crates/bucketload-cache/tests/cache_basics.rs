@@ -173,6 +173,49 @@ fn a_corrupt_entry_is_a_miss_and_is_removed() {
     assert_eq!(cache.stats().expect("stats").size_bytes, 0);
 }
 
+/// Entries of a MiB and more are served from a map of their file: checked like any other (a
+/// flipped byte is a miss), and a hit outlives its entry being replaced or removed (the map
+/// keeps the file it was made from).
+#[test]
+fn large_entries_are_mapped_checked_and_outlive_their_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache = open(dir.path(), 64 * MIB, Policy::default());
+    let len = 3 * MIB as usize + 17;
+    let data = body(7, len);
+    put(&cache, "big", &data);
+    let Lookup::Hit(held) = get(&cache, "big", len) else {
+        panic!("a hit")
+    };
+    assert_eq!(held, data);
+    // Replaced by other bytes of the same length, then removed: the hit still reads its own.
+    let other = body(8, len);
+    let key = CacheKey::new("s3://b/ds", "big");
+    let version = ObjectVersion::new("\"big\"", len as u64);
+    cache
+        .insert(&key, &version, other.clone())
+        .expect("replace");
+    assert_eq!(get(&cache, "big", len), Lookup::Hit(other));
+    assert!(cache.remove(&key).expect("remove"));
+    assert_eq!(held, data);
+    for (i, offset) in [100usize, 2 * MIB as usize, len + 50]
+        .into_iter()
+        .enumerate()
+    {
+        let name = format!("m{i}");
+        put(&cache, &name, &data);
+        let [file] = entry_files(dir.path()).try_into().expect("one entry");
+        let mut bytes = fs::read(&file).expect("read entry");
+        let at = offset.min(bytes.len() - 1);
+        bytes[at] ^= 0x01;
+        fs::write(&file, &bytes).expect("damage entry");
+        assert_eq!(
+            get(&cache, &name, len),
+            Lookup::Miss(Miss::Corrupt),
+            "flip at {offset}"
+        );
+    }
+}
+
 #[test]
 fn lru_keeps_the_bound_exactly() {
     let dir = tempfile::tempdir().expect("tempdir");
