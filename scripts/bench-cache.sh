@@ -10,8 +10,11 @@
 # the runs. "cold/none" is the median cold rate over the median uncached one. First batch:
 # seconds until the loader had delivered --batch-size (64) samples.
 # CACHE_ROOT is where the cache directories go (default: the scratch directory under /tmp).
+# Every read starts after `sync` (no writes of an earlier run pending), and one untimed cold and
+# warm epoch of each format runs first: on a virtual machine, memory the guest has not touched
+# for a while costs a fault in the host on first use, which would land on the first cold run.
 # Usage: [SAMPLES=4000] [SIZE=100KB] [SHARD_SIZE=64MB] [LATENCIES="0ms 50ms"] [RUNS=3]
-#        [CACHE_ROOT=DIR] scripts/bench-cache.sh
+#        [CACHE_ROOT=DIR] [BIN=path/to/bucketload] scripts/bench-cache.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 samples="${SAMPLES:-4000}"
@@ -22,8 +25,12 @@ runs="${RUNS:-3}"
 port="${PORT:-9481}"
 cache_root="${CACHE_ROOT:-}"
 
-cargo build --release --locked -p bucketload-cli
-bin="${CARGO_TARGET_DIR:-$PWD/target}/release/bucketload"
+if [ -n "${BIN:-}" ]; then
+    bin="$BIN"  # another build, e.g. an older commit's, to compare
+else
+    cargo build --release --locked -p bucketload-cli
+    bin="${CARGO_TARGET_DIR:-$PWD/target}/release/bucketload"
+fi
 
 . scripts/bench-lib.sh
 
@@ -41,11 +48,19 @@ serve
 "$bin" shard s3://cache/files s3://cache-shards/train --shard-size "$shard_size" >/dev/null
 stop
 
-echo "machine: $(machine)"
+echo "machine: $(machine); $(free -m | awk '/Mem:/{print $4}') MiB free"
 echo "dataset: $samples samples of $size, one object each (s3://cache/files) and in shards of $shard_size"
 results="$work/results.jsonl"
 cache="$(mktemp -d -p "${cache_root:-$work}")/cache"
 echo "cache: $cache ($(df -T "$(dirname "$cache")" | awk 'NR==2{print $2}'))"
+serve
+for uri in s3://cache/files s3://cache-shards/train; do
+    rm -rf "$cache"
+    for _ in cold warm; do
+        "$bin" read "$uri" --epochs 1 --cache "$cache" --cache-size 20GiB --json >/dev/null
+    done
+done
+stop
 for latency in $latencies; do
     serve --latency "$latency"
     for run in $(seq "$runs"); do
@@ -56,6 +71,8 @@ for latency in $latencies; do
             for mode in none cold warm; do
                 args=()
                 [ "$mode" != none ] && args=(--cache "$cache" --cache-size 20GiB)
+                # The previous run's cache writes are flushed first, not during this run.
+                sync
                 "$bin" read "$uri" --format "$format" --epochs 1 "${args[@]}" --json >"$work/out.json"
                 python3 - "$work/out.json" "$latency" "$format" "$mode" "$run" "$samples" >>"$results" <<'PY'
 import json, sys

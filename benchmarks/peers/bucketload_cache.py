@@ -67,7 +67,13 @@ class Positions:
         return self.offsets[index >> 32] + (index & 0xFFFF_FFFF)
 
 
-def batches(epoch: Any, mode: str, source: Source, position: Positions) -> Iterator[Batch]:
+def stems(source: Source) -> list[str]:
+    """Each listed key without its extension, the key a sample at that position must end with
+    (made before the clock starts)."""
+    return [str(PurePosixPath(key).with_suffix("")) for key in source.keys]
+
+
+def batches(epoch: Any, mode: str, keys: list[str], position: Positions) -> Iterator[Batch]:
     for batch in epoch:
         if mode == "decoded":
             yield Batch(indices=[position(i) for i in batch.indices.tolist()],
@@ -75,9 +81,9 @@ def batches(epoch: Any, mode: str, source: Source, position: Positions) -> Itera
             continue
         indices = [position(sample["__index__"]) for sample in batch]
         for i, sample in zip(indices, batch):
-            key = str(PurePosixPath(source.keys[i]).with_suffix(""))
-            if not key.endswith(sample["__key__"]):
-                raise SystemExit(f"sample {i} is {sample['__key__']}, the listing's {i}th is {key}")
+            if not keys[i].endswith(sample["__key__"]):
+                raise SystemExit(f"sample {i} is {sample['__key__']}, the listing's {i}th is "
+                                 f"{keys[i]}")
         yield Batch(indices=indices, labels=[sample["__label__"] for sample in batch],
                     nbytes=sum(len(sample["jpg"]) for sample in batch))
 
@@ -87,16 +93,17 @@ def main() -> None:
     client = s3_client(args.endpoint, args.region)
     source = list_source(client, args.source)
     position = Positions(client, args.uri)
+    keys = stems(source)
     # The clock starts before the loader is made (none and cold), or before the second epoch.
     if args.cache == "none":
         Measurement(args, source, "bucketload", "none", None, None).run(
-            batches(loader(args, None), args.mode, source, position))
+            batches(loader(args, None), args.mode, keys, position))
         return
     cold = Measurement(args, source, "bucketload", "cold", None, args.cache_dir)
     cached = loader(args, empty_dir(args.cache_dir))
-    cold.run(batches(cached, args.mode, source, position))
+    cold.run(batches(cached, args.mode, keys, position))
     warm = Measurement(args, source, "bucketload", "warm", None, args.cache_dir)
-    warm.run(batches(cached, args.mode, source, position))
+    warm.run(batches(cached, args.mode, keys, position))
 
 
 if __name__ == "__main__":

@@ -51,6 +51,8 @@ def main() -> None:
     for path in sys.argv[1:]:
         with open(path) as f:
             lines += [json.loads(text) for text in f if text.startswith("{")]
+    failed = [line for line in lines if line.get("failed")]
+    lines = [line for line in lines if not line.get("failed")]
     if not lines:
         raise SystemExit("no measurements")
     latencies = list(dict.fromkeys(line["latency"] for line in lines))
@@ -75,6 +77,10 @@ def main() -> None:
     runs = max(len(cell) for by_latency in cells.values() for cell in by_latency.values())
     print(f"\n{', '.join(map(str, samples))} samples per epoch; "
           + ("one run." if runs == 1 else f"median (min–max) of {runs} runs."))
+    for line in failed:
+        print(f"{TOOLS[line['tool']]} {line['mode']} ({line['workers']} workers) at "
+              f"{line['latency']}, run {line['run']}: failed (its cold and warm epochs are "
+              "missing from the table)")
     for mode_name in MODES:
         for latency in latencies:
             cold = bucketload_rate(lines, mode_name, latency, "cold")

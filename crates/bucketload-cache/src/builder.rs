@@ -97,6 +97,7 @@ impl CacheBuilder {
             temp_grace: self.temp_grace,
             counters: Counters::default(),
             candidates: Mutex::new(Candidates::default()),
+            checked: Mutex::default(),
             _users: users.file,
         };
         cache.recover(users.alone)?;

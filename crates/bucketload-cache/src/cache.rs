@@ -44,6 +44,8 @@ pub struct Cache {
     pub(crate) candidates: Mutex<Candidates>,
     /// Held with a shared `flock` while this handle is open.
     pub(crate) _users: File,
+    /// Entry files checked or written by this handle, as they were (see [`Identity`]).
+    pub(crate) checked: Mutex<std::collections::HashMap<PathBuf, Identity>>,
 }
 
 /// The outcome of [`Cache::get`].
@@ -107,13 +109,22 @@ impl Cache {
     /// A damaged entry or one from another version is removed and reported
     /// as a miss, never served. An error means the cache directory itself
     /// failed (permissions, I/O); the object is still in the store.
+    ///
+    /// The body's CRC32C is checked on the entry's first hit in this handle; later hits of the
+    /// same file, unchanged (same inode, size and modification time), and hits of an entry this
+    /// handle wrote itself check the header only (see [`Identity`]).
     pub fn get(&self, key: &CacheKey, version: &ObjectVersion) -> Result<Lookup> {
         let path = self.layout.entry(&key.file_name());
-        let Some((file, buf)) = read_entry(&path)? else {
+        let Some((file, buf, meta)) = read_entry(&path)? else {
             return Ok(self.miss(Miss::Absent));
         };
         let buf = buf.into_bytes();
-        let header = match entry::decode(&buf) {
+        let known = self.checked_before(&path, Identity::of(&meta));
+        let decoded = match known {
+            true => entry::decode_known(&buf),
+            false => entry::decode(&buf),
+        };
+        let header = match decoded {
             Ok(h) => h,
             Err(Damage(why)) => {
                 tracing::warn!(%key, path = %path.display(), why, "corrupt cache entry removed");
@@ -126,7 +137,8 @@ impl Cache {
             self.discard(&path, &file);
             return Ok(self.miss(Miss::Stale));
         }
-        self.record_use(&file, &path);
+        let now = self.record_use(&file, &path).unwrap_or(Identity::of(&meta));
+        self.note_checked(&path, now);
         let body = buf.slice(header.header_len..);
         Counters::add(&self.counters.hits, 1);
         Counters::add(&self.counters.bytes_read, body.len() as u64);
@@ -176,8 +188,14 @@ impl Cache {
         }
         self.prepare_room(need, &state)?;
         let temp = self.write_temp(&name, &header, body)?;
-        if !self.commit(temp, &self.layout.entry(&name), need)? {
+        let written = temp.file.metadata().map(|m| Identity::of(&m)).ok();
+        let path = self.layout.entry(&name);
+        if !self.commit(temp, &path, need)? {
             return Ok(self.reject(need));
+        }
+        // Renamed, not copied: the entry is the file this handle just wrote.
+        if let Some(written) = written {
+            self.note_checked(&path, written);
         }
         Counters::add(&self.counters.inserts, 1);
         Counters::add(&self.counters.bytes_written, len as u64);
@@ -266,21 +284,40 @@ impl Cache {
     /// Records a hit as a use (the entry's modification time) when the
     /// policy needs it. A failure only makes the entry look older, so it
     /// is logged and the hit served.
-    fn record_use(&self, file: &File, path: &Path) {
+    /// Returns the file's identity after a touch (its modification time changed).
+    fn record_use(&self, file: &File, path: &Path) -> Option<Identity> {
         let touched = file
             .metadata()
             .and_then(|m| m.modified())
             .map_err(|e| Error::io("stat", path, e));
         let result = touched.and_then(|mtime| {
-            if self.policy.touch_on_hit(mtime, &self.read_state()?) {
-                file.set_modified(SystemTime::now())
-                    .map_err(|e| Error::io("touch", path, e))?;
+            if !self.policy.touch_on_hit(mtime, &self.read_state()?) {
+                return Ok(None);
             }
-            Ok(())
+            file.set_modified(SystemTime::now())
+                .map_err(|e| Error::io("touch", path, e))?;
+            let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
+            Ok(Some(Identity::of(&meta)))
         });
-        if let Err(e) = result {
+        result.unwrap_or_else(|e| {
             tracing::debug!(error = %e, "cache entry use not recorded");
+            None
+        })
+    }
+
+    /// Whether this handle checked (or wrote) the file at `path` as it is now.
+    fn checked_before(&self, path: &Path, now: Identity) -> bool {
+        let checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        checked.get(path) == Some(&now)
+    }
+
+    /// Records that the file at `path` is whole as it is now.
+    fn note_checked(&self, path: &Path, now: Identity) {
+        let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        if checked.len() >= CHECKED_MAX && !checked.contains_key(path) {
+            checked.clear();
         }
+        checked.insert(path.to_path_buf(), now);
     }
 
     /// The shared state under a shared lock, rebuilt first if damaged.
@@ -463,25 +500,52 @@ impl fmt::Display for Cache {
     }
 }
 
-/// Opens a whole entry file, read or mapped (see [`mapped`]); `None` if there is none.
-fn read_entry(path: &Path) -> Result<Option<(File, EntryBytes)>> {
+/// Opens a whole entry file, read or mapped (see [`mapped`]), with its metadata; `None` if
+/// there is none.
+fn read_entry(path: &Path) -> Result<Option<(File, EntryBytes, fs::Metadata)>> {
     let mut file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io("open", path, e)),
     };
-    let len = file
-        .metadata()
-        .map_err(|e| Error::io("stat", path, e))?
-        .len();
+    let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
+    let len = meta.len();
     if len >= crate::mapped::MAP_AT_LEAST {
         let map = crate::mapped::map(&file).map_err(|e| Error::io("map", path, e))?;
-        return Ok(Some((file, EntryBytes::Mapped(map))));
+        return Ok(Some((file, EntryBytes::Mapped(map), meta)));
     }
     let mut buf = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
     file.read_to_end(&mut buf)
         .map_err(|e| Error::io("read", path, e))?;
-    Ok(Some((file, EntryBytes::Read(buf))))
+    Ok(Some((file, EntryBytes::Read(buf), meta)))
+}
+
+/// Entries whose check a handle remembers; past it, it forgets them all and checks again.
+const CHECKED_MAX: usize = 1 << 20;
+
+/// An entry file as it is: the same inode, size and modification time (to the nanosecond) mean
+/// the same bytes, since the cache never writes a file after renaming it into place; a file
+/// replaced or rewritten has another identity. A handle remembers the identity of each entry
+/// it checked or wrote and skips the body's CRC32C when it meets that identity again: each
+/// process checks every entry once (the first hit after it opened the cache), and a crash or
+/// a power failure, which is what damages entries, ends the process and with it the memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Identity {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+}
+
+impl Identity {
+    fn of(meta: &fs::Metadata) -> Identity {
+        Identity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+        }
+    }
 }
 
 /// An entry file's bytes: read into memory, or mapped.

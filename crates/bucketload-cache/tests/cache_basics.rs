@@ -216,6 +216,36 @@ fn large_entries_are_mapped_checked_and_outlive_their_file() {
     }
 }
 
+/// A handle checks an entry's body once, on its first hit, and again whenever the file is not
+/// as it was (another size or modification time); another handle (another process) checks
+/// every entry on its own first hit, even one damaged with its modification time put back.
+#[test]
+fn each_handle_checks_an_entry_on_its_first_hit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = body(3, 40_000);
+    let writer = open(dir.path(), 16 * MIB, Policy::default());
+    put(&writer, "e", &data);
+    let reader = open(dir.path(), 16 * MIB, Policy::default());
+    assert_eq!(get(&reader, "e", data.len()), Lookup::Hit(data.clone()));
+    let [file] = entry_files(dir.path()).try_into().expect("one entry");
+    let mtime = fs::metadata(&file)
+        .expect("stat")
+        .modified()
+        .expect("mtime");
+    let mut bytes = fs::read(&file).expect("read entry");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x01;
+    fs::write(&file, &bytes).expect("damage entry");
+    let damaged = fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .expect("open");
+    damaged.set_modified(mtime).expect("put the time back");
+    drop(damaged);
+    let fresh = open(dir.path(), 16 * MIB, Policy::default());
+    assert_eq!(get(&fresh, "e", data.len()), Lookup::Miss(Miss::Corrupt));
+}
+
 #[test]
 fn lru_keeps_the_bound_exactly() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -179,7 +179,10 @@ fn spawn_span(
     };
     let report = tx.clone();
     let run = async move {
-        // Its turn (see [`Ramp`]); the sender outlives every span of the stream.
+        // Opened at once (its HEAD and index lookups are small), read on its turn (see
+        // [`Ramp`]): the stream sends no request before it is polled. The ramp's sender
+        // outlives every span of the stream.
+        let opened = open_span(&inner, &item).await;
         let number = done.1;
         let _ = done
             .0
@@ -189,7 +192,7 @@ fn spawn_span(
         let _done = done;
         let _active = inner.counters.busy();
         let budget = Arc::new(Semaphore::new(share as usize));
-        let mut samples = match open_span(&inner, &item).await {
+        let mut samples = match opened {
             Ok(samples) => samples,
             Err(e) => {
                 let _ = tx.send((Err(e), None)).await;
