@@ -40,10 +40,12 @@ type Parsed = (Result<ShardSample>, Option<OwnedSemaphorePermit>);
 /// Samples a stream hands out with its first shards read one at a time (see [`Ramp`]).
 pub(crate) const RAMP_SAMPLES: u64 = 256;
 
-/// How a stream starts: its first shard alone, so that the first batch does not wait while
-/// `shards_in_flight` shards share the bandwidth. Each shard starts once the one before it has
-/// arrived whole, until the consumer has taken [`RAMP_SAMPLES`] samples (a first batch or two,
-/// after the shuffle buffer's first fill); from then on `shards_in_flight` stream at once.
+/// How a stream starts: its first shard nearly alone, so that the first batch does not wait
+/// while `shards_in_flight` shards share the bandwidth. The other shards send their first
+/// requests at once (their round trips overlap the first shard's reading) and read on only
+/// once the shard before them has arrived whole, until the consumer has taken
+/// [`RAMP_SAMPLES`] samples (a first batch or two, after the shuffle buffer's first fill);
+/// from then on `shards_in_flight` stream at once.
 #[derive(Debug, Clone, Copy, Default)]
 struct Ramp {
     /// Spans (in the stream's order) whose samples have all arrived, or that stopped.
@@ -180,26 +182,44 @@ fn spawn_span(
     let report = tx.clone();
     let run = async move {
         // Opened at once (its HEAD and index lookups are small), read on its turn (see
-        // [`Ramp`]): the stream sends no request before it is polled. The ramp's sender
-        // outlives every span of the stream.
+        // [`Ramp`]). The ramp's sender outlives every span of the stream.
         let opened = open_span(&inner, &item).await;
         let number = done.1;
-        let _ = done
-            .0
-            .subscribe()
-            .wait_for(|r| r.open || r.done >= number)
-            .await;
-        let _done = done;
-        let _active = inner.counters.busy();
-        let budget = Arc::new(Semaphore::new(share as usize));
+        let ready = |r: &Ramp| r.open || r.done >= number;
+        let mut turn = done.0.subscribe();
         let mut samples = match opened {
             Ok(samples) => samples,
             Err(e) => {
+                let _ = turn.wait_for(ready).await;
                 let _ = tx.send((Err(e), None)).await;
                 return;
             }
         };
-        while let Some(sample) = samples.next().await {
+        // Its first requests go out at once, beside the shards before it (at a high latency
+        // their round trip then overlaps the first shard's reading); the rest waits for its
+        // turn, holding at most the stream's first window.
+        let early = {
+            let wait = turn.wait_for(ready);
+            tokio::pin!(wait);
+            tokio::select! {
+                biased;
+                _ = &mut wait => None,
+                first = samples.next() => Some(first),
+            }
+        };
+        if early.is_some() {
+            let _ = turn.wait_for(ready).await;
+        }
+        let _done = done;
+        let _active = inner.counters.busy();
+        let budget = Arc::new(Semaphore::new(share as usize));
+        let mut early = early;
+        loop {
+            let next = match early.take() {
+                Some(first) => first,
+                None => samples.next().await,
+            };
+            let Some(sample) = next else { break };
             let bytes: u64 = sample
                 .as_ref()
                 .map_or(0, |s| s.members.iter().map(|(_, b)| b.len() as u64).sum());
