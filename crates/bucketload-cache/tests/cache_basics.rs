@@ -135,26 +135,32 @@ fn a_changed_object_is_a_stale_miss_and_is_removed() {
     assert_eq!((s.stale, s.entries, s.size_bytes), (2, 1, BLOCK));
 }
 
-#[test]
-fn a_corrupt_entry_is_a_miss_and_is_removed() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let cache = open(dir.path(), 16 * MIB, Policy::default());
-    let data = body(2, 50_000);
-    for (i, offset) in [10usize, 120, 30_000, 50_050].into_iter().enumerate() {
-        let name = format!("c{i}");
-        put(&cache, &name, &data);
-        let [file] = entry_files(dir.path()).try_into().expect("one entry");
+/// For each offset, an entry of `data` (alone in the cache) with the bit flipped there is a
+/// corrupt miss, and is removed.
+fn flips_are_misses(cache: &Cache, dir: &Path, data: &Bytes, offsets: &[usize]) {
+    for (i, &offset) in offsets.iter().enumerate() {
+        let name = format!("flip{i}");
+        put(cache, &name, data);
+        let [file] = entry_files(dir).try_into().expect("one entry");
         let mut bytes = fs::read(&file).expect("read entry");
         let at = offset.min(bytes.len() - 1);
         bytes[at] ^= 0x01;
         fs::write(&file, &bytes).expect("damage entry");
         assert_eq!(
-            get(&cache, &name, data.len()),
+            get(cache, &name, data.len()),
             Lookup::Miss(Miss::Corrupt),
             "flip at {offset}"
         );
         assert!(!file.exists(), "corrupt entry removed");
     }
+}
+
+#[test]
+fn a_corrupt_entry_is_a_miss_and_is_removed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache = open(dir.path(), 16 * MIB, Policy::default());
+    let data = body(2, 50_000);
+    flips_are_misses(&cache, dir.path(), &data, &[10, 120, 30_000, 50_050]);
     put(&cache, "t", &data);
     let [file] = entry_files(dir.path()).try_into().expect("one entry");
     let f = fs::OpenOptions::new()
@@ -197,23 +203,12 @@ fn large_entries_are_mapped_checked_and_outlive_their_file() {
     assert_eq!(get(&cache, "big", len), Lookup::Hit(other));
     assert!(cache.remove(&key).expect("remove"));
     assert_eq!(held, data);
-    for (i, offset) in [100usize, 2 * MIB as usize, len + 50]
-        .into_iter()
-        .enumerate()
-    {
-        let name = format!("m{i}");
-        put(&cache, &name, &data);
-        let [file] = entry_files(dir.path()).try_into().expect("one entry");
-        let mut bytes = fs::read(&file).expect("read entry");
-        let at = offset.min(bytes.len() - 1);
-        bytes[at] ^= 0x01;
-        fs::write(&file, &bytes).expect("damage entry");
-        assert_eq!(
-            get(&cache, &name, len),
-            Lookup::Miss(Miss::Corrupt),
-            "flip at {offset}"
-        );
-    }
+    flips_are_misses(
+        &cache,
+        dir.path(),
+        &data,
+        &[100, 2 * MIB as usize, len + 50],
+    );
 }
 
 /// A handle checks an entry's body once, on its first hit, and again whenever the file is not
