@@ -137,8 +137,12 @@ impl Cache {
             self.discard(&path, &file);
             return Ok(self.miss(Miss::Stale));
         }
-        let now = self.record_use(&file, &path).unwrap_or(Identity::of(&meta));
-        self.note_checked(&path, now);
+        // Remembered when first checked, and again when the touch changed the file's time.
+        match self.record_use(&file, &path) {
+            Some(touched) => self.note_checked(&path, touched),
+            None if !known => self.note_checked(&path, Identity::of(&meta)),
+            None => {}
+        }
         let body = buf.slice(header.header_len..);
         Counters::add(&self.counters.hits, 1);
         Counters::add(&self.counters.bytes_read, body.len() as u64);

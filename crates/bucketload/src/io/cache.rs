@@ -205,7 +205,8 @@ impl DiskCache {
             };
             let Some(p) = next else { return };
             let stored = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.cache.insert(&p.key, &p.version, p.body.clone())
+                self.cache
+                    .insert_chunks(&p.key, &p.version, std::slice::from_ref(&p.body))
             }));
             match stored {
                 Ok(Ok(_)) => {}
