@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from botocore.exceptions import ClientError
@@ -119,6 +120,49 @@ def test_multipart_upload(s3, bucket):
     digest = hashlib.md5(b"".join(hashlib.md5(p).digest() for p in parts)).hexdigest()
     assert res["ETag"] == f'"{digest}-3"'
     assert s3.get_object(Bucket=bucket, Key="big")["Body"].read() == b"".join(parts)
+
+
+@pytest.mark.parametrize("checksum", [None, "CRC32"])
+def test_multipart_parts_out_of_order_and_sent_again(s3, bucket, server, checksum):
+    """Parts arriving at once and out of order, one sent twice: the object holds the last bytes
+    of each listed part, and when every part sat in its slot the completion copied nothing."""
+
+    key = f"assembled-{checksum}"
+    size = 5 * 1024 * 1024
+    parts = {n: os.urandom(size) for n in range(1, 6)}
+    parts[6] = os.urandom(4321)
+    extra = {"ChecksumAlgorithm": checksum} if checksum else {}
+    up = s3.create_multipart_upload(Bucket=bucket, Key=key, **extra)["UploadId"]
+
+    def send(n: int, body: bytes) -> dict:
+        r = s3.upload_part(Bucket=bucket, Key=key, UploadId=up, PartNumber=n, Body=body, **extra)
+        return {"PartNumber": n, "ETag": r["ETag"],
+                **({f"Checksum{checksum}": r[f"Checksum{checksum}"]} if checksum else {})}
+
+    with ThreadPoolExecutor(4) as pool:
+        sent = dict(zip([4, 2, 6, 1, 3, 5], pool.map(send, [4, 2, 6, 1, 3, 5],
+                                                       [parts[n] for n in [4, 2, 6, 1, 3, 5]])))
+    assembly = server.root / ".bucketload" / "uploads" / bucket / up / "assembly"
+    inode = assembly.stat().st_ino
+    res = s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=up,
+                                       MultipartUpload={"Parts": [sent[n] for n in range(1, 7)]})
+    body = b"".join(parts[n] for n in range(1, 7))
+    digest = hashlib.md5(b"".join(hashlib.md5(parts[n]).digest() for n in range(1, 7))).hexdigest()
+    assert res["ETag"] == f'"{digest}-6"'
+    assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == body
+    assert (server.root / bucket / key).stat().st_ino == inode, "parts in place, nothing copied"
+
+    # Part 2 sent again with other bytes goes to a file of its own; the object is copied.
+    up = s3.create_multipart_upload(Bucket=bucket, Key=key, **extra)["UploadId"]
+    sent = {n: send(n, parts[n]) for n in range(1, 7)}
+    again = os.urandom(size)
+    sent[2] = send(2, again)
+    s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=up,
+                                 MultipartUpload={"Parts": [sent[n] for n in range(1, 7)]})
+    want = parts[1] + again + b"".join(parts[n] for n in range(3, 7))
+    assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == want
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=key)["Contents"]
+    assert [o["Size"] for o in listed] == [len(want)]
 
 
 def test_multipart_abort_leaves_nothing(s3, bucket):

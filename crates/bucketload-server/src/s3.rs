@@ -15,7 +15,7 @@ use crate::bufpool::BufferPool;
 use crate::checksum;
 use crate::fidelity::{self, WriteFeatures};
 use crate::storage::{
-    CompletedPart, Deleted, ListItem, ListQuery, ObjectAttrs, ObjectMeta, Storage, TempObject,
+    CompletedPart, Deleted, ListItem, ListQuery, ObjectAttrs, ObjectMeta, PartWriter, Storage,
     VersionItem, VersionQuery, Versioning,
 };
 use crate::tagging;
@@ -69,16 +69,16 @@ impl Backend {
     async fn receive(
         &self,
         body: Option<StreamingBlob>,
-        declared: Checksum,
-        also: Option<checksum::Algorithm>,
-    ) -> S3Result<(TempObject, Checksum)> {
+        (declared, also): (Checksum, Option<checksum::Algorithm>),
+        open: impl FnOnce(&Storage) -> S3Result<PartWriter> + Send + 'static,
+    ) -> S3Result<(PartWriter, Checksum)> {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(4);
         let writer = self.blocking(move |storage| {
-            let mut temp = storage.begin_write()?;
+            let mut writer = open(storage)?;
             while let Some(chunk) = rx.blocking_recv() {
-                temp.write(&chunk)?;
+                writer.write(storage, &chunk)?;
             }
-            Ok(temp)
+            Ok(writer)
         });
         let mut wanted = declared.clone();
         if let Some(a) = also
@@ -1460,8 +1460,13 @@ impl S3 for Backend {
             input.checksum_sha1,
             input.checksum_sha256,
         ]);
-        let (temp, sums) = self.receive(input.body, declared, None).await?;
+        let (temp, sums) = self
+            .receive(input.body, (declared, None), |s| {
+                s.begin_write().map(PartWriter::Own)
+            })
+            .await?;
         fidelity::verify_md5(md5, &temp.md5())?;
+        let temp = temp.into_object()?;
         let mut attrs = attrs(
             input.content_type,
             input.metadata,
@@ -1905,11 +1910,18 @@ impl S3 for Backend {
             input.checksum_sha1,
             input.checksum_sha256,
         ]);
-        let (temp, sums) = self.receive(input.body, declared, algorithm).await?;
-        fidelity::verify_md5(md5, &temp.md5())?;
+        let size = input.content_length.and_then(|n| u64::try_from(n).ok());
+        let ids = (bucket.clone(), key.clone(), id.clone());
+        let min_part_size = self.min_part_size;
+        let (writer, sums) = self
+            .receive(input.body, (declared, algorithm), move |s| {
+                s.receive_part((&ids.0, &ids.1, &ids.2), part, (size, min_part_size))
+            })
+            .await?;
+        fidelity::verify_md5(md5, &writer.md5())?;
         let part_sum = algorithm.and_then(|a| a.value(&sums).cloned());
         let info = self
-            .blocking(move |s| s.commit_part(&bucket, &key, &id, part, temp, part_sum))
+            .blocking(move |s| s.commit_part(&bucket, &key, &id, part, writer, part_sum))
             .await?;
         Ok(S3Response::new(UploadPartOutput {
             e_tag: Some(ETag::Strong(info.etag)),

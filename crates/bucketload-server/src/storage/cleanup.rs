@@ -8,12 +8,14 @@
 //! server uses the same root — so every temporary file is an orphan. Unfinished uploads are
 //! kept until they are older than the configured expiry (S3's lifecycle rule
 //! `AbortIncompleteMultipartUpload` does the same), and the records of completed uploads for
-//! a day (they answer a repeated CompleteMultipartUpload).
+//! a day (they answer a repeated CompleteMultipartUpload). Files and trees a running server
+//! discarded wait in `.bucketload/trash/` for its [`Reaper`]; any left there go too.
 
 use std::fmt;
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError, mpsc};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Deserialize;
@@ -98,10 +100,12 @@ impl fmt::Display for Reclaimed {
 pub(crate) fn reclaim(root: &Path, upload_expiry: Option<Duration>) -> io::Result<Reclaimed> {
     let internal = root.join(INTERNAL_DIR);
     let mut reclaimed = Reclaimed::default();
-    for entry in read_dir_or_empty(&internal.join("tmp"))? {
-        let entry = entry?;
-        reclaimed.add(remove_tree(&entry.path())?);
-        reclaimed.temp_files += 1;
+    for area in ["tmp", "trash"] {
+        for entry in read_dir_or_empty(&internal.join(area))? {
+            let entry = entry?;
+            reclaimed.add(remove_tree(&entry.path())?);
+            reclaimed.temp_files += 1;
+        }
     }
     let now = SystemTime::now();
     for bucket in read_dir_or_empty(&internal.join("uploads"))? {
@@ -156,6 +160,78 @@ fn read_dir_or_empty(dir: &Path) -> io::Result<Vec<io::Result<fs::DirEntry>>> {
         Ok(entries) => Ok(entries.collect()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
         Err(e) => Err(e),
+    }
+}
+
+/// Removes files and directory trees moved into `.bucketload/trash`, on a thread of its own.
+/// Freeing a large file's blocks keeps the file system busy for a while (on the order of half a
+/// second per GiB), which a request that replaces or deletes the file need not wait for. What
+/// is left there when the server stops is removed at the next start, like temporary files.
+#[derive(Debug)]
+pub(crate) struct Reaper {
+    queue: Mutex<Option<mpsc::Sender<Job>>>,
+}
+
+#[derive(Debug)]
+enum Job {
+    Remove(PathBuf),
+    /// Answered once everything sent before is removed.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Flush(mpsc::Sender<()>),
+}
+
+impl Reaper {
+    pub(crate) fn start() -> Self {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let spawned = std::thread::Builder::new()
+            .name("bucketload-reaper".into())
+            .spawn(move || {
+                for job in rx {
+                    match job {
+                        Job::Remove(path) => {
+                            if let Err(e) = remove_tree(&path) {
+                                tracing::warn!(path = %path.display(), error = %e, "could not remove a discarded file; it goes at the next start");
+                            }
+                        }
+                        Job::Flush(done) => {
+                            let _ = done.send(());
+                        }
+                    }
+                }
+            });
+        Self {
+            queue: Mutex::new(spawned.ok().map(|_| tx)),
+        }
+    }
+
+    /// Removes `path` (already in the trash) soon; at once when the thread could not start.
+    pub(crate) fn remove(&self, path: PathBuf) {
+        let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let path = match queue.as_ref() {
+            Some(tx) => match tx.send(Job::Remove(path)) {
+                Ok(()) => return,
+                Err(mpsc::SendError(Job::Remove(path))) => path,
+                Err(_) => return,
+            },
+            None => path,
+        };
+        drop(queue);
+        let _ = remove_tree(&path);
+    }
+
+    /// Waits until everything passed to [`Reaper::remove`] before is removed.
+    #[cfg(test)]
+    pub(crate) fn flush(&self) {
+        let (tx, rx) = mpsc::channel();
+        let sent = self
+            .queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|queue| queue.send(Job::Flush(tx)));
+        if let Some(Ok(())) = sent {
+            let _ = rx.recv();
+        }
     }
 }
 

@@ -7,13 +7,16 @@
 //! .bucketload/meta/<bucket>/<key path>    sidecar JSON: ETag, size, mtime, content type, user metadata
 //! .bucketload/folders/<bucket>/<md5>      folder markers (keys ending in '/'), named by the key's MD5
 //! .bucketload/folder-meta/<bucket>/<md5>  their sidecars
-//! .bucketload/uploads/<bucket>/<id>/      multipart uploads in progress (upload.json + one file per part)
+//! .bucketload/uploads/<bucket>/<id>/      multipart uploads in progress: upload.json, and per part
+//!                                         a record and its bytes, in a file of its own or in
+//!                                         its slot of the upload's assembly file (`assembly`)
 //! .bucketload/versions/<bucket>/<md5>/<seq>-<version id>[.json]
 //!                                         noncurrent versions and delete markers of the key whose
 //!                                         MD5 names the directory (see `versions`); buckets that
 //!                                         never had versioning have none
 //! .bucketload/bucket-config/<bucket>.json bucket settings, among them the versioning state
 //! .bucketload/tmp/                        files being written, renamed into place when complete
+//! .bucketload/trash/                      files replaced or deleted, removed in the background
 //! ```
 //!
 //! Every S3 key has a place. The key path ([`keys`]) is the key itself for ordinary keys, so
@@ -42,6 +45,7 @@
 //! Writes and deletes change the tree under one lock (`commits`); reads take no lock.
 //! Every function here is blocking; the S3 layer calls them on Tokio's blocking pool.
 
+mod assembly;
 mod bucket_config;
 mod cleanup;
 mod keys;
@@ -50,6 +54,8 @@ mod multipart;
 mod place;
 mod versions;
 
+pub(crate) use assembly::PartWriter;
+use cleanup::Reaper;
 pub use cleanup::Reclaimed;
 pub(crate) use cleanup::{LockError, RootLock, lock_root, reclaim};
 pub(crate) use list::{ListItem, ListQuery};
@@ -192,12 +198,17 @@ pub(crate) struct Storage {
     versioning: Mutex<HashMap<String, Versioning>>,
     /// The last sequence number given to an archived version (see the `versions` module).
     seq: AtomicU64,
+    /// Requests writing parts into each upload's assembly file (see `assembly`).
+    slot_writers: assembly::SlotWriters,
+    /// Removes what is moved into the trash.
+    reaper: Reaper,
 }
 
 impl Storage {
     /// Opens (creating if needed) the data directory.
     pub(crate) fn open(root: &Path, fsync: bool) -> io::Result<Self> {
         fs::create_dir_all(root.join(INTERNAL_DIR).join("tmp"))?;
+        fs::create_dir_all(root.join(INTERNAL_DIR).join("trash"))?;
         Ok(Self {
             root: root.to_path_buf(),
             fsync,
@@ -207,6 +218,8 @@ impl Storage {
             moves: AtomicU64::new(0),
             versioning: Mutex::new(HashMap::new()),
             seq: AtomicU64::new(0),
+            slot_writers: assembly::SlotWriters::default(),
+            reaper: Reaper::start(),
         })
     }
 
@@ -223,6 +236,43 @@ impl Storage {
             .unwrap_or(0);
         let name = format!("{}-{nanos:x}-{n}", std::process::id());
         self.root.join(INTERNAL_DIR).join("tmp").join(name)
+    }
+
+    /// Moves `path` (a file or a directory) into the trash, to be removed in the background;
+    /// removes it at once when it cannot be moved. A missing path is not an error.
+    fn discard(&self, path: &Path) -> io::Result<()> {
+        let trash = self
+            .root
+            .join(INTERNAL_DIR)
+            .join("trash")
+            .join(self.temp_path().file_name().unwrap_or_default());
+        match fs::rename(path, &trash) {
+            Ok(()) => {
+                self.reaper.remove(trash);
+                Ok(())
+            }
+            Err(e) if is_missing(&e) => Ok(()),
+            Err(_) if path.is_dir() => fs::remove_dir_all(path),
+            Err(_) => fs::remove_file(path),
+        }
+    }
+
+    /// A second name in the trash for the large file at `path`, which is about to be
+    /// replaced: its blocks are then freed in the background, not by the rename. `None` for
+    /// a small or missing file.
+    fn keep_for_trash(&self, path: &Path) -> Option<PathBuf> {
+        const LARGE: u64 = 1 << 20;
+        let stat = fs::symlink_metadata(path).ok()?;
+        if !stat.is_file() || stat.len() < LARGE {
+            return None;
+        }
+        let trash = self
+            .root
+            .join(INTERNAL_DIR)
+            .join("trash")
+            .join(self.temp_path().file_name().unwrap_or_default());
+        fs::hard_link(path, &trash).ok()?;
+        Some(trash)
     }
 
     pub(crate) fn unique_id(&self) -> String {
@@ -738,10 +788,19 @@ impl Storage {
             None => self.place_marker(bucket, key),
             Some(_) => self.place_object(bucket, key),
         };
+        let mut replaced = None;
         let placed = placed.and_then(|(data, meta_path)| {
+            if archived.is_none() {
+                replaced = self.keep_for_trash(&data);
+            }
             rename_into(&path, &data)?;
             Ok((data, meta_path))
         });
+        if let Some(trash) = replaced {
+            // Whether the rename replaced the file or failed, this name goes; when it did
+            // replace it, removing it frees the old bytes.
+            self.reaper.remove(trash);
+        }
         let (data, meta_path) = match placed {
             Ok(placed) => placed,
             Err(e) => {
@@ -785,11 +844,8 @@ impl Storage {
         let Some((data, _)) = self.find(bucket, &rel).map_err(internal)? else {
             return Ok(());
         };
-        match fs::remove_file(self.root.join(bucket).join(&data)) {
-            Ok(()) => {}
-            Err(e) if is_missing(&e) => {}
-            Err(e) => return Err(internal(e)),
-        }
+        self.discard(&self.root.join(bucket).join(&data))
+            .map_err(internal)?;
         let meta_root = self.internal("meta", bucket);
         let _ = fs::remove_file(meta_root.join(&data));
         self.cache_lock().remove(&self.root.join(bucket).join(&rel));
@@ -1364,6 +1420,37 @@ mod tests {
             0
         );
         storage.delete_bucket("b").unwrap();
+    }
+
+    #[test]
+    fn replaced_and_deleted_large_objects_are_freed_in_the_background() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), false).unwrap();
+        storage.create_bucket("b").unwrap();
+        let trash = dir.path().join(".bucketload/trash");
+        let big = vec![7u8; 3 << 20];
+        put(&storage, "k", &big);
+        let old = File::open(dir.path().join("b/k")).unwrap();
+        put(&storage, "k", b"new");
+        assert_eq!(get(&storage, "k"), b"new");
+        put(&storage, "gone", &big);
+        storage.delete("b", "gone").unwrap();
+        assert!(storage.head("b", "gone").is_err());
+        let id = storage
+            .create_upload("b", "parts", ObjectAttrs::default())
+            .unwrap();
+        let mut temp = storage.begin_write().unwrap();
+        temp.write(&big).unwrap();
+        storage
+            .commit_part("b", "parts", &id, 1, PartWriter::Own(temp), None)
+            .unwrap();
+        storage.abort_upload("b", "parts", &id).unwrap();
+        storage.reaper.flush();
+        assert_eq!(fs::read_dir(&trash).unwrap().count(), 0);
+        // The replaced version has no name left: its blocks go once the last reader closes it.
+        assert_eq!(old.metadata().unwrap().nlink(), 0);
+        assert!(!files_under(dir.path()).iter().any(|f| f.contains("gone")));
     }
 
     #[test]

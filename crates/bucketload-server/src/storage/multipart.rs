@@ -11,6 +11,7 @@ use md5::{Digest, Md5};
 use s3s::{S3Error, s3_error};
 use serde::{Deserialize, Serialize};
 
+use super::assembly::{ASSEMBLY, PartWriter, copy_range};
 use super::{ObjectAttrs, ObjectMeta, Precondition, Storage, TempObject, internal, is_missing};
 use crate::checksum::{self, Algorithm};
 
@@ -58,6 +59,10 @@ pub(crate) struct PartInfo {
     /// The part's checksum (base64) in the upload's algorithm, when it declared one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) checksum: Option<String>,
+    /// The upload's slot size when the part sits in its slot of the assembly file (see
+    /// `assembly`); otherwise it is a file of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) slot: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -67,7 +72,7 @@ pub(crate) struct UploadInfo {
     pub(crate) initiated: SystemTime,
 }
 
-fn now_ns() -> u64 {
+pub(super) fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
@@ -230,6 +235,18 @@ impl Storage {
         Ok(record.attrs.checksum.and_then(|c| c.algorithm()))
     }
 
+    /// Where part `part` of upload `id`, announced as `size` bytes, is received (see
+    /// [`Storage::begin_part`]).
+    pub(crate) fn receive_part(
+        &self,
+        (bucket, key, id): (&str, &str, &str),
+        part: i32,
+        announced: (Option<u64>, u64),
+    ) -> Result<PartWriter, S3Error> {
+        let (dir, _) = self.upload_dir(bucket, key, id)?;
+        self.begin_part(&dir, part, announced)
+    }
+
     /// Stores a received part, replacing any earlier part with the same number.
     pub(crate) fn commit_part(
         &self,
@@ -237,32 +254,77 @@ impl Storage {
         key: &str,
         id: &str,
         part: i32,
-        mut temp: TempObject,
+        writer: PartWriter,
         checksum: Option<String>,
     ) -> Result<PartInfo, S3Error> {
         let (dir, _) = self.upload_dir(bucket, key, id)?;
-        let info = PartInfo {
-            number: part,
-            etag: hex::encode(temp.md5()),
-            size: temp.size(),
-            mtime_ns: now_ns(),
-            checksum,
-        };
-        let Some(path) = temp.path.take() else {
-            return Err(s3_error!(InternalError, "part written twice"));
-        };
         let part_path = dir.join(format!("{part:05}"));
-        if let Err(e) = fs::rename(&path, &part_path) {
-            let _ = fs::remove_file(&path);
-            return Err(if is_missing(&e) {
-                no_such_upload(id)
+        let info = match &writer {
+            PartWriter::Slot(slot) => PartInfo {
+                checksum,
+                ..slot.finish(part, self.fsync).map_err(internal)?
+            },
+            PartWriter::Own(_) => PartInfo {
+                number: part,
+                etag: hex::encode(writer.md5()),
+                size: 0,
+                mtime_ns: now_ns(),
+                checksum,
+                slot: None,
+            },
+        };
+        let info = match writer {
+            PartWriter::Own(mut temp) => {
+                let Some(path) = temp.path.take() else {
+                    return Err(s3_error!(InternalError, "part written twice"));
+                };
+                if self.fsync {
+                    temp.file.sync_all().map_err(internal)?;
+                }
+                if let Err(e) = fs::rename(&path, &part_path) {
+                    let _ = fs::remove_file(&path);
+                    return Err(if is_missing(&e) {
+                        no_such_upload(id)
+                    } else {
+                        internal(e)
+                    });
+                }
+                let info = PartInfo {
+                    size: temp.size(),
+                    ..info
+                };
+                self.write_part_record(&dir, &info)?;
+                info
+            }
+            slot @ PartWriter::Slot(_) => {
+                self.write_part_record(&dir, &info)?;
+                // The record no longer names an earlier upload's file; the slot stays
+                // counted as written until here.
+                drop(slot);
+                match fs::remove_file(&part_path) {
+                    Err(e) if !is_missing(&e) => return Err(internal(e)),
+                    _ => {}
+                }
+                info
+            }
+        };
+        Ok(info)
+    }
+
+    /// Writes a part's record under a private name and renames it into place, so readers see
+    /// the old record or the new one.
+    fn write_part_record(&self, dir: &Path, info: &PartInfo) -> Result<(), S3Error> {
+        let json = serde_json::to_vec(info).map_err(|e| internal(e.into()))?;
+        let private = self.temp_path();
+        fs::write(&private, json).map_err(internal)?;
+        fs::rename(&private, dir.join(format!("{:05}.json", info.number))).map_err(|e| {
+            let _ = fs::remove_file(&private);
+            if is_missing(&e) {
+                no_such_upload(&dir.file_name().unwrap_or_default().to_string_lossy())
             } else {
                 internal(e)
-            });
-        }
-        let json = serde_json::to_vec(&info).map_err(|e| internal(e.into()))?;
-        fs::write(dir.join(format!("{part:05}.json")), json).map_err(internal)?;
-        Ok(info)
+            }
+        })
     }
 
     /// UploadPartCopy: stores bytes `range` (the whole object when `None`) of an existing
@@ -294,7 +356,7 @@ impl Storage {
         let mut temp = self.begin_write()?;
         temp.write_range(&file, span)?;
         let checksum = algorithm.map(|a| temp.checksum(a)).transpose()?;
-        let info = self.commit_part(bucket, key, id, part, temp, checksum)?;
+        let info = self.commit_part(bucket, key, id, part, PartWriter::Own(temp), checksum)?;
         Ok((info, source))
     }
 
@@ -338,7 +400,6 @@ impl Storage {
             ));
         }
         let stored = read_parts(&dir).map_err(internal)?;
-        let mut temp = self.begin_write()?;
         let mut md5s = Md5::new();
         let mut sizes = Vec::with_capacity(parts.len());
         let mut used = Vec::with_capacity(parts.len());
@@ -363,10 +424,13 @@ impl Storage {
                 hex::decode(&info.etag)
                     .map_err(|_| s3_error!(InternalError, "corrupt part record"))?,
             );
-            temp.append_file(&dir.join(format!("{number:05}")))?;
             sizes.push(info.size);
             used.push(info);
         }
+        let (temp, in_place) = match self.assembled_in_place(&dir, &used)? {
+            Some(temp) => (temp, true),
+            None => (self.copy_parts(&dir, &used)?, false),
+        };
         let checksum = object_checksum(record.attrs.checksum.as_deref(), parts, &used, declared)?
             .map(Box::new);
         let etag = format!("{}-{}", hex::encode(md5s.finalize()), parts.len());
@@ -375,18 +439,41 @@ impl Storage {
             checksum,
             ..record.attrs
         };
-        let meta = self.commit_if(bucket, key, temp, etag, attrs, precondition)?;
+        let committed = self.commit_if(bucket, key, temp, etag, attrs, precondition);
+        if in_place && committed.is_err() {
+            self.unseal(&dir);
+        }
+        let meta = committed?;
         // Remember the completion, so a repeated CompleteMultipartUpload (its first answer
         // lost) is answered as S3 does: 200 with the object's ETag.
         let done = Completed {
             key: key.to_owned(),
             etag: meta.etag.clone(),
         };
-        let _ = fs::remove_dir_all(&dir);
+        let _ = self.discard(&dir);
         if let Ok(json) = serde_json::to_vec(&done) {
             let _ = fs::create_dir_all(&dir).and_then(|()| fs::write(dir.join(COMPLETED), json));
         }
         Ok(meta)
+    }
+
+    /// A temporary file holding `parts` one after another, copied from their files or slots.
+    fn copy_parts(&self, dir: &Path, parts: &[&PartInfo]) -> Result<TempObject, S3Error> {
+        let mut temp = self.begin_write()?;
+        let assembly = match parts.iter().any(|p| p.slot.is_some()) {
+            true => Some(fs::File::open(dir.join(ASSEMBLY)).map_err(internal)?),
+            false => None,
+        };
+        for info in parts {
+            let (Some(slot_size), Some(from)) = (info.slot, &assembly) else {
+                temp.append_file(&dir.join(format!("{:05}", info.number)))?;
+                continue;
+            };
+            let offset = u64::try_from(info.number - 1).unwrap_or(0) * slot_size;
+            copy_range(from, offset, info.size, &mut temp.file).map_err(internal)?;
+            temp.size += info.size;
+        }
+        Ok(temp)
     }
 
     /// The object an upload made, when `id` was completed for `key` and the object is still
@@ -403,7 +490,7 @@ impl Storage {
 
     pub(crate) fn abort_upload(&self, bucket: &str, key: &str, id: &str) -> Result<(), S3Error> {
         let (dir, _) = self.upload_dir(bucket, key, id)?;
-        fs::remove_dir_all(&dir).map_err(|e| {
+        self.discard(&dir).map_err(|e| {
             if is_missing(&e) {
                 no_such_upload(id)
             } else {
@@ -503,7 +590,244 @@ mod tests {
     fn upload_part(storage: &Storage, id: &str, n: i32, bytes: &[u8]) -> PartInfo {
         let mut temp = storage.begin_write().unwrap();
         temp.write(bytes).unwrap();
-        storage.commit_part("b", "k", id, n, temp, None).unwrap()
+        storage
+            .commit_part("b", "k", id, n, PartWriter::Own(temp), None)
+            .unwrap()
+    }
+
+    /// Part `n` received as a request announcing `hint` bytes would be, in chunks of 3 bytes.
+    fn upload_announced(storage: &Storage, id: &str, n: i32, bytes: &[u8], hint: u64) -> PartInfo {
+        let mut writer = storage
+            .receive_part(("b", "k", id), n, (Some(hint).filter(|&h| h > 0), 5))
+            .unwrap();
+        for chunk in bytes.chunks(3) {
+            writer.write(storage, chunk).unwrap();
+        }
+        storage.commit_part("b", "k", id, n, writer, None).unwrap()
+    }
+
+    fn inode(path: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(path).unwrap().ino()
+    }
+
+    fn complete(storage: &Storage, id: &str, parts: &[&PartInfo]) -> Result<ObjectMeta, S3Error> {
+        complete_if(storage, id, parts, &Precondition::None)
+    }
+
+    fn complete_if(
+        storage: &Storage,
+        id: &str,
+        parts: &[&PartInfo],
+        precondition: &Precondition,
+    ) -> Result<ObjectMeta, S3Error> {
+        let listed: Vec<_> = parts.iter().map(|p| part(p.number, &p.etag)).collect();
+        let none = s3s::dto::Checksum::default();
+        storage.complete_upload("b", "k", id, (&listed, &none), 0, precondition)
+    }
+
+    fn etag_of(parts: &[&[u8]]) -> String {
+        let md5s: Vec<u8> = parts.iter().flat_map(|p| Md5::digest(p).to_vec()).collect();
+        format!("{}-{}", hex::encode(Md5::digest(&md5s)), parts.len())
+    }
+
+    fn new_upload() -> (tempfile::TempDir, Storage, String, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), false).unwrap();
+        storage.create_bucket("b").unwrap();
+        let id = storage
+            .create_upload("b", "k", ObjectAttrs::default())
+            .unwrap();
+        let upload = storage.internal("uploads", "b").join(&id);
+        (dir, storage, id, upload)
+    }
+
+    #[test]
+    fn parts_in_their_slots_become_the_object_without_a_copy() {
+        let (dir, storage, id, upload) = new_upload();
+        let (p1, p2, p3) = (
+            b"first part".as_slice(),
+            b"other part".as_slice(),
+            b"end".as_slice(),
+        );
+        // Out of order, the last part (shorter) neither first nor last to arrive.
+        let i2 = upload_announced(&storage, &id, 2, p2, 10);
+        let i3 = upload_announced(&storage, &id, 3, p3, 3);
+        let i1 = upload_announced(&storage, &id, 1, p1, 10);
+        assert_eq!((i1.slot, i2.slot, i3.slot), (Some(10), Some(10), Some(10)));
+        assert_eq!(i1.etag, hex::encode(Md5::digest(p1)));
+        let assembly = inode(&upload.join(ASSEMBLY));
+        let meta = complete(&storage, &id, &[&i1, &i2, &i3]).unwrap();
+        assert_eq!(meta.etag, etag_of(&[p1, p2, p3]));
+        assert_eq!(meta.size, 23);
+        let object = dir.path().join("b/k");
+        assert_eq!(fs::read(&object).unwrap(), b"first partother partend");
+        assert_eq!(
+            inode(&object),
+            assembly,
+            "the assembly file became the object"
+        );
+        // Nothing can be written into it any more.
+        let late = storage
+            .receive_part(("b", "k", &id), 4, (Some(10), 5))
+            .unwrap_err();
+        assert_eq!(late.code(), &s3s::S3ErrorCode::NoSuchUpload);
+        assert!(!upload.join(ASSEMBLY).exists());
+    }
+
+    #[test]
+    fn a_last_part_that_arrives_first_is_the_only_one_copied() {
+        let (dir, storage, id, upload) = new_upload();
+        // Below the least size of a part but the last, it does not fix the slot size, so it
+        // goes to a file of its own; the others take their slots.
+        let i3 = upload_announced(&storage, &id, 3, b"end", 3);
+        assert_eq!(i3.slot, None);
+        let i1 = upload_announced(&storage, &id, 1, b"first part", 10);
+        let i2 = upload_announced(&storage, &id, 2, b"other part", 10);
+        let assembly = inode(&upload.join(ASSEMBLY));
+        let meta = complete(&storage, &id, &[&i1, &i2, &i3]).unwrap();
+        let object = dir.path().join("b/k");
+        assert_eq!(fs::read(&object).unwrap(), b"first partother partend");
+        assert_eq!(meta.etag, etag_of(&[b"first part", b"other part", b"end"]));
+        assert_eq!(inode(&object), assembly);
+    }
+
+    #[test]
+    fn a_single_part_becomes_the_object_without_a_copy() {
+        for announced in [None, Some(12)] {
+            let (dir, storage, id, upload) = new_upload();
+            let mut writer = storage
+                .receive_part(("b", "k", &id), 1, (announced, 5))
+                .unwrap();
+            writer.write(&storage, b"all of it!!!").unwrap();
+            let i1 = storage.commit_part("b", "k", &id, 1, writer, None).unwrap();
+            let before = match i1.slot {
+                Some(_) => inode(&upload.join(ASSEMBLY)),
+                None => inode(&upload.join("00001")),
+            };
+            complete(&storage, &id, &[&i1]).unwrap();
+            let object = dir.path().join("b/k");
+            assert_eq!(fs::read(&object).unwrap(), b"all of it!!!", "{announced:?}");
+            assert_eq!(inode(&object), before, "{announced:?}");
+        }
+    }
+
+    #[test]
+    fn parts_that_do_not_fill_their_slots_exactly_are_copied() {
+        let parts: [&[u8]; 4] = [b"aaaaaaaaaa", b"bbbbbbbbbb", b"cccccccccc", b"dd"];
+        // (uploads as (part, bytes, announced size), parts listed, expected object)
+        type Case<'a> = (&'a str, Vec<(i32, &'a [u8], u64)>, Vec<i32>, Vec<u8>);
+        let cases: Vec<Case<'_>> = vec![
+            (
+                "a short part in the middle",
+                vec![(1, parts[0], 10), (2, b"bbbb", 4), (3, parts[3], 2)],
+                vec![1, 2, 3],
+                b"aaaaaaaaaabbbbdd".to_vec(),
+            ),
+            (
+                "the listing does not start at part 1",
+                vec![(1, parts[0], 10), (2, parts[1], 10), (3, parts[3], 2)],
+                vec![2, 3],
+                b"bbbbbbbbbbdd".to_vec(),
+            ),
+            (
+                "a part past the listed ones",
+                vec![
+                    (1, parts[0], 10),
+                    (2, parts[1], 10),
+                    (3, parts[2], 10),
+                    (4, parts[3], 2),
+                ],
+                vec![1, 2, 3],
+                b"aaaaaaaaaabbbbbbbbbbcccccccccc".to_vec(),
+            ),
+            (
+                "a part sent again with other bytes",
+                vec![
+                    (1, parts[0], 10),
+                    (2, parts[1], 10),
+                    (2, parts[2], 10),
+                    (3, parts[3], 2),
+                ],
+                vec![1, 2, 3],
+                b"aaaaaaaaaaccccccccccdd".to_vec(),
+            ),
+            (
+                "a part longer than it announced",
+                vec![
+                    (1, parts[0], 10),
+                    (2, b"bbbbbbbbbbbb", 10),
+                    (3, parts[3], 2),
+                ],
+                vec![1, 2, 3],
+                b"aaaaaaaaaabbbbbbbbbbbbdd".to_vec(),
+            ),
+            (
+                "a part that did not announce its size",
+                vec![(1, parts[0], 10), (2, parts[1], 0), (3, parts[3], 2)],
+                vec![1, 2, 3],
+                b"aaaaaaaaaabbbbbbbbbbdd".to_vec(),
+            ),
+        ];
+        for (what, uploads, listed, expected) in cases {
+            let (dir, storage, id, upload) = new_upload();
+            let mut infos = std::collections::BTreeMap::new();
+            let mut bytes = std::collections::BTreeMap::new();
+            for (n, body, hint) in uploads {
+                infos.insert(n, upload_announced(&storage, &id, n, body, hint));
+                bytes.insert(n, body);
+            }
+            let assembly = inode(&upload.join(ASSEMBLY));
+            let used: Vec<&PartInfo> = listed.iter().map(|n| &infos[n]).collect();
+            let meta = complete(&storage, &id, &used).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let object = dir.path().join("b/k");
+            assert_eq!(fs::read(&object).unwrap(), expected, "{what}");
+            let sent: Vec<&[u8]> = listed.iter().map(|n| bytes[n]).collect();
+            assert_eq!(meta.etag, etag_of(&sent), "{what}");
+            assert_ne!(inode(&object), assembly, "{what}: copied");
+        }
+    }
+
+    #[test]
+    fn a_completion_waits_for_no_part_still_being_written() {
+        let (dir, storage, id, _) = new_upload();
+        let i1 = upload_announced(&storage, &id, 1, b"0123456789", 10);
+        let i2 = upload_announced(&storage, &id, 2, b"xy", 2);
+        let mut writing = storage
+            .receive_part(("b", "k", &id), 3, (Some(10), 5))
+            .unwrap();
+        writing.write(&storage, b"late").unwrap();
+        // Part 3 is still arriving: the listed parts are copied out of the assembly file.
+        complete(&storage, &id, &[&i1, &i2]).unwrap();
+        writing.write(&storage, b"bytes!").unwrap();
+        let late = storage
+            .commit_part("b", "k", &id, 3, writing, None)
+            .unwrap_err();
+        assert_eq!(late.code(), &s3s::S3ErrorCode::NoSuchUpload);
+        assert_eq!(fs::read(dir.path().join("b/k")).unwrap(), b"0123456789xy");
+    }
+
+    #[test]
+    fn a_refused_completion_in_place_keeps_every_part() {
+        let (dir, storage, id, upload) = new_upload();
+        let mut temp = storage.begin_write().unwrap();
+        temp.write(b"already here").unwrap();
+        storage
+            .commit("b", "k", temp, "e".into(), ObjectAttrs::default())
+            .unwrap();
+        let i1 = upload_announced(&storage, &id, 1, b"0123456789", 10);
+        let i2 = upload_announced(&storage, &id, 2, b"xy", 2);
+        let refused = complete_if(&storage, &id, &[&i1, &i2], &Precondition::Absent).unwrap_err();
+        assert_eq!(refused.code(), &s3s::S3ErrorCode::PreconditionFailed);
+        assert_eq!(fs::read(dir.path().join("b/k")).unwrap(), b"already here");
+        // The upload goes on: a part can still be written in place, and the completion
+        // that follows finds every byte.
+        let i3 = upload_announced(&storage, &id, 3, b"z", 1);
+        assert!(i3.slot.is_some());
+        assert!(upload.join(ASSEMBLY).exists());
+        let retried = complete(&storage, &id, &[&i1, &i2]).unwrap();
+        assert_eq!(retried.etag, etag_of(&[b"0123456789", b"xy"]));
+        assert_eq!(fs::read(dir.path().join("b/k")).unwrap(), b"0123456789xy");
     }
 
     #[test]
