@@ -12,16 +12,18 @@
 //! When a completion lists parts 1..=N, every one in a slot of the same S, every part but the
 //! last S bytes long, and the assembly file holds nothing past them, that file is the object:
 //! it is committed through a hard link, without copying a byte. Anything else is assembled by
-//! copying, part by part. While any request still writes into the assembly file the
-//! completion copies too; once it has taken the file (`sealed`, made under the same lock that
-//! admits writers), no further part is written into it.
+//! copying, part by part.
+//!
+//! A request writing into the assembly file holds a shared `flock` on it; a completion takes
+//! the file only when it gets the exclusive lock at once (otherwise it copies), and marks the
+//! upload `sealed` while it holds it. A writer checks for the mark once it has its lock, so no
+//! part is written into a file that became an object, also when several servers share the
+//! root (`--shared-root`).
 
-use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Seek};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::path::Path;
 
 use md5::{Digest, Md5};
 use s3s::S3Error;
@@ -39,9 +41,6 @@ const SEALED: &str = "sealed";
 /// would exceed what some file systems allow.
 const MAX_ASSEMBLY: u64 = 1 << 40;
 
-/// Requests writing into each upload's assembly file, by upload directory.
-pub(super) type SlotWriters = Arc<Mutex<HashMap<PathBuf, usize>>>;
-
 /// Where a part's bytes go while it is received.
 #[derive(Debug)]
 pub(crate) enum PartWriter {
@@ -58,26 +57,6 @@ pub(crate) struct SlotWriter {
     offset: u64,
     written: u64,
     md5: Md5,
-    _writing: Writing,
-}
-
-/// One request counted as writing into an assembly file, until dropped.
-#[derive(Debug)]
-struct Writing {
-    writers: SlotWriters,
-    dir: PathBuf,
-}
-
-impl Drop for Writing {
-    fn drop(&mut self) {
-        let mut writers = self.writers.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(n) = writers.get_mut(&self.dir) {
-            *n -= 1;
-            if *n == 0 {
-                writers.remove(&self.dir);
-            }
-        }
-    }
 }
 
 impl PartWriter {
@@ -214,30 +193,23 @@ impl Storage {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(None),
             Err(e) => return Err(e),
         }
-        let mut writers = self
-            .slot_writers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if dir.join(SEALED).exists() || !dir.join("upload.json").exists() {
-            return Ok(None);
-        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(dir.join(ASSEMBLY))?;
-        *writers.entry(dir.to_path_buf()).or_default() += 1;
+        // Held while the part is written (until the file is dropped).
+        file.lock_shared()?;
+        if dir.join(SEALED).exists() || !dir.join("upload.json").exists() {
+            return Ok(None);
+        }
         Ok(Some(SlotWriter {
             file,
             slot_size,
             offset,
             written: 0,
             md5: Md5::new(),
-            _writing: Writing {
-                writers: Arc::clone(&self.slot_writers),
-                dir: dir.to_path_buf(),
-            },
         }))
     }
 
@@ -274,19 +246,19 @@ impl Storage {
             return Ok(None);
         }
         let filled = slot_size * body.len() as u64;
-        {
-            let writers = self
-                .slot_writers
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if writers.contains_key(dir) {
-                return Ok(None);
-            }
-            File::create(dir.join(SEALED)).map_err(internal)?;
-        }
         let assembly = dir.join(ASSEMBLY);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&assembly)
+            .map_err(internal)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(fs::TryLockError::Error(e)) => return Err(internal(e)),
+        }
+        File::create(dir.join(SEALED)).map_err(internal)?;
         let taken = (|| {
-            let mut file = OpenOptions::new().read(true).write(true).open(&assembly)?;
             let len = file.metadata()?.len();
             if tail.slot.is_some() {
                 if len != filled + tail.size {

@@ -198,8 +198,6 @@ pub(crate) struct Storage {
     versioning: Mutex<HashMap<String, Versioning>>,
     /// The last sequence number given to an archived version (see the `versions` module).
     seq: AtomicU64,
-    /// Requests writing parts into each upload's assembly file (see `assembly`).
-    slot_writers: assembly::SlotWriters,
     /// Removes what is moved into the trash.
     reaper: Reaper,
 }
@@ -218,7 +216,6 @@ impl Storage {
             moves: AtomicU64::new(0),
             versioning: Mutex::new(HashMap::new()),
             seq: AtomicU64::new(0),
-            slot_writers: assembly::SlotWriters::default(),
             reaper: Reaper::start(),
         })
     }
