@@ -45,6 +45,7 @@ mod conn;
 mod faults;
 mod fdlimit;
 mod fidelity;
+mod lanes;
 #[allow(unsafe_code)]
 mod mapped;
 mod s3;

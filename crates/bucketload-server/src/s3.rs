@@ -76,7 +76,7 @@ impl Backend {
         let writer = self.blocking(move |storage| {
             let mut writer = open(storage)?;
             while let Some(chunk) = rx.blocking_recv() {
-                writer.write(storage, &chunk)?;
+                writer.write(storage, chunk)?;
             }
             Ok(writer)
         });

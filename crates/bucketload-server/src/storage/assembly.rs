@@ -25,7 +25,9 @@ use std::io::{self, Seek};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use md5::{Digest, Md5};
+use bytes::Bytes;
+
+use crate::lanes::BodyMd5;
 use s3s::S3Error;
 
 use super::multipart::PartInfo;
@@ -56,26 +58,26 @@ pub(crate) struct SlotWriter {
     slot_size: u64,
     offset: u64,
     written: u64,
-    md5: Md5,
+    md5: BodyMd5,
 }
 
 impl PartWriter {
     /// Appends `bytes`; a slot that would overflow moves to a file of its own first.
-    pub(crate) fn write(&mut self, storage: &Storage, bytes: &[u8]) -> Result<(), S3Error> {
+    pub(crate) fn write(&mut self, storage: &Storage, bytes: Bytes) -> Result<(), S3Error> {
         if let Self::Slot(slot) = self {
             if slot.written + bytes.len() as u64 <= slot.slot_size {
                 slot.file
-                    .write_all_at(bytes, slot.offset + slot.written)
+                    .write_all_at(&bytes, slot.offset + slot.written)
                     .map_err(internal)?;
-                slot.md5.update(bytes);
                 slot.written += bytes.len() as u64;
+                slot.md5.update(bytes);
                 return Ok(());
             }
             let own = slot.spill(storage)?;
             *self = Self::Own(own);
         }
         match self {
-            Self::Own(temp) => temp.write(bytes),
+            Self::Own(temp) => temp.write_chunk(bytes),
             Self::Slot(_) => unreachable!("a slot that overflows becomes a file of its own"),
         }
     }
@@ -84,7 +86,7 @@ impl PartWriter {
     pub(crate) fn md5(&self) -> [u8; 16] {
         match self {
             Self::Own(temp) => temp.md5(),
-            Self::Slot(slot) => slot.md5.clone().finalize().into(),
+            Self::Slot(slot) => slot.md5.digest(),
         }
     }
 
@@ -102,10 +104,10 @@ impl PartWriter {
 
 impl SlotWriter {
     /// The bytes written so far, copied into a temporary file of their own.
-    fn spill(&self, storage: &Storage) -> Result<TempObject, S3Error> {
+    fn spill(&mut self, storage: &Storage) -> Result<TempObject, S3Error> {
         let mut temp = storage.begin_write()?;
         copy_range(&self.file, self.offset, self.written, &mut temp.file).map_err(internal)?;
-        temp.md5 = self.md5.clone();
+        temp.md5 = std::mem::replace(&mut self.md5, BodyMd5::alone());
         temp.size = self.written;
         Ok(temp)
     }
@@ -117,7 +119,7 @@ impl SlotWriter {
         }
         Ok(PartInfo {
             number,
-            etag: hex::encode(self.md5.clone().finalize()),
+            etag: hex::encode(self.md5.digest()),
             size: self.written,
             mtime_ns: super::multipart::now_ns(),
             checksum: None,
@@ -209,7 +211,7 @@ impl Storage {
             slot_size,
             offset,
             written: 0,
-            md5: Md5::new(),
+            md5: BodyMd5::Lanes(self.lanes.stream()),
         }))
     }
 
@@ -302,7 +304,7 @@ impl Storage {
         Ok(Some(TempObject {
             path: Some(temp),
             file,
-            md5: Md5::new(),
+            md5: BodyMd5::alone(),
             size,
         }))
     }

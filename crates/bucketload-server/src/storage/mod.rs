@@ -54,6 +54,7 @@ mod multipart;
 mod place;
 mod versions;
 
+use crate::lanes::BodyMd5;
 pub(crate) use assembly::PartWriter;
 use cleanup::Reaper;
 pub use cleanup::Reclaimed;
@@ -200,6 +201,8 @@ pub(crate) struct Storage {
     seq: AtomicU64,
     /// Removes what is moved into the trash.
     reaper: Reaper,
+    /// Hashes the bodies being written, many at once.
+    lanes: std::sync::Arc<crate::lanes::Lanes>,
 }
 
 impl Storage {
@@ -217,6 +220,7 @@ impl Storage {
             versioning: Mutex::new(HashMap::new()),
             seq: AtomicU64::new(0),
             reaper: Reaper::start(),
+            lanes: std::sync::Arc::default(),
         })
     }
 
@@ -713,7 +717,7 @@ impl Storage {
         Ok(TempObject {
             path: Some(path),
             file,
-            md5: Md5::new(),
+            md5: BodyMd5::Lanes(self.lanes.stream()),
             size: 0,
         })
     }
@@ -939,15 +943,23 @@ fn is_fresh(meta: &ObjectMeta, stat: &fs::Metadata) -> bool {
 pub(crate) struct TempObject {
     path: Option<PathBuf>,
     file: File,
-    md5: Md5,
+    md5: BodyMd5,
     size: u64,
 }
 
 impl TempObject {
     pub(crate) fn write(&mut self, bytes: &[u8]) -> Result<(), S3Error> {
-        self.md5.update(bytes);
+        self.md5.update_slice(bytes);
         self.size += bytes.len() as u64;
         self.file.write_all(bytes).map_err(internal)
+    }
+
+    /// [`TempObject::write`] of a received chunk, which is hashed without a copy.
+    pub(crate) fn write_chunk(&mut self, chunk: bytes::Bytes) -> Result<(), S3Error> {
+        self.size += chunk.len() as u64;
+        self.file.write_all(&chunk).map_err(internal)?;
+        self.md5.update(chunk);
+        Ok(())
     }
 
     /// Appends the content of another file (multipart completion); the MD5 is not updated.
@@ -987,7 +999,7 @@ impl TempObject {
 
     /// MD5 of everything passed to [`TempObject::write`].
     pub(crate) fn md5(&self) -> [u8; 16] {
-        self.md5.clone().finalize().into()
+        self.md5.digest()
     }
 }
 

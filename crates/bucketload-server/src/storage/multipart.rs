@@ -601,7 +601,9 @@ mod tests {
             .receive_part(("b", "k", id), n, (Some(hint).filter(|&h| h > 0), 5))
             .unwrap();
         for chunk in bytes.chunks(3) {
-            writer.write(storage, chunk).unwrap();
+            writer
+                .write(storage, bytes::Bytes::copy_from_slice(chunk))
+                .unwrap();
         }
         storage.commit_part("b", "k", id, n, writer, None).unwrap()
     }
@@ -699,7 +701,9 @@ mod tests {
             let mut writer = storage
                 .receive_part(("b", "k", &id), 1, (announced, 5))
                 .unwrap();
-            writer.write(&storage, b"all of it!!!").unwrap();
+            writer
+                .write(&storage, bytes::Bytes::from_static(b"all of it!!!"))
+                .unwrap();
             let i1 = storage.commit_part("b", "k", &id, 1, writer, None).unwrap();
             let before = match i1.slot {
                 Some(_) => inode(&upload.join(ASSEMBLY)),
@@ -796,10 +800,14 @@ mod tests {
         let mut writing = storage
             .receive_part(("b", "k", &id), 3, (Some(10), 5))
             .unwrap();
-        writing.write(&storage, b"late").unwrap();
+        writing
+            .write(&storage, bytes::Bytes::from_static(b"late"))
+            .unwrap();
         // Part 3 is still arriving: the listed parts are copied out of the assembly file.
         complete(&storage, &id, &[&i1, &i2]).unwrap();
-        writing.write(&storage, b"bytes!").unwrap();
+        writing
+            .write(&storage, bytes::Bytes::from_static(b"bytes!"))
+            .unwrap();
         let late = storage
             .commit_part("b", "k", &id, 3, writing, None)
             .unwrap_err();
