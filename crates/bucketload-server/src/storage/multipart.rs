@@ -259,22 +259,31 @@ impl Storage {
     ) -> Result<PartInfo, S3Error> {
         let (dir, _) = self.upload_dir(bucket, key, id)?;
         let part_path = dir.join(format!("{part:05}"));
-        let info = match &writer {
-            PartWriter::Slot(slot) => PartInfo {
-                checksum,
-                ..slot.finish(part, self.fsync).map_err(internal)?
-            },
-            PartWriter::Own(_) => PartInfo {
-                number: part,
-                etag: hex::encode(writer.md5()),
-                size: 0,
-                mtime_ns: now_ns(),
-                checksum,
-                slot: None,
-            },
-        };
         let info = match writer {
+            PartWriter::Slot(slot) => {
+                let info = PartInfo {
+                    checksum,
+                    ..slot.finish(part, self.fsync).map_err(internal)?
+                };
+                self.write_part_record(&dir, &info)?;
+                // Its lock is held until the record names the slot. The record no longer
+                // names a file an earlier upload of this part left.
+                drop(slot);
+                match fs::remove_file(&part_path) {
+                    Err(e) if !is_missing(&e) => return Err(internal(e)),
+                    _ => {}
+                }
+                info
+            }
             PartWriter::Own(mut temp) => {
+                let info = PartInfo {
+                    number: part,
+                    etag: hex::encode(temp.md5()),
+                    size: temp.size(),
+                    mtime_ns: now_ns(),
+                    checksum,
+                    slot: None,
+                };
                 let Some(path) = temp.path.take() else {
                     return Err(s3_error!(InternalError, "part written twice"));
                 };
@@ -289,22 +298,7 @@ impl Storage {
                         internal(e)
                     });
                 }
-                let info = PartInfo {
-                    size: temp.size(),
-                    ..info
-                };
                 self.write_part_record(&dir, &info)?;
-                info
-            }
-            slot @ PartWriter::Slot(_) => {
-                self.write_part_record(&dir, &info)?;
-                // The record no longer names an earlier upload's file; the slot stays
-                // counted as written until here.
-                drop(slot);
-                match fs::remove_file(&part_path) {
-                    Err(e) if !is_missing(&e) => return Err(internal(e)),
-                    _ => {}
-                }
                 info
             }
         };
