@@ -10,6 +10,8 @@
 # the runs. "cold/none" is the median cold rate over the median uncached one. First batch:
 # seconds until the loader had delivered --batch-size (64) samples.
 # CACHE_ROOT is where the cache directories go (default: the scratch directory under /tmp).
+# The reader's CPU (user + system, GNU time) is in every row, and each round's cold/none with the
+# cold run's system time after the table.
 # Every read starts after `sync` (no writes of an earlier run pending), and one untimed cold and
 # warm epoch of each format runs first: on a virtual machine, memory the guest has not touched
 # for a while costs a fault in the host on first use, which would land on the first cold run.
@@ -73,10 +75,12 @@ for latency in $latencies; do
                 [ "$mode" != none ] && args=(--cache "$cache" --cache-size 20GiB)
                 # The previous run's cache writes are flushed first, not during this run.
                 sync
-                "$bin" read "$uri" --format "$format" --epochs 1 "${args[@]}" --json >"$work/out.json"
-                python3 - "$work/out.json" "$latency" "$format" "$mode" "$run" "$samples" >>"$results" <<'PY'
+                /usr/bin/time -f "%U %S" -o "$work/cpu" \
+                    "$bin" read "$uri" --format "$format" --epochs 1 "${args[@]}" --json >"$work/out.json"
+                python3 - "$work/out.json" "$latency" "$format" "$mode" "$run" "$samples" "$work/cpu" >>"$results" <<'PY'
 import json, sys
-path, latency, fmt, mode, run, samples = sys.argv[1:]
+path, latency, fmt, mode, run, samples, cpu = sys.argv[1:]
+user, system = map(float, open(cpu).read().split()[-2:])
 report = json.load(open(path))
 epoch = report["epochs"][0]
 assert epoch["samples"] == int(samples), f"read {epoch['samples']} samples of {samples}"
@@ -85,7 +89,7 @@ if mode == "warm":
 print(json.dumps({"latency": latency, "format": fmt, "mode": mode, "run": int(run),
                   "samples_per_s": epoch["samples_per_s"], "seconds": epoch["seconds"],
                   "first_batch_s": epoch["first_batch_s"], "hits": epoch["cache_hits"],
-                  "misses": epoch["cache_misses"]}))
+                  "misses": epoch["cache_misses"], "user_s": user, "system_s": system}))
 PY
             done
         done
@@ -97,8 +101,9 @@ rm -rf "$(dirname "$cache")"
 python3 - "$results" <<'PY'
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
-print("| latency | format | cache | samples/s (median, min–max) | first batch s (median) | cold/none |")
-print("|---|---|---|---|---|---|")
+print("| latency | format | cache | samples/s (median, min–max) | first batch s (median) "
+      "| reader's CPU s, user + system (median) | cold/none |")
+print("|---|---|---|---|---|---|---|")
 keys = []
 for r in rows:
     k = (r["latency"], r["format"], r["mode"])
@@ -112,5 +117,23 @@ for k in keys:
     ratio = ""
     if k[2] == "cold":
         ratio = f"{statistics.median(rs) / statistics.median(rates((k[0], k[1], 'none'))):.2f}"
-    print(f"| {k[0]} | {k[1]} | {k[2]} | {statistics.median(rs):,.0f} ({min(rs):,.0f}–{max(rs):,.0f}) | {fb:.3f} | {ratio} |")
+    cpu = [(r["user_s"], r["system_s"]) for r in rows if (r["latency"], r["format"], r["mode"]) == k]
+    user = statistics.median(u for u, _ in cpu)
+    system = statistics.median(s for _, s in cpu)
+    print(f"| {k[0]} | {k[1]} | {k[2]} | {statistics.median(rs):,.0f} ({min(rs):,.0f}–{max(rs):,.0f}) "
+          f"| {fb:.3f} | {user:.2f} + {system:.2f} | {ratio} |")
+# Each cold run against the uncached run of the same round, with the system time the cold run
+# spent: on a virtual machine whose host takes freed memory back, new page cache costs a host
+# fault per page, which shows as system time (benchmarks/new_memory.py measures it alone).
+print()
+print("| latency | format | round | cold/none | cold run's system CPU s |")
+print("|---|---|---|---|---|")
+for r in rows:
+    if r["mode"] != "cold":
+        continue
+    none = [n for n in rows if (n["latency"], n["format"], n["run"], n["mode"])
+            == (r["latency"], r["format"], r["run"], "none")]
+    if none:
+        print(f"| {r['latency']} | {r['format']} | {r['run']} | "
+              f"{r['samples_per_s'] / none[0]['samples_per_s']:.2f} | {r['system_s']:.2f} |")
 PY

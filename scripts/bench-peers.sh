@@ -7,6 +7,8 @@
 # normalise):
 #   bucketload: benchmarks/peers/bucketload_cache.py in .venv-bench (this script installs the
 #               release build there): no cache, then cold and warm cache (two epochs, new process);
+#               then cold and warm again with metadata_ttl="indefinite" (no HEAD per shard on the
+#               warm epoch, which the peers never send either);
 #   peers:      benchmarks/peers/streaming_cache.py in .venv-peers (made by
 #               benchmarks/peers/setup-streaming.sh when missing: about 4 GB): cold and warm
 #               cache, DataLoader workers RAW_WORKERS for raw reads and DECODED_WORKERS decoded.
@@ -108,6 +110,8 @@ for latency in ${latencies//,/ }; do
                 measure "$python" bucketload_cache.py --mode "$mode" --cache "$cache" \
                     --uri s3://bench/shards
             done
+            measure "$python" bucketload_cache.py --tool bucketload-ttl --mode "$mode" \
+                --uri s3://bench/shards
             for w in ${workers//,/ }; do
                 measure "$peers" streaming_cache.py --tool mosaic --mode "$mode" --workers "$w" \
                     --uri s3://bench/mds

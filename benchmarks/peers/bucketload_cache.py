@@ -6,6 +6,10 @@ pad=False)`, the same way as the streaming peers (streaming_cache.py):
   cold   the first epoch with `cache_dir=CACHE_DIR` (emptied first), and
   warm   the second epoch of that loader, from its cache (`--cache cached`, the default).
 
+`--tool bucketload-ttl` reads cold and warm with `metadata_ttl="indefinite"`: the loader asks
+the store for each shard's version once, so the warm epoch sends no request, as the peers'
+warm epochs (which never ask); by default it sends one HEAD per shard per epoch.
+
 Each invocation is a new process, so no row inherits connections or warmed-up state from
 another.
 
@@ -50,7 +54,8 @@ def loader(args: Any, cache_dir: str | None) -> bucketload.Loader:
     return bucketload.Loader(args.uri, format="shards", batch_size=args.batch_size, shuffle=False,
                              pad=False, cache_dir=cache_dir, cache_size=args.cache_limit,
                              decode=decoded,
-                             return_indices=decoded, endpoint=args.endpoint, region=args.region)
+                             return_indices=decoded, endpoint=args.endpoint, region=args.region,
+                             metadata_ttl="indefinite" if args.tool == "bucketload-ttl" else None)
 
 
 class Positions:
@@ -89,20 +94,20 @@ def batches(epoch: Any, mode: str, keys: list[str], position: Positions) -> Iter
 
 
 def main() -> None:
-    args = parse_args(__doc__ or "", ["bucketload"], caches=["none", "cached"])
+    args = parse_args(__doc__ or "", ["bucketload", "bucketload-ttl"], caches=["none", "cached"])
     client = s3_client(args.endpoint, args.region)
     source = list_source(client, args.source)
     position = Positions(client, args.uri)
     keys = stems(source)
     # The clock starts before the loader is made (none and cold), or before the second epoch.
     if args.cache == "none":
-        Measurement(args, source, "bucketload", "none", None, None).run(
+        Measurement(args, source, args.tool, "none", None, None).run(
             batches(loader(args, None), args.mode, keys, position))
         return
-    cold = Measurement(args, source, "bucketload", "cold", None, args.cache_dir)
+    cold = Measurement(args, source, args.tool, "cold", None, args.cache_dir)
     cached = loader(args, empty_dir(args.cache_dir))
     cold.run(batches(cached, args.mode, keys, position))
-    warm = Measurement(args, source, "bucketload", "warm", None, args.cache_dir)
+    warm = Measurement(args, source, args.tool, "warm", None, args.cache_dir)
     warm.run(batches(cached, args.mode, keys, position))
 
 

@@ -16,7 +16,8 @@ import sys
 from collections import defaultdict
 from typing import Any
 
-TOOLS = {"bucketload": "bucketload", "mosaic": "MosaicML Streaming", "litdata": "LitData"}
+TOOLS = {"bucketload": "bucketload", "bucketload-ttl": "bucketload, metadata_ttl=indefinite",
+         "mosaic": "MosaicML Streaming", "litdata": "LitData"}
 MODES = ["raw", "decoded"]
 CACHES = ["none", "cold", "warm"]
 

@@ -3,10 +3,11 @@ samples for the user's own transform."""
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import _env, _native
 from ._epochs import Epochs
@@ -59,6 +60,12 @@ class Loader(_Base):
     dataset once when the loader opens and raises :class:`CorruptDataError` naming what was
     added, removed or resized; ``use_manifest=False`` ignores the manifest (the dataset is
     listed, as one without a manifest). Both messages give the command that refreshes it.
+    With ``cache_dir``, streamed shards (which manifests list without an ETag) are checked
+    against the store at every epoch, one ``HEAD`` per shard, so a shard rewritten in place is
+    read anew; ``metadata_ttl`` (seconds, or ``"indefinite"``) trusts a shard's version that long
+    once asked, for datasets that never change in place: a warm epoch then sends no request,
+    and a shard replaced within the time is read as the version first read (or, for a block not
+    cached, fails naming it).
     Iterating yields :class:`Batch` tuples ``(images, labels)``: ``images`` a ``float32`` tensor ``[N, 3, H, W]``
     normalised with ``mean`` and ``std`` (``dtype="float32"``) or a ``uint8`` tensor
     ``[N, 3, H, W]`` in ``torch.channels_last`` memory format (``dtype="uint8"``: the pixels
@@ -171,6 +178,7 @@ class Loader(_Base):
         check_manifest: bool = False,
         decode: bool = True,
         decode_members: Sequence[str] = (),
+        metadata_ttl: float | Literal["indefinite"] | None = None,
         transform: Callable[[dict[str, Any]], Any] | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
     ) -> None:
@@ -192,6 +200,7 @@ class Loader(_Base):
                               "leaves some out; pass one of them")
         if augment not in ("train", "eval"):
             raise ConfigError(f"augment {augment!r} is not 'train' or 'eval'")
+        ttl = _metadata_ttl(metadata_ttl)
         self._settings: dict[str, Any] = {
             "format": format, "batch_size": batch_size, "image_size": image_size,
             "shuffle": shuffle, "seed": seed,
@@ -207,6 +216,7 @@ class Loader(_Base):
             "use_manifest": use_manifest, "check_manifest": check_manifest,
             "weights": None if weights is None else [float(w) for w in weights],
             "samples_per_epoch": samples_per_epoch, "decode_members": list(decode_members),
+            "metadata_ttl": ttl,
         }
         self.uri: str | list[str] = uri if isinstance(uri, str) else list(uri)
         self._return_indices = return_indices
@@ -378,6 +388,18 @@ def _columns(samples: list[dict[str, Any]], images: dict[str, Any]) -> dict[str,
     list per other key (``None`` where a sample lacks it)."""
     keys = dict.fromkeys(key for sample in samples for key in sample)
     return {key: images[key] if key in images else [s.get(key) for s in samples] for key in keys}
+
+
+def _metadata_ttl(ttl: float | str | None) -> float:
+    """Seconds for the native loader: 0 when not given, ``math.inf`` for ``"indefinite"``."""
+    if ttl is None:
+        return 0.0
+    if ttl == "indefinite":
+        return math.inf
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl >= 0:
+        raise ConfigError(f"metadata_ttl={ttl!r} is not a number of seconds >= 0 or "
+                          "'indefinite'")
+    return float(ttl)
 
 
 def _check_pickles(name: str, function: Callable[..., Any] | None) -> None:

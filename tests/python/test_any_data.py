@@ -6,11 +6,13 @@ byte for byte, full batches, resume, ``transform``/``collate_fn`` in DataLoader 
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import subprocess
 import sys
 import tarfile
+import urllib.request
 
 import numpy as np
 import pytest
@@ -283,3 +285,32 @@ def test_the_example_runs(shards, env):  # noqa: F811
                                                        for e in range(2)]
     assert "images (" in lines[0] and ", 3, 32, 32)" in lines[0]
     assert "features (" in lines[0] and ", 4)" in lines[0] and "text 'caption " in lines[0]
+
+
+def _counters(server) -> dict[str, int]:
+    with urllib.request.urlopen(f"{server.endpoint}/_bucketload/counters", timeout=30) as r:
+        return json.load(r)
+
+
+@pytest.mark.parametrize("ttl", [None, "indefinite", 3600])
+def test_a_warm_epoch_from_the_cache_asks_the_store_only_without_a_metadata_ttl(
+        shards, server, tmp_path, ttl):
+    uri, expected = shards
+    loader = bucketload.Loader(uri, decode=False, batch_size=8, cache_dir=tmp_path / "cache",
+                               metadata_ttl=ttl)
+    cold = sorted(_keys(loader))
+    before = _counters(server)
+    warm = [s for b in loader for s in b]
+    after = _counters(server)
+    assert cold == sorted(s["__key__"] for s in warm) == sorted(expected)
+    assert all(bytes(s["jpg"]) == expected[s["__key__"]]["jpg"] for s in warm)
+    asked = {k: after.get(k, 0) - before.get(k, 0) for k in ("GetObject", "HeadObject")}
+    # One HEAD per shard each epoch by default (a shard rewritten in place is read anew);
+    # none within a TTL. Never a GET: every block is cached.
+    assert asked == {"GetObject": 0, "HeadObject": SHARDS if ttl is None else 0}
+
+
+@pytest.mark.parametrize("ttl", [-1, "forever", True, float("nan")])
+def test_a_metadata_ttl_that_is_not_a_time_is_refused(shards, ttl):
+    with pytest.raises(ConfigError, match="metadata_ttl"):
+        bucketload.Loader(shards[0], decode=False, metadata_ttl=ttl)

@@ -93,6 +93,38 @@ fn streamed_shards_come_from_the_cache_in_epoch_two() {
         served <= first_gets + 2,
         "epoch 2 went to the store: {served} GETs"
     );
+
+    // Each epoch asks for every shard's version (a HEAD each), unless --metadata-ttl trusts
+    // the first answer: then the second epoch sends no request at all.
+    for (ttl, heads) in [(None, 8), (Some("indefinite"), 4), (Some("10m"), 4)] {
+        let cache = fx.work_path(&format!("cache-{ttl:?}"));
+        let mut args = args.to_vec();
+        args[6] = cache.to_str().unwrap();
+        args.extend(ttl.map(|t| ["--metadata-ttl", t]).into_iter().flatten());
+        let before = fx.server().counters().get("HeadObject");
+        let report = read_json(&fx, &args);
+        assert_eq!(epoch(&report, 1)["cache_hits"], first_gets, "{report:#}");
+        let asked = fx.server().counters().get("HeadObject") - before;
+        assert_eq!(
+            asked, heads,
+            "HEADs over two epochs with --metadata-ttl {ttl:?}"
+        );
+    }
+    let refused = fx.run(&["read", "s3://read-shard-cache/wds", "--metadata-ttl", "1s"]);
+    assert_eq!(
+        refused.code, 2,
+        "--metadata-ttl without --cache: {refused:?}"
+    );
+    let refused = fx.run(&[
+        "read",
+        "s3://read-shard-cache/wds",
+        "--cache",
+        cache.to_str().unwrap(),
+        "--metadata-ttl",
+        "soon",
+    ]);
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert!(refused.stderr.contains("indefinite"), "{}", refused.stderr);
 }
 
 #[test]

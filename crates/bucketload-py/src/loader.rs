@@ -6,6 +6,7 @@
 //! Python takes them, without the GIL while it waits. Dropping the epoch stops both.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bucketload::decode::{DecodedBatches, Decoder, image_sample};
 use bucketload::loader::{
@@ -183,7 +184,7 @@ impl NativeLoader {
         concurrency=None, decode_threads=None, rank=0, world_size=1, worker=0, num_workers=1,
         drop_last=false, pad=true, skip_corrupt=false, endpoint=None, region=None,
         jpeg_decode="region", client=None, transform=None, use_manifest=true,
-        check_manifest=false, decode_members=Vec::new(),
+        check_manifest=false, decode_members=Vec::new(), metadata_ttl=0.0,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -218,6 +219,7 @@ impl NativeLoader {
         use_manifest: bool,
         check_manifest: bool,
         decode_members: Vec<String>,
+        metadata_ttl: f64,
     ) -> PyResult<NativeLoader> {
         if batch_size == 0 {
             return Err(errors::raise(
@@ -250,6 +252,15 @@ impl NativeLoader {
             store = client.apply(store);
         }
         let manifest = manifest_use(use_manifest, check_manifest)?;
+        let metadata_ttl = match metadata_ttl {
+            s if s == f64::INFINITY => Duration::MAX,
+            s => Duration::try_from_secs_f64(s).map_err(|_| {
+                errors::raise(
+                    ErrorKind::InvalidInput,
+                    format!("metadata_ttl={s} is not a number of seconds ≥ 0 or \"indefinite\""),
+                )
+            })?,
+        };
         if let Some(n) = concurrency {
             store = store.with_concurrency(n);
         }
@@ -272,6 +283,7 @@ impl NativeLoader {
                 .with_partition(Partition::new(rank, world_size).with_remainder(remainder))
                 .with_worker(worker, num_workers)
                 .with_manifest(manifest)
+                .with_metadata_ttl(metadata_ttl)
                 // Batches are checkpointed by count: samples must arrive in the worker's order.
                 .with_delivery(Delivery::Strict);
             if let Some(n) = concurrency {

@@ -378,3 +378,81 @@ async fn a_streamed_epoch_two_of_two_workers_rereads_at_most_the_cut_shard() {
         "{after:?}"
     );
 }
+
+/// With a metadata TTL, a streamed shard's version is asked of the store once per loader: the
+/// warm epoch sends no request at all (no `HEAD`, no `GET`), and within the TTL a shard
+/// rewritten in place is still served whole as the version first read. Without one (the
+/// default), every epoch asks again, one `HEAD` per shard.
+#[tokio::test]
+async fn a_metadata_ttl_spares_a_warm_streamed_epoch_every_request() {
+    let data = TestData::shards(12, 4).await;
+    let shards = data.store("shards");
+    let listed: Vec<_> = shards
+        .object_store()
+        .list(None)
+        .try_collect()
+        .await
+        .unwrap();
+    let tars: Vec<_> = listed
+        .iter()
+        .filter(|m| m.location.as_ref().ends_with(".tar"))
+        .collect();
+    let heads = || data.server.counters().get("HeadObject");
+    for ttl in [std::time::Duration::ZERO, std::time::Duration::MAX] {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Arc::new(CacheBuilder::new(dir.path(), 64 << 20).build().unwrap());
+        let config = data
+            .loader("shards")
+            .with_format(Format::Shards)
+            .with_cache(cache)
+            .with_metadata_ttl(ttl);
+        let loader = Loader::open(config.build().unwrap()).await.unwrap();
+        let first = drain(&loader, 0).await;
+        assert_eq!(first.len(), 12);
+        let (gets, asked) = (data.gets(), heads());
+        let second = drain(&loader, 1).await;
+        second.iter().for_each(|s| data.check(s));
+        assert_eq!(keys(&first), keys(&second));
+        assert_eq!(data.gets(), gets, "{ttl:?}: the warm epoch sent a GET");
+        let expected = if ttl.is_zero() { tars.len() as u64 } else { 0 };
+        assert_eq!(
+            heads() - asked,
+            expected,
+            "{ttl:?}: HEADs of the warm epoch"
+        );
+    }
+
+    // Within the TTL, a shard rewritten in place (same size) is the version first read.
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Arc::new(CacheBuilder::new(dir.path(), 64 << 20).build().unwrap());
+    let config = data
+        .loader("shards")
+        .with_format(Format::Shards)
+        .with_cache(cache)
+        .with_metadata_ttl(std::time::Duration::MAX);
+    let loader = Loader::open(config.build().unwrap()).await.unwrap();
+    let before = drain(&loader, 0).await;
+    let shard = &tars[0].location;
+    let mut body = shards
+        .object_store()
+        .get(shard)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap()
+        .to_vec();
+    let middle = body.len() / 2;
+    body[middle] ^= 0x5a;
+    overwrite(&shards, shard.as_ref(), body.into()).await;
+    let after = drain(&loader, 1).await;
+    let members = |samples: &[bucketload::loader::Sample]| {
+        let mut all: Vec<_> = samples
+            .iter()
+            .map(|s| (s.key.clone(), s.members.clone()))
+            .collect();
+        all.sort();
+        all
+    };
+    assert_eq!(members(&before), members(&after));
+}

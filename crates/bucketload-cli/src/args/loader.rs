@@ -28,6 +28,10 @@ pub struct LoaderArgs {
     /// Cache capacity, e.g. 20GiB
     #[arg(long, value_parser = parse_size, value_name = "SIZE", requires = "cache")]
     pub cache_size: Option<u64>,
+    /// With --cache, how long a streamed shard's version (one HEAD) is trusted by later epochs:
+    /// e.g. 10m, or `indefinite` for data that never changes in place [default: 0, every epoch]
+    #[arg(long, value_parser = crate::args::parse_ttl, value_name = "TTL", requires = "cache")]
+    pub metadata_ttl: Option<std::time::Duration>,
     /// This process's rank
     #[arg(long, default_value_t = 0, value_name = "R")]
     pub rank: u32,
@@ -177,6 +181,9 @@ pub fn loader_config(
             .build()
             .with_context(|| format!("cannot open the cache at {}", dir.display()))?;
         builder = builder.with_cache(Arc::new(cache));
+        if let Some(ttl) = a.metadata_ttl {
+            builder = builder.with_metadata_ttl(ttl);
+        }
     }
     Ok(builder.build()?)
 }

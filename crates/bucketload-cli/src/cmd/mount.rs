@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use bucketload::loader::CacheBuilder;
 use bucketload_cache::Policy;
-use bucketload_fuse::{DEFAULT_MAX_THREADS, Fs, INDEFINITE, MountConfig};
+use bucketload_fuse::{DEFAULT_MAX_THREADS, Fs, MountConfig};
 use bucketload_store::Store;
 use clap::Args;
 use futures::StreamExt;
@@ -56,7 +56,7 @@ pub struct MountArgs {
     #[arg(long, value_parser = parse_size, value_name = "SIZE", requires = "cache")]
     pub cache_size: Option<u64>,
     /// How long listings and attributes are trusted: e.g. 1s, 10m, or `indefinite` [default: 1s]
-    #[arg(long, value_parser = parse_ttl, value_name = "TTL")]
+    #[arg(long, value_parser = crate::args::parse_ttl, value_name = "TTL")]
     pub metadata_ttl: Option<Duration>,
     /// FUSE requests served at once
     #[arg(long, default_value_t = DEFAULT_MAX_THREADS, value_name = "N")]
@@ -73,14 +73,6 @@ pub struct MountArgs {
     /// In the background, append logs to this file (default: discarded once mounted)
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
-}
-
-fn parse_ttl(s: &str) -> Result<Duration, String> {
-    match s {
-        "indefinite" => Ok(INDEFINITE),
-        "minimal" | "0" => Ok(Duration::ZERO),
-        _ => humantime::parse_duration(s).map_err(|e| format!("{e}; e.g. 1s, 10m or indefinite")),
-    }
 }
 
 /// Runs `mount`: in the foreground, or by starting itself in the background.

@@ -1,6 +1,7 @@
 //! [`LoaderConfig`]: what to read, how much at once, in which order, for which rank and worker.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bucketload_cache::Cache;
 use bucketload_store::{Store, StoreConfig};
@@ -124,6 +125,7 @@ pub struct LoaderConfig {
     pub(crate) cache: Option<Arc<Cache>>,
     pub(crate) skip_changed: bool,
     pub(crate) manifest: ManifestUse,
+    pub(crate) metadata_ttl: Duration,
 }
 
 impl LoaderConfig {
@@ -197,6 +199,7 @@ impl LoaderBuilder {
                 cache: None,
                 skip_changed: false,
                 manifest: ManifestUse::Trust,
+                metadata_ttl: Duration::ZERO,
             },
         }
     }
@@ -284,7 +287,7 @@ impl LoaderBuilder {
     }
 
     /// A local disk cache of object bytes (default none): files are cached whole, indexed
-    /// samples by byte range; shard streams are not cached.
+    /// samples by byte range, streamed shards by the byte ranges their prefetcher reads.
     pub fn with_cache(mut self, cache: Arc<Cache>) -> Self {
         self.config.cache = Some(cache);
         self
@@ -296,6 +299,19 @@ impl LoaderBuilder {
     /// sample out, logs it, and counts it in [`LoaderStats::skipped_changed`](super::LoaderStats).
     pub fn with_skip_changed(mut self, skip: bool) -> Self {
         self.config.skip_changed = skip;
+        self
+    }
+
+    /// How long a streamed shard's version (ETag and size), once asked of the store with
+    /// [`LoaderBuilder::with_cache`], is trusted by this loader's later epochs: zero (the default)
+    /// asks again with one `HEAD` per shard at every epoch, so a shard rewritten in place is read
+    /// anew; [`Duration::MAX`] asks once per loader, for datasets that never change in place, so a
+    /// warm epoch from the cache sends no request. Within the time, a shard replaced since is
+    /// still served as the version first read: from cached blocks, and a block not cached fails
+    /// the epoch with an error naming the shard (never a mix of two versions). Files and indexed
+    /// shards are checked against the listing or manifest the loader opened with, at any time.
+    pub fn with_metadata_ttl(mut self, ttl: Duration) -> Self {
+        self.config.metadata_ttl = ttl;
         self
     }
 

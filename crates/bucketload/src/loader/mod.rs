@@ -66,6 +66,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use bucketload_cache::ObjectVersion;
 use bucketload_store::Store;
 use bytes::Bytes;
 use futures::stream::BoxStream;
@@ -210,6 +211,9 @@ pub(crate) fn label_of(members: &[(String, Bytes)]) -> Option<u32> {
     std::str::from_utf8(data).ok()?.trim().parse().ok()
 }
 
+/// A version as the store gave it, and when.
+pub(crate) type CheckedVersion = (ObjectVersion, Instant);
+
 /// Everything the loader's tasks share.
 #[derive(Debug)]
 pub(crate) struct Inner {
@@ -226,6 +230,10 @@ pub(crate) struct Inner {
     pub(crate) budget: Arc<Semaphore>,
     pub(crate) budget_kib: u32,
     pub(crate) cache: Option<DiskCache>,
+    /// Each streamed shard's version (ETag and size) as last asked of the store, and when: kept
+    /// only with a cache and a [`LoaderBuilder::with_metadata_ttl`] above zero (see
+    /// `streamed_shards::shard_version`).
+    pub(crate) shard_versions: Box<[std::sync::Mutex<Option<CheckedVersion>>]>,
 }
 
 impl Inner {
@@ -293,6 +301,12 @@ impl Loader {
             "loader: dataset opened"
         );
         let cache = config.cache.clone().map(DiskCache::new);
+        let shard_versions = match &catalog {
+            Catalog::Shards { shards, .. } if cache.is_some() && !config.metadata_ttl.is_zero() => {
+                shards.iter().map(|_| std::sync::Mutex::new(None)).collect()
+            }
+            _ => Box::default(),
+        };
         Ok(Loader {
             inner: Arc::new(Inner {
                 store_uri: store.uri().to_string(),
@@ -306,6 +320,7 @@ impl Loader {
                 manifest,
                 source,
                 cache,
+                shard_versions,
                 config,
             }),
         })

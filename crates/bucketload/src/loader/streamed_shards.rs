@@ -15,7 +15,8 @@
 //! buffer.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
+use std::time::Instant;
 
 use futures::stream::{self, BoxStream};
 use futures::{FutureExt, StreamExt};
@@ -275,7 +276,7 @@ async fn open_span(
             cache: cache.clone(),
             store_uri: inner.store_uri.clone(),
             key: shard.key.to_string(),
-            version: shard_version(inner, shard).await?,
+            version: shard_version(inner, number).await?,
         }),
     };
     let stream = shard_samples_with(
@@ -293,25 +294,45 @@ async fn open_span(
 /// one HEAD per span (shard manifests record no ETag, and a shard rewritten in place to the same
 /// size must never be served from its old blocks). The prefetcher then refuses any response of
 /// another ETag, so no block of another version is cached under this one. A size other than the
-/// manifest's is an error naming the shard.
-async fn shard_version(inner: &Inner, shard: &super::catalog::DataShard) -> Result<ObjectVersion> {
-    let store = inner.location.store();
-    let meta = store
-        .head(&shard.key)
-        .await
-        .map_err(|e| inner.location.error(&shard.key, e))?;
-    if meta.size != shard.size {
-        return Err(Error::Corrupt {
-            uri: inner.location.uri_of(&shard.key),
-            reason: format!(
-                "the shard has {} bytes in the store but {} in the dataset's manifest: it changed \
-                 since the manifest was written; rebuild the dataset with `bucketload shard`",
-                meta.size, shard.size
-            ),
-        });
+/// manifest's is an error naming the shard. With a metadata TTL
+/// ([`LoaderBuilder::with_metadata_ttl`](super::LoaderBuilder::with_metadata_ttl)), a version
+/// asked less than the TTL ago is used without asking again (a failed HEAD keeps nothing).
+async fn shard_version(inner: &Inner, number: usize) -> Result<ObjectVersion> {
+    let shard = &inner.shards()[number];
+    let ask = || async {
+        let meta = inner
+            .location
+            .store()
+            .head(&shard.key)
+            .await
+            .map_err(|e| inner.location.error(&shard.key, e))?;
+        if meta.size != shard.size {
+            return Err(Error::Corrupt {
+                uri: inner.location.uri_of(&shard.key),
+                reason: format!(
+                    "the shard has {} bytes in the store but {} in the dataset's manifest: it \
+                     changed since the manifest was written; rebuild the dataset with \
+                     `bucketload shard`",
+                    meta.size, shard.size
+                ),
+            });
+        }
+        let etag = bucketload_store::ETag::from_store(meta.e_tag.as_deref());
+        Ok(ObjectVersion::with_etag(etag, meta.size))
+    };
+    let Some(kept) = inner.shard_versions.get(number) else {
+        return ask().await;
+    };
+    let fresh = |k: &Option<(ObjectVersion, Instant)>| match k {
+        Some((version, at)) if at.elapsed() < inner.config.metadata_ttl => Some(version.clone()),
+        _ => None,
+    };
+    if let Some(version) = fresh(&kept.lock().unwrap_or_else(PoisonError::into_inner)) {
+        return Ok(version);
     }
-    let etag = bucketload_store::ETag::from_store(meta.e_tag.as_deref());
-    Ok(ObjectVersion::with_etag(etag, meta.size))
+    let version = ask().await?;
+    *kept.lock().unwrap_or_else(PoisonError::into_inner) = Some((version.clone(), Instant::now()));
+    Ok(version)
 }
 
 /// Byte offset of sample `sample`'s first header, from the shard's index (0 without one: the
