@@ -65,7 +65,8 @@ class Loader(_Base):
     read anew; ``metadata_ttl`` (seconds, or ``"indefinite"``) trusts a shard's version that long
     once asked, for datasets that never change in place: a warm epoch then sends no request,
     and a shard replaced within the time is read as the version first read (or, for a block not
-    cached, fails naming it).
+    cached, fails naming it). Each process keeps what it asked: DataLoader workers made anew each
+    epoch ask again, persistent workers do not.
     Iterating yields :class:`Batch` tuples ``(images, labels)``: ``images`` a ``float32`` tensor ``[N, 3, H, W]``
     normalised with ``mean`` and ``std`` (``dtype="float32"``) or a ``uint8`` tensor
     ``[N, 3, H, W]`` in ``torch.channels_last`` memory format (``dtype="uint8"``: the pixels
