@@ -12,7 +12,7 @@ use bucketload::source::Order;
 use bucketload_cache::{Cache, CacheBuilder};
 use bucketload_store::object_store::ObjectStoreExt as _;
 use futures::TryStreamExt;
-use loader_support::{TestData, drain, keys};
+use loader_support::{TestData, drain, keys, object_bytes};
 
 fn entry_files(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
@@ -253,14 +253,7 @@ async fn a_streamed_shard_rewritten_to_the_same_size_is_read_anew() {
     let idx = os.get(&index).await.unwrap().bytes().await.unwrap();
     let idx = bucketload_format::ShardIndex::parse(index.as_ref(), &idx).unwrap();
     let (key, member) = (&idx.samples[0].key, &idx.samples[0].members[0]);
-    let mut body = os
-        .get(&shard)
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap()
-        .to_vec();
+    let mut body = object_bytes(&shards, &shard).await;
     let at = usize::try_from(member.data_offset).unwrap();
     let len = usize::try_from(member.size).unwrap();
     body[at..at + len].iter_mut().for_each(|b| *b ^= 0x5a);
@@ -379,6 +372,22 @@ async fn a_streamed_epoch_two_of_two_workers_rereads_at_most_the_cut_shard() {
     );
 }
 
+/// A streamed loader of `data`'s shards with a cache in a new directory (kept while the loader
+/// is used) and metadata TTL `ttl`.
+async fn streamed_with_cache(
+    data: &TestData,
+    ttl: std::time::Duration,
+) -> (Loader, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Arc::new(CacheBuilder::new(dir.path(), 64 << 20).build().unwrap());
+    let config = data
+        .loader("shards")
+        .with_format(Format::Shards)
+        .with_cache(cache)
+        .with_metadata_ttl(ttl);
+    (Loader::open(config.build().unwrap()).await.unwrap(), dir)
+}
+
 /// With a metadata TTL, a streamed shard's version is asked of the store once per loader: the
 /// warm epoch sends no request at all (no `HEAD`, no `GET`), and within the TTL a shard
 /// rewritten in place is still served whole as the version first read. Without one (the
@@ -399,14 +408,7 @@ async fn a_metadata_ttl_spares_a_warm_streamed_epoch_every_request() {
         .collect();
     let heads = || data.server.counters().get("HeadObject");
     for ttl in [std::time::Duration::ZERO, std::time::Duration::MAX] {
-        let dir = tempfile::tempdir().unwrap();
-        let cache = Arc::new(CacheBuilder::new(dir.path(), 64 << 20).build().unwrap());
-        let config = data
-            .loader("shards")
-            .with_format(Format::Shards)
-            .with_cache(cache)
-            .with_metadata_ttl(ttl);
-        let loader = Loader::open(config.build().unwrap()).await.unwrap();
+        let (loader, _dir) = streamed_with_cache(&data, ttl).await;
         let first = drain(&loader, 0).await;
         assert_eq!(first.len(), 12);
         let (gets, asked) = (data.gets(), heads());
@@ -423,25 +425,10 @@ async fn a_metadata_ttl_spares_a_warm_streamed_epoch_every_request() {
     }
 
     // Within the TTL, a shard rewritten in place (same size) is the version first read.
-    let dir = tempfile::tempdir().unwrap();
-    let cache = Arc::new(CacheBuilder::new(dir.path(), 64 << 20).build().unwrap());
-    let config = data
-        .loader("shards")
-        .with_format(Format::Shards)
-        .with_cache(cache)
-        .with_metadata_ttl(std::time::Duration::MAX);
-    let loader = Loader::open(config.build().unwrap()).await.unwrap();
+    let (loader, _dir) = streamed_with_cache(&data, std::time::Duration::MAX).await;
     let before = drain(&loader, 0).await;
     let shard = &tars[0].location;
-    let mut body = shards
-        .object_store()
-        .get(shard)
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap()
-        .to_vec();
+    let mut body = object_bytes(&shards, shard).await;
     let middle = body.len() / 2;
     body[middle] ^= 0x5a;
     overwrite(&shards, shard.as_ref(), body.into()).await;

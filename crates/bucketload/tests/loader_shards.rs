@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use bucketload::io::PrefetchConfig;
 use bucketload::loader::{Delivery, Format, Loader};
 use bucketload::source::{Order, Partition, Remainder};
-use loader_support::{TestData, drain, keys};
+use loader_support::{TestData, drain, keys, object_bytes};
 
 fn all_keys(data: &TestData) -> Vec<String> {
     let mut expected: Vec<String> = data.objects.keys().cloned().collect();
@@ -144,15 +144,7 @@ async fn a_shard_changed_after_indexing_is_an_error_naming_it() {
     let data = TestData::shards(12, 6).await;
     let store = data.store("shards");
     let key = Path::from("shard-000000.tar");
-    let mut bytes = store
-        .object_store()
-        .get(&key)
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap()
-        .to_vec();
+    let mut bytes = object_bytes(&store, &key).await;
     // Flip every data byte after the first header: the index's checksums no longer match.
     for b in &mut bytes[512..1024] {
         *b ^= 0x55;

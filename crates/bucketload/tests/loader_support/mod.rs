@@ -150,3 +150,12 @@ pub fn keys(samples: &[Sample]) -> Vec<String> {
     keys.sort();
     keys
 }
+
+/// The bytes of the object at `key` of `store`, read with the object store directly.
+pub async fn object_bytes(
+    store: &Store,
+    key: &bucketload_store::object_store::path::Path,
+) -> Vec<u8> {
+    let got = store.object_store().get(key).await.unwrap();
+    got.bytes().await.unwrap().to_vec()
+}
