@@ -425,7 +425,7 @@ async fn a_metadata_ttl_spares_a_warm_streamed_epoch_every_request() {
     }
 
     // Within the TTL, a shard rewritten in place (same size) is the version first read.
-    let (loader, _dir) = streamed_with_cache(&data, std::time::Duration::MAX).await;
+    let (loader, dir) = streamed_with_cache(&data, std::time::Duration::MAX).await;
     let before = drain(&loader, 0).await;
     let shard = &tars[0].location;
     let mut body = object_bytes(&shards, shard).await;
@@ -442,4 +442,18 @@ async fn a_metadata_ttl_spares_a_warm_streamed_epoch_every_request() {
         all
     };
     assert_eq!(members(&before), members(&after));
+
+    // A block of it no longer cached is fetched, but the store's other ETag fails the epoch
+    // with an error naming the shard: never bytes of two versions in one sample stream.
+    entry_files(dir.path())
+        .iter()
+        .for_each(|f| std::fs::remove_file(f).unwrap());
+    let failed: Result<Vec<_>, _> = loader.epoch(2).unwrap().try_collect().await;
+    let error = failed
+        .expect_err("a block of the replaced shard was served")
+        .to_string();
+    assert!(
+        error.contains(shard.as_ref()) && error.contains("opened again"),
+        "{error}"
+    );
 }

@@ -712,7 +712,8 @@ fn check_etag(object: &Object, etag: Option<ETag>) -> Result<()> {
         Some(seen) => Err(Error::Corrupt {
             uri: object.uri.clone(),
             reason: format!(
-                "the object changed while being read (ETag {seen} then {etag}); read it again"
+                "the object changed while being read (ETag {seen} then {etag}); read it again \
+                 (a loader given a metadata TTL reads the new version once opened again)"
             ),
         }),
     }

@@ -323,7 +323,7 @@ async fn shard_version(inner: &Inner, number: usize) -> Result<ObjectVersion> {
     let Some(kept) = inner.shard_versions.get(number) else {
         return ask().await;
     };
-    let fresh = |k: &Option<(ObjectVersion, Instant)>| match k {
+    let fresh = |k: &Option<super::CheckedVersion>| match k {
         Some((version, at)) if at.elapsed() < inner.config.metadata_ttl => Some(version.clone()),
         _ => None,
     };
