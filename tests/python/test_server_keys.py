@@ -189,3 +189,74 @@ def test_keys_never_leave_the_bucket(server):
     assert (root / bucket / "k" / ".bl%self").read_bytes() == b"the object"
     listed = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
     assert listed == sorted(hostile + ["k", "k/deeper"], key=str.encode)
+
+
+CONTROL_KEYS = ["cr\rkey", "crlf\r\nkey", "lf\nkey", "tab\tkey", "dir\r/inner"]
+
+
+def _without_url_encoding(s3):
+    """boto3 asks listings for encoding-type=url unless told otherwise: a client that does not
+    (the AWS SDKs for Go and Rust, object_store) reads keys from the XML as they are."""
+    from botocore.handlers import set_list_objects_encoding_type_url
+
+    for op in ("ListObjects", "ListObjectsV2", "ListObjectVersions"):
+        s3.meta.events.unregister(f"before-parameter-build.s3.{op}",
+                                  set_list_objects_encoding_type_url)
+
+
+def test_control_characters_in_keys_come_back_exact(store):
+    """XML parsers read a raw carriage return as a line feed; S3 writes `&#13;` in every XML
+    answer that holds a key (listings, versions, uploads, parts, DeleteObjects, errors)."""
+    name, s3, bucket = store
+    if name == "moto":
+        pytest.skip("moto writes a carriage return into its XML unescaped")
+    _without_url_encoding(s3)
+    for key in CONTROL_KEYS:
+        s3.put_object(Bucket=bucket, Key=key, Body=key.encode())
+    expected = sorted(CONTROL_KEYS, key=str.encode)
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == expected
+    assert [o["Key"] for o in s3.list_objects(Bucket=bucket)["Contents"]] == expected
+    assert [v["Key"] for v in s3.list_object_versions(Bucket=bucket)["Versions"]] == expected
+    prefixes = s3.list_objects_v2(Bucket=bucket, Delimiter="/")["CommonPrefixes"]
+    assert [p["Prefix"] for p in prefixes] == ["dir\r/"]
+    page = s3.list_objects_v2(Bucket=bucket, StartAfter="cr\rkey", MaxKeys=1)
+    assert [o["Key"] for o in page["Contents"]] == ["crlf\r\nkey"]
+
+    upload = s3.create_multipart_upload(Bucket=bucket, Key="up\rload")
+    assert upload["Key"] == "up\rload"
+    uploads = s3.list_multipart_uploads(Bucket=bucket)["Uploads"]
+    assert [u["Key"] for u in uploads] == ["up\rload"]
+    part = s3.upload_part(Bucket=bucket, Key="up\rload", UploadId=upload["UploadId"],
+                          PartNumber=1, Body=b"part")
+    parts = s3.list_parts(Bucket=bucket, Key="up\rload", UploadId=upload["UploadId"])
+    assert parts["Key"] == "up\rload"
+    done = s3.complete_multipart_upload(
+        Bucket=bucket, Key="up\rload", UploadId=upload["UploadId"],
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
+    assert done["Key"] == "up\rload"
+
+    with pytest.raises(ClientError) as err:
+        s3.get_object(Bucket=bucket, Key="missing\r")
+    assert err.value.response["Error"].get("Key") == "missing\r"
+
+    out = s3.delete_objects(Bucket=bucket, Delete={"Objects": [
+        {"Key": k} for k in CONTROL_KEYS]})
+    assert sorted(d["Key"] for d in out["Deleted"]) == sorted(CONTROL_KEYS)
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["up\rload"]
+
+
+def test_a_segment_longer_than_a_file_name_is_stored(store):
+    """S3 limits a key to 1024 bytes and its segments not at all: a segment over 255 bytes
+    (longer than a file name) is stored, listed and deleted like any key."""
+    name, s3, bucket = store
+    keys = ["s" * 1024, "d/" + "t" * 300 + "/x"]
+    for key in keys:
+        s3.put_object(Bucket=bucket, Key=key, Body=key.encode())
+        assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == key.encode()
+    listed = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
+    assert listed == sorted(keys)
+    if name == "moto":
+        return  # moto stores keys longer than S3's 1024 bytes
+    with pytest.raises(ClientError) as err:
+        s3.put_object(Bucket=bucket, Key="s" * 1025, Body=b"x")
+    assert err.value.response["Error"]["Code"] == "KeyTooLongError"

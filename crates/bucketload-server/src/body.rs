@@ -17,7 +17,7 @@ use s3s::{S3Result, s3_error};
 
 use crate::bufpool::BufferPool;
 use crate::mapped::MappedRange;
-use crate::storage::{ObjectMeta, Storage};
+use crate::storage::ObjectMeta;
 
 /// Bodies up to this size are read at once: a `pread` of a few KiB costs less than a map,
 /// `sendfile` and unmap.
@@ -113,19 +113,6 @@ fn spawn_reader(
         }
     });
     rx
-}
-
-/// Reads an object's metadata and opens its body for the requested range.
-pub(crate) fn prepare_body(
-    storage: &Storage,
-    buffers: &Arc<BufferPool>,
-    (bucket, key): (&str, &str),
-    file: File,
-    stat: &std::fs::Metadata,
-    range: Option<Range>,
-) -> S3Result<(ObjectMeta, std::ops::Range<u64>, FileBody)> {
-    let meta = storage.describe(bucket, key, stat)?;
-    body_for(buffers, meta, file, range)
 }
 
 /// Opens the body of an object described by `meta` for the requested range.

@@ -120,6 +120,21 @@ pub(crate) fn write_precondition(
     }
 }
 
+/// Refuses (501) a request carrying any of the conditional headers `names`: conditions its
+/// operation does not take in S3 (general purpose buckets), which would otherwise be
+/// accepted and ignored.
+pub(crate) fn refuse_conditions(headers: &http::HeaderMap, names: &[&str]) -> S3Result<()> {
+    match names.iter().find(|n| headers.contains_key(**n)) {
+        Some(name) => Err(not_implemented(&format!(
+            "the condition {name} on this operation"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Conditions on the time an object was modified, which no write of S3 takes.
+pub(crate) const TIME_CONDITIONS: [&str; 2] = ["if-modified-since", "if-unmodified-since"];
+
 /// The precondition of a CopyObject destination, from the raw `If-Match` / `If-None-Match`
 /// headers (the request model has no fields for them).
 pub(crate) fn header_precondition(headers: &http::HeaderMap) -> S3Result<Precondition> {

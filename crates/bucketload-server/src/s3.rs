@@ -10,13 +10,12 @@ use futures::StreamExt;
 use s3s::dto::*;
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
-use crate::body::prepare_body;
 use crate::bufpool::BufferPool;
 use crate::checksum;
 use crate::fidelity::{self, WriteFeatures};
 use crate::storage::{
-    CompletedPart, Deleted, ListItem, ListQuery, ObjectAttrs, ObjectMeta, PartWriter, Storage,
-    VersionItem, VersionQuery, Versioning,
+    CompletedPart, Deleted, ListItem, ListQuery, ObjectAttrs, ObjectMeta, PartWriter, Precondition,
+    Storage, VersionItem, VersionQuery, Versioning,
 };
 use crate::tagging;
 
@@ -123,15 +122,21 @@ impl Backend {
             .await
     }
 
-    /// Metadata and body of the current version of an object, for a GET. A key whose latest
-    /// version is a delete marker answers 404 with the marker's headers.
-    async fn current_body(
+    /// An object (version `version`, the current one for `None`) opened for a GET, with the
+    /// metadata of that very file. A key whose latest version is a delete marker answers 404
+    /// with the marker's headers.
+    async fn open_for_read(
         &self,
         bucket: String,
         key: String,
-        range: Option<Range>,
+        version: Option<String>,
         versioned: bool,
-    ) -> S3Result<(ObjectMeta, std::ops::Range<u64>, crate::body::FileBody)> {
+    ) -> S3Result<(ObjectMeta, std::fs::File)> {
+        if let Some(version) = version {
+            return self
+                .blocking(move |s| s.open_version(&bucket, &key, Some(&version)))
+                .await;
+        }
         let (file, stat) = match self.storage.open_file(&bucket, &key) {
             Ok(opened) => opened,
             Err(e) if versioned => {
@@ -143,19 +148,26 @@ impl Backend {
             Err(e) => return Err(e),
         };
         if stat.len() <= INLINE_READ_MAX {
-            prepare_body(
-                &self.storage,
-                &self.buffers,
-                (&bucket, &key),
-                file,
-                &stat,
-                range,
-            )
+            self.storage.describe(&bucket, &key, file, &stat)
         } else {
-            let buffers = Arc::clone(&self.buffers);
-            self.blocking(move |s| prepare_body(s, &buffers, (&bucket, &key), file, &stat, range))
+            self.blocking(move |s| s.describe(&bucket, &key, file, &stat))
                 .await
         }
+    }
+
+    /// The body of an opened object for `range` (the whole object for `None`).
+    async fn read_body(
+        &self,
+        meta: ObjectMeta,
+        file: std::fs::File,
+        range: Option<Range>,
+    ) -> S3Result<(ObjectMeta, std::ops::Range<u64>, crate::body::FileBody)> {
+        if meta.size <= INLINE_READ_MAX {
+            return crate::body::body_for(&self.buffers, meta, file, range);
+        }
+        let buffers = Arc::clone(&self.buffers);
+        self.blocking(move |_| crate::body::body_for(&buffers, meta, file, range))
+            .await
     }
 
     /// One page of a listing (ListObjects and ListObjectsV2), keys encoded as asked.
@@ -498,21 +510,6 @@ fn check_read_conditions(meta: &ObjectMeta, c: &ReadConditions) -> S3Result<()> 
 }
 
 /// UploadPartCopy's source conditions (If-Match → 412, If-None-Match → 304).
-fn check_conditions(
-    meta: &ObjectMeta,
-    if_match: Option<&ETagCondition>,
-    if_none_match: Option<&ETagCondition>,
-) -> S3Result<()> {
-    check_read_conditions(
-        meta,
-        &ReadConditions {
-            if_match: if_match.cloned(),
-            if_none_match: if_none_match.cloned(),
-            ..Default::default()
-        },
-    )
-}
-
 /// Parses `x-amz-copy-source-range`, which S3 accepts only as `bytes=first-last`.
 fn parse_copy_range(text: &str) -> S3Result<std::ops::RangeInclusive<u64>> {
     let parsed = text.strip_prefix("bytes=").and_then(|r| {
@@ -1362,36 +1359,24 @@ impl S3 for Backend {
         let (bucket, key, mut range) = (input.bucket.clone(), input.key.clone(), input.range);
         // From memory after the bucket's first request.
         let versioned = self.storage.versioning(&bucket)?.is_versioned();
+        if input.part_number.is_some() && range.is_some() {
+            return Err(s3_error!(
+                InvalidRequest,
+                "Cannot specify both Range header and partNumber query parameter"
+            ));
+        }
+        let (meta, file) = self
+            .open_for_read(bucket, key, input.version_id.clone(), versioned)
+            .await?;
         if let Some(number) = input.part_number {
-            if range.is_some() {
-                return Err(s3_error!(
-                    InvalidRequest,
-                    "Cannot specify both Range header and partNumber query parameter"
-                ));
-            }
-            let (b, k, v) = (bucket.clone(), key.clone(), input.version_id.clone());
-            let meta = self
-                .blocking(move |s| {
-                    s.head_version(&b, &k, v.as_deref())
-                        .map_err(|e| s.explain_missing(e, &b, &k))
-                })
-                .await?;
+            // The part of the version opened, never of one written since.
             let part = fidelity::part_range(&meta, number)?;
             range = Some(Range::Int {
                 first: part.start,
                 last: Some(part.end.saturating_sub(1)),
             });
         }
-        let (meta, span, body) = if let Some(version) = input.version_id.clone() {
-            let buffers = Arc::clone(&self.buffers);
-            self.blocking(move |s| {
-                let (meta, file) = s.open_version(&bucket, &key, Some(&version))?;
-                crate::body::body_for(&buffers, meta, file, range)
-            })
-            .await?
-        } else {
-            self.current_body(bucket, key, range, versioned).await?
-        };
+        let (meta, span, body) = self.read_body(meta, file, range).await?;
         check_read_conditions(&meta, &read_conditions!(input))?;
         let content_range = range.map(|_| {
             format!(
@@ -1435,6 +1420,7 @@ impl S3 for Backend {
         &self,
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
+        fidelity::refuse_conditions(&req.headers, &fidelity::TIME_CONDITIONS)?;
         let input = req.input;
         WriteFeatures {
             write_offset: input.write_offset_bytes.is_some(),
@@ -1502,6 +1488,7 @@ impl S3 for Backend {
         &self,
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
+        fidelity::refuse_conditions(&req.headers, &fidelity::TIME_CONDITIONS)?;
         let precondition = fidelity::header_precondition(&req.headers)?;
         let input = req.input;
         let copy_features = write_features!(input);
@@ -1665,10 +1652,24 @@ impl S3 for Backend {
         &self,
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        fidelity::refuse_conditions(&req.headers, &["if-none-match"])?;
+        fidelity::refuse_conditions(&req.headers, &fidelity::TIME_CONDITIONS)?;
         let input = req.input;
+        // S3 takes these two on directory buckets only.
+        if input.if_match_last_modified_time.is_some() {
+            return Err(fidelity::not_implemented(
+                "x-amz-if-match-last-modified-time (directory buckets)",
+            ));
+        }
+        if input.if_match_size.is_some() {
+            return Err(fidelity::not_implemented(
+                "x-amz-if-match-size (directory buckets)",
+            ));
+        }
+        let precondition = fidelity::write_precondition(input.if_match.as_ref(), None)?;
         let (bucket, key, version) = (input.bucket, input.key, input.version_id);
         let deleted = self
-            .blocking(move |s| s.delete_object(&bucket, &key, version.as_deref()))
+            .blocking(move |s| s.delete_object_if(&bucket, &key, version.as_deref(), &precondition))
             .await?;
         Ok(S3Response::new(DeleteObjectOutput {
             delete_marker: deleted
@@ -1693,18 +1694,35 @@ impl S3 for Backend {
                 input.delete.objects.len()
             ));
         }
-        let keys: Vec<(String, Option<String>)> = input
+        let objects = &input.delete.objects;
+        if objects.iter().any(|o| o.last_modified_time.is_some()) {
+            return Err(fidelity::not_implemented(
+                "LastModifiedTime of an object to delete (directory buckets)",
+            ));
+        }
+        if objects.iter().any(|o| o.size.is_some()) {
+            return Err(fidelity::not_implemented(
+                "Size of an object to delete (directory buckets)",
+            ));
+        }
+        let keys: Vec<(String, Option<String>, Precondition)> = input
             .delete
             .objects
             .into_iter()
-            .map(|o| (o.key, o.version_id))
+            .map(|o| {
+                let precondition = match o.e_tag {
+                    Some(tag) => Precondition::Matches(tag.value().to_owned()),
+                    None => Precondition::None,
+                };
+                (o.key, o.version_id, precondition)
+            })
             .collect();
         let output = self
             .blocking(move |s| {
                 s.bucket_dir(&bucket)?;
                 let (mut deleted, mut errors) = (Vec::new(), Vec::new());
-                for (key, version) in keys {
-                    match s.delete_object(&bucket, &key, version.as_deref()) {
+                for (key, version, precondition) in keys {
+                    match s.delete_object_if(&bucket, &key, version.as_deref(), &precondition) {
                         Ok(done) => deleted.push(deleted_entry(key, version, done)),
                         Err(e) => errors.push(Error {
                             code: Some(e.code().as_str().to_owned()),
@@ -1896,6 +1914,8 @@ impl S3 for Backend {
         &self,
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
+        fidelity::refuse_conditions(&req.headers, &["if-match", "if-none-match"])?;
+        fidelity::refuse_conditions(&req.headers, &fidelity::TIME_CONDITIONS)?;
         let input = req.input;
         let md5 = fidelity::declared_md5(&req.headers)?;
         let (bucket, key, id, part) = (input.bucket, input.key, input.upload_id, input.part_number);
@@ -1945,8 +1965,14 @@ impl S3 for Backend {
             .as_deref()
             .map(parse_copy_range)
             .transpose()?;
-        let (if_match, if_none_match) =
-            (input.copy_source_if_match, input.copy_source_if_none_match);
+        fidelity::refuse_conditions(&req.headers, &["if-match", "if-none-match"])?;
+        fidelity::refuse_conditions(&req.headers, &fidelity::TIME_CONDITIONS)?;
+        let conditions = (
+            input.copy_source_if_match,
+            input.copy_source_if_none_match,
+            input.copy_source_if_modified_since,
+            input.copy_source_if_unmodified_since,
+        );
         let target = (input.bucket, input.key, input.upload_id, input.part_number);
         let copied_version = src_version.clone();
         let (info, _) = self
@@ -1956,7 +1982,17 @@ impl S3 for Backend {
                     (bucket, key, id, *part),
                     (&src_bucket, &src_key, src_version.as_deref()),
                     range,
-                    |source| check_conditions(source, if_match.as_ref(), if_none_match.as_ref()),
+                    |source| {
+                        let (if_match, if_none_match, modified_since, unmodified_since) =
+                            &conditions;
+                        fidelity::check_copy_source(
+                            source,
+                            if_match.as_ref(),
+                            if_none_match.as_ref(),
+                            modified_since.as_ref(),
+                            unmodified_since.as_ref(),
+                        )
+                    },
                 )
             })
             .await?;
@@ -1978,6 +2014,7 @@ impl S3 for Backend {
         &self,
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        fidelity::refuse_conditions(&req.headers, &fidelity::TIME_CONDITIONS)?;
         let input = req.input;
         let precondition =
             fidelity::write_precondition(input.if_match.as_ref(), input.if_none_match.as_ref())?;

@@ -49,10 +49,7 @@ impl Storage {
         bucket: &str,
         change: impl FnOnce(&mut BucketConfig),
     ) -> Result<BucketConfig, S3Error> {
-        let _commits = self
-            .commits
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _commits = self.lock_commits();
         let mut config = self.bucket_config(bucket)?;
         change(&mut config);
         let path = self.bucket_config_path(bucket);

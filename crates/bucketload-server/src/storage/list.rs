@@ -248,7 +248,9 @@ impl Walk<'_> {
         if !stat.is_file() {
             return Ok(ControlFlow::Continue(()));
         }
-        let meta = self.storage.object_meta(self.bucket, key_rel, &stat)?;
+        let Some(meta) = self.storage.object_meta(self.bucket, key_rel, &stat)? else {
+            return Ok(ControlFlow::Continue(())); // deleted since the directory was read
+        };
         Ok(self.push(ListItem::Object(key, meta)))
     }
 
@@ -261,7 +263,10 @@ impl Walk<'_> {
         let Ok(stat) = fs::metadata(&data) else {
             return Ok(ControlFlow::Continue(()));
         };
-        let meta = self.storage.sidecar(&data, &meta_path, &stat)?;
+        let found = (self.storage).marker_meta(self.bucket, key, &data, &meta_path, &stat)?;
+        let Some(meta) = found else {
+            return Ok(ControlFlow::Continue(()));
+        };
         Ok(self.push(ListItem::Object(key.to_owned(), meta)))
     }
 

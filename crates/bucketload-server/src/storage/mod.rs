@@ -66,6 +66,7 @@ pub(crate) use versions::{Deleted, NULL_VERSION, VersionItem, VersionQuery, Vers
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -112,7 +113,18 @@ pub(crate) struct ObjectMeta {
     /// suspended (`null`); `None` for one written while versioning was never enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) version_id: Option<String>,
+    /// The inode of the data file this record describes, so a reader takes a record only for
+    /// the very file it opened (see [`Storage::describe`]); 0 in records of earlier versions.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) inode: u64,
 }
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Where a current object is: its data file, its sidecar, and the key of its cached sidecar.
+type Located = (PathBuf, PathBuf, PathBuf);
 
 impl ObjectMeta {
     pub(crate) fn last_modified(&self) -> SystemTime {
@@ -179,6 +191,20 @@ impl Precondition {
     }
 }
 
+thread_local! {
+    /// True while this thread holds [`Storage`]'s commit lock.
+    static HOLDS_COMMITS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The commit lock, held; marks the thread as its holder until dropped.
+struct CommitGuard<'a>(#[allow(dead_code)] std::sync::MutexGuard<'a, ()>);
+
+impl Drop for CommitGuard<'_> {
+    fn drop(&mut self) {
+        HOLDS_COMMITS.set(false);
+    }
+}
+
 /// The directory tree holding every bucket.
 #[derive(Debug)]
 pub(crate) struct Storage {
@@ -222,6 +248,19 @@ impl Storage {
             reaper: Reaper::start(),
             lanes: std::sync::Arc::default(),
         })
+    }
+
+    /// Takes the commit lock. A guard per thread: a function that settles what it reads under
+    /// the lock ([`Storage::open_settled`]) may be called by one that already holds it.
+    fn lock_commits(&self) -> CommitGuard<'_> {
+        let guard = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
+        HOLDS_COMMITS.set(true);
+        CommitGuard(guard)
+    }
+
+    /// [`Storage::lock_commits`] unless this thread holds the lock already.
+    fn lock_commits_once(&self) -> Option<CommitGuard<'_>> {
+        (!HOLDS_COMMITS.get()).then(|| self.lock_commits())
     }
 
     fn internal(&self, area: &str, bucket: &str) -> PathBuf {
@@ -433,7 +472,7 @@ impl Storage {
         {
             return Ok(found);
         }
-        let _commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
+        let _commits = self.lock_commits();
         lookup()
     }
 
@@ -463,14 +502,19 @@ impl Storage {
                 Err(e) if is_missing(&e) => return Err(no_such_key(bucket, key)),
                 Err(e) => return Err(internal(e)),
             };
-            return self.sidecar(&data, &meta, &stat).map_err(internal);
+            let found = self.marker_meta(bucket, key, &data, &meta, &stat);
+            return found
+                .map_err(internal)?
+                .ok_or_else(|| no_such_key(bucket, key));
         }
         let rel = self.key_rel(bucket, key)?;
         let Some((_, stat)) = self.settled(|| self.find(bucket, &rel)).map_err(internal)? else {
             self.bucket_dir(bucket)?;
             return Err(no_such_key(bucket, key));
         };
-        self.object_meta(bucket, &rel, &stat).map_err(internal)
+        self.object_meta(bucket, &rel, &stat)
+            .map_err(internal)?
+            .ok_or_else(|| no_such_key(bucket, key))
     }
 
     /// Metadata and an open file for reading an object (one open and one fstat).
@@ -480,8 +524,7 @@ impl Storage {
         key: &str,
     ) -> Result<(ObjectMeta, File), S3Error> {
         let (file, stat) = self.open_file(bucket, key)?;
-        let meta = self.describe(bucket, key, &stat)?;
-        Ok((meta, file))
+        self.describe(bucket, key, file, &stat)
     }
 
     /// Opens an object's data file; a key naming only a directory does not exist.
@@ -529,68 +572,201 @@ impl Storage {
         }
     }
 
-    /// The metadata of an object whose data file has `stat`.
+    /// The metadata of the object whose data file is `file` (opened, with `stat`), and the
+    /// file it describes. A record is taken only for the very file it names (its inode): when
+    /// a write replaced the object between the open and the read of its record, the object
+    /// is opened again under the commit lock, so the bytes, ETag, size and checksum of an
+    /// answer always come from one version.
     pub(crate) fn describe(
         &self,
         bucket: &str,
         key: &str,
+        file: File,
         stat: &fs::Metadata,
-    ) -> Result<ObjectMeta, S3Error> {
-        if key.ends_with('/') {
-            let (data, meta) = self.marker_paths(bucket, key);
-            return self.sidecar(&data, &meta, stat).map_err(internal);
+    ) -> Result<(ObjectMeta, File), S3Error> {
+        let recorded = match key.ends_with('/') {
+            true => {
+                let (data, meta_path) = self.marker_paths(bucket, key);
+                self.recorded(&data, &meta_path, stat)
+            }
+            false => {
+                let rel = self.key_rel(bucket, key)?;
+                self.recorded_object(bucket, &rel, stat)
+            }
+        };
+        if let Some(meta) = recorded.map_err(internal)? {
+            return Ok((meta, file));
         }
-        let rel = self.key_rel(bucket, key)?;
-        self.object_meta(bucket, &rel, stat).map_err(internal)
+        let opened = match key.ends_with('/') {
+            true => self.open_settled(|| Ok(self.locate_marker(bucket, key))),
+            false => {
+                let rel = self.key_rel(bucket, key)?;
+                self.open_settled(|| self.locate_object(bucket, &rel))
+            }
+        };
+        match opened.map_err(internal)? {
+            Some((file, _, meta)) => Ok((meta, file)),
+            None => Err(no_such_key(bucket, key)),
+        }
     }
 
     /// The metadata of the object stored at `rel` (not a folder marker), whose data file has
-    /// `stat`: from memory, from its sidecar, or (when both are missing or stale) from its bytes.
-    fn object_meta(&self, bucket: &str, rel: &Path, stat: &fs::Metadata) -> io::Result<ObjectMeta> {
-        let cache_key = self.root.join(bucket).join(rel);
-        if let Some(meta) = self.cached(&cache_key, stat) {
-            return Ok(meta);
+    /// `stat`: from memory or its sidecar when they describe that file, else settled under the
+    /// commit lock ([`Storage::open_settled`]). `None`: the object is gone.
+    fn object_meta(
+        &self,
+        bucket: &str,
+        rel: &Path,
+        stat: &fs::Metadata,
+    ) -> io::Result<Option<ObjectMeta>> {
+        if let Some(meta) = self.recorded_object(bucket, rel, stat)? {
+            return Ok(Some(meta));
         }
-        let meta_root = self.internal("meta", bucket);
-        let stored = self.settled(|| {
-            Ok(self
-                .find(bucket, rel)?
-                .and_then(|(data, _)| read_sidecar(&meta_root.join(data), stat)))
-        })?;
-        let meta = match stored {
-            Some(meta) => meta,
-            None => {
-                let data = self
-                    .find(bucket, rel)?
-                    .map_or(rel.to_path_buf(), |(d, _)| d);
-                self.hash_into_sidecar(
-                    &self.root.join(bucket).join(&data),
-                    &meta_root.join(&data),
-                    stat,
-                )?
-            }
-        };
-        self.remember(&cache_key, &meta);
-        Ok(meta)
+        let opened = self.open_settled(|| self.locate_object(bucket, rel))?;
+        Ok(opened.map(|(_, _, meta)| meta))
     }
 
-    /// Reads the sidecar of `data` (from memory when cached), recomputing it when it is
-    /// missing or stale; for files whose place never changes (folder markers).
-    fn sidecar(
+    /// [`Storage::object_meta`] of the folder marker `key`, whose data file has `stat`.
+    fn marker_meta(
+        &self,
+        bucket: &str,
+        key: &str,
+        data: &Path,
+        meta_path: &Path,
+        stat: &fs::Metadata,
+    ) -> io::Result<Option<ObjectMeta>> {
+        if let Some(meta) = self.recorded(data, meta_path, stat)? {
+            return Ok(Some(meta));
+        }
+        let opened = self.open_settled(|| Ok(self.locate_marker(bucket, key)))?;
+        Ok(opened.map(|(_, _, meta)| meta))
+    }
+
+    /// The record of the object stored at `rel` if it describes the data file with `stat`.
+    fn recorded_object(
+        &self,
+        bucket: &str,
+        rel: &Path,
+        stat: &fs::Metadata,
+    ) -> io::Result<Option<ObjectMeta>> {
+        let cache_key = self.root.join(bucket).join(rel);
+        if let Some(meta) = self.cached(&cache_key, stat) {
+            return Ok(Some(meta));
+        }
+        let Some((data, _)) = self.find(bucket, rel)? else {
+            return Ok(None);
+        };
+        let stored = read_sidecar(&self.internal("meta", bucket).join(data), stat);
+        if let Some(meta) = &stored {
+            self.remember(&cache_key, meta);
+        }
+        Ok(stored)
+    }
+
+    /// The record of the file at `data` (its sidecar at `meta_path`, cached under `data`), if
+    /// it describes the file with `stat`; for files whose place never changes (folder markers).
+    fn recorded(
         &self,
         data: &Path,
         meta_path: &Path,
         stat: &fs::Metadata,
-    ) -> io::Result<ObjectMeta> {
+    ) -> io::Result<Option<ObjectMeta>> {
         if let Some(meta) = self.cached(data, stat) {
-            return Ok(meta);
+            return Ok(Some(meta));
         }
-        let meta = match read_sidecar(meta_path, stat) {
-            Some(meta) => meta,
-            None => self.hash_into_sidecar(data, meta_path, stat)?,
+        let stored = read_sidecar(meta_path, stat);
+        if let Some(meta) = &stored {
+            self.remember(data, meta);
+        }
+        Ok(stored)
+    }
+
+    /// Where the object stored at `rel` is now, if anywhere.
+    fn locate_object(&self, bucket: &str, rel: &Path) -> io::Result<Option<Located>> {
+        Ok(self.find(bucket, rel)?.map(|(data, _)| {
+            (
+                self.root.join(bucket).join(&data),
+                self.internal("meta", bucket).join(&data),
+                self.root.join(bucket).join(rel),
+            )
+        }))
+    }
+
+    /// Where the folder marker `key` is, if it exists.
+    fn locate_marker(&self, bucket: &str, key: &str) -> Option<Located> {
+        let (data, meta_path) = self.marker_paths(bucket, key);
+        data.is_file()
+            .then(|| (data.clone(), meta_path, data.clone()))
+    }
+
+    /// Opens the current object `locate` finds (`None`: there is none), with the record of
+    /// that very file. Under the commit lock, where no write stands between placing a file
+    /// and writing its record, so the two agree unless the file was changed by hand: a
+    /// record of the same size and mtime but another inode (written before records named
+    /// their file, or a root copied with its times) is taken and updated; a file without a
+    /// valid record is hashed, outside the lock, and its record stored.
+    fn open_settled(
+        &self,
+        locate: impl Fn() -> io::Result<Option<Located>>,
+    ) -> io::Result<Option<(File, fs::Metadata, ObjectMeta)>> {
+        let (file, stat, (data, meta_path, cache_key)) = {
+            let _commits = self.lock_commits_once();
+            let Some(located) = locate()? else {
+                return Ok(None);
+            };
+            let file = match File::open(&located.0) {
+                Ok(file) => file,
+                Err(e) if is_missing(&e) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            let stat = file.metadata()?;
+            if !stat.is_file() {
+                return Ok(None);
+            }
+            if let Some(meta) = self.adopt_record(&located, &stat) {
+                return Ok(Some((file, stat, meta)));
+            }
+            (file, stat, located)
         };
-        self.remember(data, &meta);
-        Ok(meta)
+        tracing::debug!(path = %data.display(), "object has no valid sidecar; hashing it");
+        let meta = ObjectMeta {
+            etag: md5_of(&file)?,
+            size: stat.len(),
+            mtime_ns: mtime_ns(&stat),
+            inode: stat.ino(),
+            ..ObjectMeta::default()
+        };
+        let _commits = self.lock_commits_once();
+        // Stored unless the file was replaced or described meanwhile.
+        let current = fs::metadata(&data).is_ok_and(|s| s.ino() == stat.ino());
+        if current && read_sidecar(&meta_path, &stat).is_none() {
+            if let Err(e) = self.write_sidecar(&meta_path, &meta) {
+                tracing::warn!(path = %meta_path.display(), error = %e, "cannot store object sidecar");
+            }
+            self.remember(&cache_key, &meta);
+        }
+        Ok(Some((file, stat, meta)))
+    }
+
+    /// The sidecar of a located file if it describes that file's bytes (size and mtime), made
+    /// to name the file's inode. Under the commit lock.
+    fn adopt_record(
+        &self,
+        (_, meta_path, cache_key): &Located,
+        stat: &fs::Metadata,
+    ) -> Option<ObjectMeta> {
+        let bytes = fs::read(meta_path).ok()?;
+        let mut meta = serde_json::from_slice::<ObjectMeta>(&bytes)
+            .ok()
+            .filter(|m| same_bytes(m, stat))?;
+        if meta.inode != stat.ino() {
+            meta.inode = stat.ino();
+            if let Err(e) = self.write_sidecar(meta_path, &meta) {
+                tracing::warn!(path = %meta_path.display(), error = %e, "cannot store object sidecar");
+            }
+        }
+        self.remember(cache_key, &meta);
+        Some(meta)
     }
 
     /// The cached metadata under `key`, if it still describes a file with `stat`.
@@ -599,26 +775,6 @@ impl Storage {
             .get(key)
             .filter(|m| is_fresh(m, stat))
             .cloned()
-    }
-
-    /// Computes the metadata of a file without a valid sidecar from its bytes, and stores it.
-    fn hash_into_sidecar(
-        &self,
-        data: &Path,
-        meta_path: &Path,
-        stat: &fs::Metadata,
-    ) -> io::Result<ObjectMeta> {
-        tracing::debug!(path = %data.display(), "object has no valid sidecar; hashing it");
-        let meta = ObjectMeta {
-            etag: md5_file(data)?,
-            size: stat.len(),
-            mtime_ns: mtime_ns(stat),
-            ..ObjectMeta::default()
-        };
-        if let Err(e) = self.write_sidecar(meta_path, &meta) {
-            tracing::warn!(path = %meta_path.display(), error = %e, "cannot store object sidecar");
-        }
-        Ok(meta)
     }
 
     fn cache_lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, ObjectMeta>> {
@@ -776,12 +932,13 @@ impl Storage {
             checksum: attrs.checksum,
             tags: attrs.tags,
             version_id: None,
+            inode: stat.ino(),
         };
         let mut meta = meta;
         // Every change of the tree takes the lock, so a conditional write sees no write land
         // between its check and its rename, and directories are made and pruned one at a time.
-        let _commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
-        precondition.check(self.head(bucket, key))?;
+        let _commits = self.lock_commits();
+        self.check_current(bucket, key, precondition)?;
         let versioning = self.versioning(bucket)?;
         let mut archived = None;
         if versioning.is_versioned() {
@@ -817,15 +974,41 @@ impl Storage {
         Ok(meta)
     }
 
+    /// Checks `precondition` against the current object `key`. Under the commit lock.
+    fn check_current(
+        &self,
+        bucket: &str,
+        key: &str,
+        precondition: &Precondition,
+    ) -> Result<(), S3Error> {
+        match precondition {
+            Precondition::None => Ok(()),
+            _ => precondition.check(self.head(bucket, key)),
+        }
+    }
+
     /// Deletes an object; deleting a missing object succeeds, as in S3.
+    #[cfg(test)]
     pub(crate) fn delete(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
+        self.delete_if(bucket, key, &Precondition::None)
+    }
+
+    /// [`Storage::delete`] if `precondition` holds of the object, checked under the commit
+    /// lock with the delete.
+    fn delete_if(
+        &self,
+        bucket: &str,
+        key: &str,
+        precondition: &Precondition,
+    ) -> Result<(), S3Error> {
         if key.ends_with('/') {
             check_key(key)?;
         } else {
             self.key_rel(bucket, key)?;
         }
         self.bucket_dir(bucket)?;
-        let _commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
+        let _commits = self.lock_commits();
+        self.check_current(bucket, key, precondition)?;
         self.remove_current(bucket, key)
     }
 
@@ -932,8 +1115,15 @@ fn read_sidecar(meta_path: &Path, stat: &fs::Metadata) -> Option<ObjectMeta> {
         .filter(|m| is_fresh(m, stat))
 }
 
-/// True if `meta` was recorded for a data file of this size and modification time.
+/// True if `meta` was recorded for this very data file, unchanged since: its inode, size and
+/// modification time. Size and time alone cannot tell two versions apart: two writes of
+/// one size within one tick of the file system's clock have the same.
 fn is_fresh(meta: &ObjectMeta, stat: &fs::Metadata) -> bool {
+    meta.inode == stat.ino() && same_bytes(meta, stat)
+}
+
+/// True if `meta` was recorded for a data file of this size and modification time.
+fn same_bytes(meta: &ObjectMeta, stat: &fs::Metadata) -> bool {
     meta.size == stat.len() && meta.mtime_ns == mtime_ns(stat)
 }
 
@@ -1044,16 +1234,19 @@ fn mtime_ns(stat: &fs::Metadata) -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-pub(crate) fn md5_file(path: &Path) -> io::Result<String> {
-    let mut file = File::open(path)?;
+/// The MD5 (hex) of an open file's bytes, read at their offsets (the file's position stays).
+fn md5_of(file: &File) -> io::Result<String> {
+    use std::os::unix::fs::FileExt;
     let mut hasher = Md5::new();
     let mut buf = vec![0u8; 1 << 20];
+    let mut offset = 0;
     loop {
-        let n = file.read(&mut buf)?;
+        let n = file.read_at(&mut buf, offset)?;
         if n == 0 {
             return Ok(hex::encode(hasher.finalize()));
         }
         hasher.update(&buf[..n]);
+        offset += n as u64;
     }
 }
 
@@ -1364,6 +1557,126 @@ mod tests {
                 .count(),
             0
         );
+    }
+
+    #[test]
+    fn readers_get_the_record_of_the_file_they_read() {
+        use std::sync::atomic::AtomicBool;
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), false).unwrap();
+        storage.create_bucket("b").unwrap();
+        // Versions of one size: written within one tick of the clock, size and mtime agree.
+        let versions: Vec<Vec<u8>> = (0..4u8).map(|v| vec![v; 100_000]).collect();
+        let write = |v: &[u8]| {
+            let mut temp = storage.begin_write().unwrap();
+            temp.write(v).unwrap();
+            let etag = hex::encode(temp.md5());
+            let attrs = ObjectAttrs {
+                content_type: Some(format!("type/{}", v[0])),
+                ..ObjectAttrs::default()
+            };
+            storage.commit("b", "k", temp, etag, attrs).unwrap();
+        };
+        write(&versions[0]);
+        let done = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let readers: Vec<_> = (0..2)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut reads = 0;
+                        while !done.load(Ordering::SeqCst) {
+                            let (meta, mut file) = storage.open_object("b", "k").unwrap();
+                            let mut body = Vec::new();
+                            file.read_to_end(&mut body).unwrap();
+                            assert_eq!(meta.etag, hex::encode(Md5::digest(&body)));
+                            let tagged = format!("type/{}", body[0]);
+                            assert_eq!(meta.content_type.as_deref(), Some(tagged.as_str()));
+                            let head = storage.head("b", "k").unwrap();
+                            let first =
+                                usize::from(head.content_type.unwrap().as_bytes()[5] - b'0');
+                            assert_eq!(head.etag, hex::encode(Md5::digest(&versions[first])));
+                            reads += 1;
+                        }
+                        reads
+                    })
+                })
+                .collect();
+            for round in 0..400 {
+                write(&versions[round % versions.len()]);
+            }
+            done.store(true, Ordering::SeqCst);
+            for reader in readers {
+                assert!(reader.join().unwrap() > 0);
+            }
+        });
+    }
+
+    #[test]
+    fn a_reader_gets_the_record_of_the_file_it_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), false).unwrap();
+        storage.create_bucket("b").unwrap();
+        put(&storage, "k", &[b'a'; 4096]);
+        let (file, stat) = storage.open_file("b", "k").unwrap();
+        // A write of the same size lands between the open and the read of the record, in the
+        // same tick of the file system's clock.
+        let mut temp = storage.begin_write().unwrap();
+        temp.write(&[b'b'; 4096]).unwrap();
+        temp.file.set_modified(stat.modified().unwrap()).unwrap();
+        let etag = hex::encode(temp.md5());
+        let written = storage
+            .commit("b", "k", temp, etag, ObjectAttrs::default())
+            .unwrap();
+        assert_eq!(written.mtime_ns, mtime_ns(&stat));
+        let (meta, mut file) = storage.describe("b", "k", file, &stat).unwrap();
+        let mut body = Vec::new();
+        file.read_to_end(&mut body).unwrap();
+        assert_eq!(meta.etag, hex::encode(Md5::digest(&body)));
+        assert_eq!(meta, written);
+    }
+
+    #[test]
+    fn conditional_writes_and_deletes_over_a_file_without_a_record() {
+        // Its record is made under the commit lock the conditional write already holds.
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), false).unwrap();
+        storage.create_bucket("b").unwrap();
+        fs::write(dir.path().join("b/raw"), b"hello").unwrap();
+        let tag = "5d41402abc4b2a76b9719d911017c592".to_owned();
+        let temp = storage.begin_write().unwrap();
+        let matches = Precondition::Matches(tag);
+        let attrs = ObjectAttrs::default();
+        storage
+            .commit_if("b", "raw", temp, "e".into(), attrs, &matches)
+            .unwrap();
+        fs::write(dir.path().join("b/raw2"), b"hello").unwrap();
+        let err = storage
+            .delete_object_if("b", "raw2", None, &Precondition::Matches("x".into()))
+            .unwrap_err();
+        assert_eq!(err.code(), &S3ErrorCode::PreconditionFailed);
+        storage
+            .delete_object_if("b", "raw2", None, &matches)
+            .unwrap();
+        assert!(storage.head("b", "raw2").is_err());
+    }
+
+    #[test]
+    fn a_record_without_an_inode_is_taken_for_the_file_it_describes() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), false).unwrap();
+        storage.create_bucket("b").unwrap();
+        let meta = put(&storage, "k", b"bytes");
+        // As an earlier version wrote it, or a copy of the root with its times.
+        let sidecar = dir.path().join(".bucketload/meta/b/k");
+        let old = ObjectMeta {
+            inode: 0,
+            ..meta.clone()
+        };
+        fs::write(&sidecar, serde_json::to_vec(&old).unwrap()).unwrap();
+        let reopened = Storage::open(dir.path(), false).unwrap();
+        assert_eq!(reopened.head("b", "k").unwrap(), meta);
+        let stored: ObjectMeta = serde_json::from_slice(&fs::read(&sidecar).unwrap()).unwrap();
+        assert_eq!(stored, meta, "the record names its file again");
     }
 
     #[test]

@@ -30,7 +30,12 @@ use md5::{Digest, Md5};
 use s3s::{S3Error, S3ErrorCode, s3_error};
 use serde::{Deserialize, Serialize};
 
-use super::{ListItem, ListQuery, ObjectMeta, Storage, internal, is_missing, rename_into};
+use super::{
+    ListItem, ListQuery, ObjectMeta, Precondition, Storage, internal, is_missing, rename_into,
+};
+
+/// Looks for a version that was current when found but replaced before it was opened.
+const READ_ATTEMPTS: usize = 3;
 
 /// The version ID of an object written while versioning was off (never enabled, or suspended).
 pub(crate) const NULL_VERSION: &str = "null";
@@ -327,20 +332,33 @@ impl Storage {
         let Some(version) = version else {
             return self.open_object(bucket, key);
         };
-        let found = self.find_version(bucket, key, version)?;
-        if found.delete_marker {
-            return Err(method_not_allowed(&found));
-        }
-        match &found.stem {
-            None => self.open_object(bucket, key),
-            Some(stem) => {
-                let file = fs::File::open(stem).map_err(|e| match is_missing(&e) {
-                    true => no_such_version(key, version),
-                    false => internal(e),
-                })?;
-                Ok((found.meta, file))
+        // The current version found may be replaced before it is opened (it is then archived,
+        // and found there on the next look).
+        for _ in 0..READ_ATTEMPTS {
+            let found = self.find_version(bucket, key, version)?;
+            if found.delete_marker {
+                return Err(method_not_allowed(&found));
+            }
+            match &found.stem {
+                None => {
+                    let (meta, file) = self.open_object(bucket, key)?;
+                    if meta.version() == version {
+                        return Ok((meta, file));
+                    }
+                }
+                Some(stem) => {
+                    let file = fs::File::open(stem).map_err(|e| match is_missing(&e) {
+                        true => no_such_version(key, version),
+                        false => internal(e),
+                    })?;
+                    return Ok((found.meta, file));
+                }
             }
         }
+        Err(s3_error!(
+            SlowDown,
+            "version {version} of {key} was replaced {READ_ATTEMPTS} times while being opened; retry"
+        ))
     }
 
     /// Replaces the tags of version `version` (the current one for `None`), under the commit
@@ -352,7 +370,7 @@ impl Storage {
         version: Option<&str>,
         tags: BTreeMap<String, String>,
     ) -> Result<ObjectMeta, S3Error> {
-        let _commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
+        let _commits = self.lock_commits();
         let found = match version {
             None => None,
             Some(v) => Some(self.find_version(bucket, key, v)?),
@@ -480,24 +498,41 @@ impl Storage {
     /// DeleteObject on any bucket: without `version`, the current object (unversioned) or a
     /// new delete marker (versioned); with it, that version, for good. `None` when the bucket
     /// is unversioned (nothing to answer about versions).
+    #[cfg(test)]
     pub(crate) fn delete_object(
         &self,
         bucket: &str,
         key: &str,
         version: Option<&str>,
     ) -> Result<Option<Deleted>, S3Error> {
+        self.delete_object_if(bucket, key, version, &Precondition::None)
+    }
+
+    /// [`Storage::delete_object`] if `precondition` (DeleteObject's `If-Match`) holds of the
+    /// current version, checked under the commit lock with the delete; otherwise 412
+    /// PreconditionFailed (404 NoSuchKey when there is no current object) and nothing changes.
+    pub(crate) fn delete_object_if(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        precondition: &Precondition,
+    ) -> Result<Option<Deleted>, S3Error> {
         let state = self.versioning(bucket)?;
         match (state, version) {
-            (Versioning::Unversioned, None) => self.delete(bucket, key).map(|()| None),
-            (Versioning::Unversioned, Some(NULL_VERSION)) => {
-                self.delete(bucket, key).map(|()| None)
+            (Versioning::Unversioned, None | Some(NULL_VERSION)) => {
+                self.delete_if(bucket, key, precondition).map(|()| None)
             }
             (Versioning::Unversioned, Some(_)) => {
                 super::check_key(key)?;
+                let _commits = self.lock_commits();
+                self.check_current(bucket, key, precondition)?;
                 Ok(None)
             }
-            (_, Some(v)) => self.delete_version(bucket, key, v).map(Some),
-            (_, None) => self.add_delete_marker(bucket, key, state).map(Some),
+            (_, Some(v)) => self.delete_version(bucket, key, v, precondition).map(Some),
+            (_, None) => self
+                .add_delete_marker(bucket, key, state, precondition)
+                .map(Some),
         }
     }
 
@@ -506,9 +541,11 @@ impl Storage {
         bucket: &str,
         key: &str,
         state: Versioning,
+        precondition: &Precondition,
     ) -> Result<Deleted, S3Error> {
         super::check_key(key)?;
-        let _commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
+        let _commits = self.lock_commits();
+        self.check_current(bucket, key, precondition)?;
         let current = self.current_version(bucket, key)?;
         let version_id = match (state, current) {
             (Versioning::Suspended, Some(v)) if v.version_id == NULL_VERSION => {
@@ -551,9 +588,16 @@ impl Storage {
 
     /// Removes one version for good; when it was the current one, the next newest object
     /// version becomes current (unless a delete marker is newer). A missing version succeeds.
-    fn delete_version(&self, bucket: &str, key: &str, version: &str) -> Result<Deleted, S3Error> {
+    fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: &str,
+        precondition: &Precondition,
+    ) -> Result<Deleted, S3Error> {
         super::check_key(key)?;
-        let _commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
+        let _commits = self.lock_commits();
+        self.check_current(bucket, key, precondition)?;
         let found = match self.find_version(bucket, key, version) {
             Ok(found) => found,
             Err(e) if *e.code() == S3ErrorCode::NoSuchVersion => {
