@@ -237,7 +237,7 @@ def test_control_characters_in_keys_come_back_exact(store):
 
     with pytest.raises(ClientError) as err:
         s3.get_object(Bucket=bucket, Key="missing\r")
-    assert err.value.response["Error"].get("Key") == "missing\r"
+    assert "missing\r " in err.value.response["Error"]["Message"]
 
     out = s3.delete_objects(Bucket=bucket, Delete={"Objects": [
         {"Key": k} for k in CONTROL_KEYS]})

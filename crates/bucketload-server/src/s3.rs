@@ -178,7 +178,7 @@ impl Backend {
         max_keys: Option<i32>,
         encode: UrlEncoding,
     ) -> S3Result<Listed> {
-        let max_keys = max_keys.unwrap_or(MAX_LIST_KEYS).clamp(0, MAX_LIST_KEYS);
+        let max_keys = page_size("max-keys", max_keys, MAX_LIST_KEYS)?;
         query.max_keys = max_keys as usize;
         let page = self.blocking(move |s| s.list(&bucket, &query)).await?;
         let last_token = page.items.last().map(encode_token);
@@ -250,6 +250,33 @@ impl UrlEncoding {
             }
         }
         out
+    }
+}
+
+/// True if `name` can name an S3 region (`us-east-1`, `ap-southeast-7`, `us-gov-west-1`), or
+/// is `EU`, the old name S3 still takes for eu-west-1.
+fn is_region(name: &str) -> bool {
+    // The longest region names have about 15 characters; 32 leaves room for new ones.
+    let shaped = name.len() <= 32
+        && name.contains('-')
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.ends_with(|c: char| c.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    shaped || name == "EU"
+}
+
+/// The number of entries a listing's page holds: `most` unless the request asks for fewer; a
+/// negative number is refused as S3 refuses it.
+fn page_size(name: &str, asked: Option<i32>, most: i32) -> S3Result<i32> {
+    match asked {
+        None => Ok(most),
+        Some(n) if n < 0 => Err(s3_error!(
+            InvalidArgument,
+            "Argument {name} must be an integer between 0 and 2147483647"
+        )),
+        Some(n) => Ok(n.min(most)),
     }
 }
 
@@ -619,6 +646,17 @@ impl S3 for Backend {
         {
             return Err(fidelity::not_implemented(
                 "x-amz-grant-* (access control lists)",
+            ));
+        }
+        let constraint = input
+            .create_bucket_configuration
+            .as_ref()
+            .and_then(|c| c.location_constraint.as_ref());
+        if let Some(region) = constraint.filter(|c| !is_region(c.as_str())) {
+            let shown: String = region.as_str().chars().take(64).collect();
+            return Err(s3_error!(
+                InvalidLocationConstraint,
+                "The specified location-constraint is not valid: {shown:?} names no region"
             ));
         }
         let bucket = input.bucket;
@@ -1178,10 +1216,7 @@ impl S3 for Backend {
     ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
         let input = req.input;
         let encode = url_encoding(input.encoding_type.as_ref())?;
-        let max_keys = input
-            .max_keys
-            .unwrap_or(MAX_LIST_KEYS)
-            .clamp(0, MAX_LIST_KEYS);
+        let max_keys = page_size("max-keys", input.max_keys, MAX_LIST_KEYS)?;
         let delimiter = input.delimiter.clone().filter(|d| !d.is_empty());
         let query = VersionQuery {
             prefix: input.prefix.clone().unwrap_or_default(),
@@ -1299,10 +1334,10 @@ impl S3 for Backend {
             .as_deref()
             .filter(|_| wanted(ObjectAttributes::CHECKSUM))
             .map(|c| typed(Some(c)));
+        let max = page_size("max-parts", input.max_parts, 1000)? as usize;
         let object_parts =
             (wanted(ObjectAttributes::OBJECT_PARTS) && !meta.parts.is_empty()).then(|| {
                 let marker = input.part_number_marker.unwrap_or(0).max(0) as usize;
-                let max = input.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
                 let stored = meta.checksum.as_deref();
                 let mut parts: Vec<ObjectPart> = meta
                     .parts
@@ -2092,7 +2127,7 @@ impl S3 for Backend {
             .await?;
         let algorithm = declared.as_ref().and_then(checksum::Stored::algorithm);
         let marker = input.part_number_marker.unwrap_or(0);
-        let max = input.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
+        let max = page_size("max-parts", input.max_parts, 1000)? as usize;
         let mut selected: Vec<Part> = parts
             .into_iter()
             .filter(|p| p.number > marker)
@@ -2148,7 +2183,7 @@ impl S3 for Backend {
             .blocking(move |s| s.list_uploads(&bucket, &prefix))
             .await?;
         let key_marker = input.key_marker.clone().unwrap_or_default();
-        let max = input.max_uploads.unwrap_or(1000).clamp(0, 1000) as usize;
+        let max = page_size("max-uploads", input.max_uploads, 1000)? as usize;
         let mut selected: Vec<MultipartUpload> = uploads
             .into_iter()
             .filter(|u| u.key > key_marker)
