@@ -786,6 +786,11 @@ REFUSED_CONDITIONS = [
     ("CompleteMultipartUpload", "If-Modified-Since", "Sat, 01 Jan 2000 00:00:00 GMT"),
     ("DeleteObject", "If-None-Match", "*"),
     ("DeleteObject", "If-Unmodified-Since", "Sat, 01 Jan 2000 00:00:00 GMT"),
+    ("DeleteObjects", "If-Match", '"0123"'),
+    ("PutObjectTagging", "If-Match", '"0123"'),
+    ("DeleteObjectTagging", "If-Match", '"0123"'),
+    ("CreateMultipartUpload", "If-None-Match", "*"),
+    ("AbortMultipartUpload", "If-Match", '"0123"'),
 ]
 
 
@@ -811,8 +816,18 @@ def test_conditions_an_operation_does_not_take_are_refused(server, op, header, v
             Bucket=bucket, Key="m", UploadId=upload,
             MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]}),
         "DeleteObject": lambda: s3.delete_object(Bucket=bucket, Key="k"),
+        "DeleteObjects": lambda: s3.delete_objects(Bucket=bucket,
+                                                   Delete={"Objects": [{"Key": "k"}]}),
+        "PutObjectTagging": lambda: s3.put_object_tagging(
+            Bucket=bucket, Key="k", Tagging={"TagSet": [{"Key": "t", "Value": "v"}]}),
+        "DeleteObjectTagging": lambda: s3.delete_object_tagging(Bucket=bucket, Key="k"),
+        "CreateMultipartUpload": lambda: s3.create_multipart_upload(Bucket=bucket, Key="k"),
+        "AbortMultipartUpload": lambda: s3.abort_multipart_upload(Bucket=bucket, Key="m",
+                                                                  UploadId=upload),
     }
     assert _error(calls[op]) == (501, "NotImplemented")
     assert _body(s3, bucket, "k") == b"kept"
+    assert s3.get_object_tagging(Bucket=bucket, Key="k")["TagSet"] == []
+    assert [u["Key"] for u in s3.list_multipart_uploads(Bucket=bucket)["Uploads"]] == ["m"]
     parts = s3.list_parts(Bucket=bucket, Key="m", UploadId=upload)["Parts"]
     assert [p["PartNumber"] for p in parts] == [1]

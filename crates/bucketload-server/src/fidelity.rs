@@ -34,6 +34,42 @@ pub(crate) fn unrouted(query: &str, headers: &http::HeaderMap) -> Option<String>
         .map(|name| format!("?{name}"))
 }
 
+/// Writes whose handlers take or refuse each conditional header themselves.
+const CONDITIONAL_WRITES: [&str; 6] = [
+    "PutObject",
+    "CopyObject",
+    "CompleteMultipartUpload",
+    "DeleteObject",
+    "UploadPart",
+    "UploadPartCopy",
+];
+
+/// The conditional headers of HTTP.
+const CONDITIONS: [&str; 4] = [
+    "if-match",
+    "if-none-match",
+    "if-modified-since",
+    "if-unmodified-since",
+];
+
+/// The conditional header a write `op` carries that no such write takes in S3 (tagging, ACLs,
+/// bucket settings, CreateMultipartUpload, DeleteObjects, ...), if any: refused, since it
+/// would otherwise be accepted and ignored.
+pub(crate) fn ignored_condition(
+    op: &str,
+    method: &http::Method,
+    headers: &http::HeaderMap,
+) -> Option<&'static str> {
+    let write = matches!(
+        *method,
+        http::Method::PUT | http::Method::POST | http::Method::DELETE
+    );
+    if !write || CONDITIONAL_WRITES.contains(&op) {
+        return None;
+    }
+    CONDITIONS.into_iter().find(|n| headers.contains_key(*n))
+}
+
 /// The 501 for a feature a request asked for.
 pub(crate) fn not_implemented(what: &str) -> S3Error {
     s3_error!(

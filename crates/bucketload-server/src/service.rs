@@ -280,6 +280,12 @@ impl ConnService {
             );
             return Ok(drain_then_explain(req, 501, Some("NotImplemented"), &message, head).await);
         }
+        if let Some(name) = crate::fidelity::ignored_condition(op, req.method(), req.headers()) {
+            let message = format!(
+                "the condition {name} on {op} is not implemented by bucketload serve (S3 takes none there); the request changed nothing"
+            );
+            return Ok(drain_then_explain(req, 501, Some("NotImplemented"), &message, head).await);
+        }
         let mut req = match check_post_form(req, shared.allow_sigv2).await {
             Ok(req) => req,
             Err(refused) => return Ok(refused),
