@@ -86,7 +86,9 @@ async fn prepare(config: &ServerConfig) -> Result<Prepared, Error> {
         path: config.root.clone(),
         source,
     };
-    let storage = Storage::open(&config.root, config.fsync).map_err(data_dir)?;
+    let storage = Storage::open(&config.root, config.fsync)
+        .map_err(data_dir)?
+        .shared(config.shared_root);
     let lock =
         crate::storage::lock_root(&config.root, config.shared_root).map_err(|e| match e {
             LockError::InUse(lock) => Error::RootInUse {

@@ -40,8 +40,11 @@
 //! marker `a/b/` (the S3 console's "Create folder") cannot be a file at `<bucket>/a/b/`, so
 //! its bytes live apart and the directory `<bucket>/a/b` is kept while the marker exists; the
 //! listing emits the marker when it enters that directory. A sidecar
-//! records the size and mtime of the data file it describes; when they no longer match (the
-//! file was replaced behind the server's back), the ETag is computed again from the bytes.
+//! records the inode, size and mtime of the data file it describes, and a reader takes it only
+//! for the very file it opened: a write that lands between a reader's open and its read of the
+//! sidecar sends the reader to open the object again under the commit lock
+//! ([`Storage::open_settled`]), so an answer never mixes two versions. When the file was
+//! replaced behind the server's back, the ETag is computed again from the bytes.
 //! Writes and deletes change the tree under one lock (`commits`); reads take no lock.
 //! Every function here is blocking; the S3 layer calls them on Tokio's blocking pool.
 
@@ -125,6 +128,20 @@ fn is_zero(n: &u64) -> bool {
 
 /// Where a current object is: its data file, its sidecar, and the key of its cached sidecar.
 type Located = (PathBuf, PathBuf, PathBuf);
+
+/// What one look of [`Storage::open_settled`] found.
+enum Settled {
+    /// The object opened with its record, or none.
+    Done(Option<(File, fs::Metadata, ObjectMeta)>),
+    /// An opened file without a valid record, to hash; its record is stored when true.
+    Hash(File, fs::Metadata, Located, bool),
+    /// The record names another file: another server sharing the root may be writing.
+    Elsewhere,
+}
+
+/// Looks [`Storage::open_settled`] takes on a shared root before answering from the bytes:
+/// another server's write places its file and writes its record microseconds apart.
+const SHARED_SETTLE_ATTEMPTS: usize = 1000;
 
 impl ObjectMeta {
     pub(crate) fn last_modified(&self) -> SystemTime {
@@ -229,6 +246,8 @@ pub(crate) struct Storage {
     reaper: Reaper,
     /// Hashes the bodies being written, many at once.
     lanes: std::sync::Arc<crate::lanes::Lanes>,
+    /// Other servers may write into the root at the same time (see [`Storage::shared`]).
+    shared: bool,
 }
 
 impl Storage {
@@ -247,7 +266,15 @@ impl Storage {
             seq: AtomicU64::new(0),
             reaper: Reaper::start(),
             lanes: std::sync::Arc::default(),
+            shared: false,
         })
+    }
+
+    /// Marks the root as shared with other servers (`with_shared_root`), whose writes this
+    /// server's commit lock does not hold back.
+    pub(crate) fn shared(mut self, shared: bool) -> Self {
+        self.shared = shared;
+        self
     }
 
     /// Takes the commit lock. A guard per thread: a function that settles what it reads under
@@ -700,34 +727,89 @@ impl Storage {
     }
 
     /// Opens the current object `locate` finds (`None`: there is none), with the record of
-    /// that very file. Under the commit lock, where no write stands between placing a file
-    /// and writing its record, so the two agree unless the file was changed by hand: a
-    /// record of the same size and mtime but another inode (written before records named
-    /// their file, or a root copied with its times) is taken and updated; a file without a
-    /// valid record is hashed, outside the lock, and its record stored.
+    /// that very file. Under the commit lock, where no write of this server stands between
+    /// placing a file and writing its record, so the two agree unless the file was changed
+    /// by hand: a record of the same size and mtime but another inode (written before records
+    /// named their file, or a root copied with its times) is taken and updated; a file without
+    /// a valid record is hashed, outside the lock, and its record stored.
+    ///
+    /// A server sharing its root ([`Storage::shared`]) may be between the two steps of
+    /// another server's write: while the record names another file, it looks again (a bounded
+    /// number of times), and then answers from the bytes without storing anything.
     fn open_settled(
         &self,
         locate: impl Fn() -> io::Result<Option<Located>>,
     ) -> io::Result<Option<(File, fs::Metadata, ObjectMeta)>> {
-        let (file, stat, (data, meta_path, cache_key)) = {
-            let _commits = self.lock_commits_once();
-            let Some(located) = locate()? else {
-                return Ok(None);
-            };
-            let file = match File::open(&located.0) {
-                Ok(file) => file,
-                Err(e) if is_missing(&e) => return Ok(None),
-                Err(e) => return Err(e),
-            };
-            let stat = file.metadata()?;
-            if !stat.is_file() {
-                return Ok(None);
-            }
-            if let Some(meta) = self.adopt_record(&located, &stat) {
-                return Ok(Some((file, stat, meta)));
-            }
-            (file, stat, located)
+        let attempts = if self.shared {
+            SHARED_SETTLE_ATTEMPTS
+        } else {
+            1
         };
+        let mut attempt = 1;
+        loop {
+            match self.settle_once(&locate, attempt >= attempts)? {
+                Settled::Done(opened) => return Ok(opened),
+                Settled::Hash(file, stat, located, store) => {
+                    return self.hash_opened(file, stat, &located, store).map(Some);
+                }
+                Settled::Elsewhere => {
+                    attempt += 1;
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
+    /// One look of [`Storage::open_settled`] under the commit lock.
+    fn settle_once(
+        &self,
+        locate: &impl Fn() -> io::Result<Option<Located>>,
+        last: bool,
+    ) -> io::Result<Settled> {
+        let _commits = self.lock_commits_once();
+        let Some(located) = locate()? else {
+            return Ok(Settled::Done(None));
+        };
+        let file = match File::open(&located.0) {
+            Ok(file) => file,
+            Err(e) if is_missing(&e) => return Ok(Settled::Done(None)),
+            Err(e) => return Err(e),
+        };
+        let stat = file.metadata()?;
+        if !stat.is_file() {
+            return Ok(Settled::Done(None));
+        }
+        let record = fs::read(&located.1)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<ObjectMeta>(&bytes).ok());
+        // A record naming another file: on a shared root, maybe another server's write.
+        let elsewhere = record
+            .as_ref()
+            .is_some_and(|m| m.inode != 0 && m.inode != stat.ino());
+        match record {
+            Some(meta) if is_fresh(&meta, &stat) => {
+                self.remember(&located.2, &meta);
+                Ok(Settled::Done(Some((file, stat, meta))))
+            }
+            _ if self.shared && elsewhere && !last => Ok(Settled::Elsewhere),
+            _ if self.shared && elsewhere => Ok(Settled::Hash(file, stat, located, false)),
+            Some(meta) if same_bytes(&meta, &stat) => {
+                let meta = self.adopt_record(meta, &located, &stat);
+                Ok(Settled::Done(Some((file, stat, meta))))
+            }
+            _ => Ok(Settled::Hash(file, stat, located, true)),
+        }
+    }
+
+    /// The metadata of an opened file without a valid record, from its bytes; stored (when
+    /// `store`) unless the file was replaced or described meanwhile.
+    fn hash_opened(
+        &self,
+        file: File,
+        stat: fs::Metadata,
+        (data, meta_path, cache_key): &Located,
+        store: bool,
+    ) -> io::Result<(File, fs::Metadata, ObjectMeta)> {
         tracing::debug!(path = %data.display(), "object has no valid sidecar; hashing it");
         let meta = ObjectMeta {
             etag: md5_of(&file)?,
@@ -737,36 +819,30 @@ impl Storage {
             ..ObjectMeta::default()
         };
         let _commits = self.lock_commits_once();
-        // Stored unless the file was replaced or described meanwhile.
-        let current = fs::metadata(&data).is_ok_and(|s| s.ino() == stat.ino());
-        if current && read_sidecar(&meta_path, &stat).is_none() {
-            if let Err(e) = self.write_sidecar(&meta_path, &meta) {
-                tracing::warn!(path = %meta_path.display(), error = %e, "cannot store object sidecar");
-            }
-            self.remember(&cache_key, &meta);
-        }
-        Ok(Some((file, stat, meta)))
-    }
-
-    /// The sidecar of a located file if it describes that file's bytes (size and mtime), made
-    /// to name the file's inode. Under the commit lock.
-    fn adopt_record(
-        &self,
-        (_, meta_path, cache_key): &Located,
-        stat: &fs::Metadata,
-    ) -> Option<ObjectMeta> {
-        let bytes = fs::read(meta_path).ok()?;
-        let mut meta = serde_json::from_slice::<ObjectMeta>(&bytes)
-            .ok()
-            .filter(|m| same_bytes(m, stat))?;
-        if meta.inode != stat.ino() {
-            meta.inode = stat.ino();
+        let current = fs::metadata(data).is_ok_and(|s| s.ino() == stat.ino());
+        if store && current && read_sidecar(meta_path, &stat).is_none() {
             if let Err(e) = self.write_sidecar(meta_path, &meta) {
                 tracing::warn!(path = %meta_path.display(), error = %e, "cannot store object sidecar");
             }
+            self.remember(cache_key, &meta);
+        }
+        Ok((file, stat, meta))
+    }
+
+    /// A record that describes a located file's bytes (size and mtime), made to name the
+    /// file's inode. Under the commit lock.
+    fn adopt_record(
+        &self,
+        mut meta: ObjectMeta,
+        (_, meta_path, cache_key): &Located,
+        stat: &fs::Metadata,
+    ) -> ObjectMeta {
+        meta.inode = stat.ino();
+        if let Err(e) = self.write_sidecar(meta_path, &meta) {
+            tracing::warn!(path = %meta_path.display(), error = %e, "cannot store object sidecar");
         }
         self.remember(cache_key, &meta);
-        Some(meta)
+        meta
     }
 
     /// The cached metadata under `key`, if it still describes a file with `stat`.
@@ -1658,6 +1734,34 @@ mod tests {
             .delete_object_if("b", "raw2", None, &matches)
             .unwrap();
         assert!(storage.head("b", "raw2").is_err());
+    }
+
+    #[test]
+    fn a_shared_root_never_takes_a_record_of_another_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), false).unwrap().shared(true);
+        storage.create_bucket("b").unwrap();
+        let meta = put(&storage, "k", b"bytes");
+        // Another server's write placed its file (same size and time), not yet its record.
+        let other = dir.path().join("b/k.other");
+        fs::write(&other, b"other").unwrap();
+        let time = UNIX_EPOCH + std::time::Duration::from_nanos(meta.mtime_ns);
+        File::options()
+            .write(true)
+            .open(&other)
+            .unwrap()
+            .set_modified(time)
+            .unwrap();
+        fs::rename(&other, dir.path().join("b/k")).unwrap();
+        let head = storage.head("b", "k").unwrap();
+        assert_eq!(head.etag, hex::encode(Md5::digest(b"other")));
+        assert_eq!(head.content_type, None);
+        let sidecar = dir.path().join(".bucketload/meta/b/k");
+        let stored: ObjectMeta = serde_json::from_slice(&fs::read(&sidecar).unwrap()).unwrap();
+        assert_eq!(
+            stored, meta,
+            "the other server's record is left for it to write"
+        );
     }
 
     #[test]
