@@ -752,6 +752,8 @@ def test_list_parts_negative_max_parts_is_invalid(store):
     upload = s3.create_multipart_upload(Bucket=bucket, Key="k")["UploadId"]
     assert _error(s3.list_parts, Bucket=bucket, Key="k", UploadId=upload, MaxParts=-1) == \
         (400, "InvalidArgument")
+    assert _error(s3.list_parts, Bucket=bucket, Key="k", UploadId=upload,
+                  PartNumberMarker=-1) == (400, "InvalidArgument")
     s3.abort_multipart_upload(Bucket=bucket, Key="k", UploadId=upload)
 
 

@@ -280,6 +280,12 @@ fn page_size(name: &str, asked: Option<i32>, most: i32) -> S3Result<i32> {
     }
 }
 
+/// A marker argument (`part-number-marker`): 0 when absent; a negative one is refused as S3
+/// refuses it.
+fn non_negative(name: &str, asked: Option<i32>) -> S3Result<i32> {
+    asked.map_or(Ok(0), |n| page_size(name, Some(n), i32::MAX))
+}
+
 fn url_encoding(encoding: Option<&EncodingType>) -> S3Result<UrlEncoding> {
     match encoding.map(EncodingType::as_str) {
         None => Ok(UrlEncoding(false)),
@@ -1335,9 +1341,9 @@ impl S3 for Backend {
             .filter(|_| wanted(ObjectAttributes::CHECKSUM))
             .map(|c| typed(Some(c)));
         let max = page_size("max-parts", input.max_parts, 1000)? as usize;
+        let marker = non_negative("part-number-marker", input.part_number_marker)? as usize;
         let object_parts =
             (wanted(ObjectAttributes::OBJECT_PARTS) && !meta.parts.is_empty()).then(|| {
-                let marker = input.part_number_marker.unwrap_or(0).max(0) as usize;
                 let stored = meta.checksum.as_deref();
                 let mut parts: Vec<ObjectPart> = meta
                     .parts
@@ -2126,7 +2132,7 @@ impl S3 for Backend {
             .blocking(move |s| s.list_parts(&bucket, &key, &id))
             .await?;
         let algorithm = declared.as_ref().and_then(checksum::Stored::algorithm);
-        let marker = input.part_number_marker.unwrap_or(0);
+        let marker = non_negative("part-number-marker", input.part_number_marker)?;
         let max = page_size("max-parts", input.max_parts, 1000)? as usize;
         let mut selected: Vec<Part> = parts
             .into_iter()
