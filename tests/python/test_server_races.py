@@ -4,7 +4,8 @@ A writer replaces keys over and over with versions of the same size (so a size c
 tell them apart) while boto3 readers on other threads GET them whole (with
 `ChecksumMode=ENABLED`), by range, and HEAD then GET with `If-Match`. Each answer's bytes must be
 the version its ETag names, with that version's Content-Length and checksum: a loader files cache
-entries and checks manifests by the ETag. Bounded by the writer's iterations, never by time.
+entries and checks manifests by the ETag. On a versioned bucket, a GET of the version a HEAD named answers that version. Bounded by the
+writer's iterations, never by time.
 Checked against the embedded server and moto's server."""
 
 from __future__ import annotations
@@ -83,13 +84,21 @@ def _reader(endpoint, creds, bucket, keys, done, turn) -> tuple[int, list[str]]:
                 elif head.get("ChecksumCRC32") != _crc32(versions[head["ETag"]]):
                     problems.append(f"HEAD {key}: checksum of another version than {head['ETag']}")
                 _check_get(s3, bucket, key, versions, problems, IfMatch=head["ETag"])
+                if "VersionId" in head:
+                    got = s3.get_object(Bucket=bucket, Key=key, VersionId=head["VersionId"])
+                    body = got["Body"].read()
+                    if got["ETag"] != head["ETag"] or body != versions[head["ETag"]]:
+                        problems.append(f"GET {key} version {head['VersionId']}: another version")
             reads += 1
     return reads, problems
 
 
-@pytest.mark.parametrize("size", [100_000, 2 * 1024 * 1024])
-def test_reads_racing_writes_answer_one_version(store, server, request, size):
+@pytest.mark.parametrize("size, versioned", [
+    (100_000, False), (2 * 1024 * 1024, False), (100_000, True)])
+def test_reads_racing_writes_answer_one_version(store, server, request, size, versioned):
     name, s3, bucket = store
+    if versioned:
+        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     if name == "bucketload":
         endpoint, creds = server.endpoint, {}
     else:
