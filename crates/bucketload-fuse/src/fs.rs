@@ -401,12 +401,14 @@ impl Fs {
             ));
         }
         if mode.write {
-            self.check_replace(&key, mode)?;
+            self.check_replace(&key)?;
             let content = match mode.truncate {
                 true => None,
                 false => Some(self.load_for_edit(ino, &key).await?),
             };
-            return self.start_writer(ino, &key, pid, content).await;
+            return self
+                .start_writer(ino, &key, pid, content, mode.append)
+                .await;
         }
         let stat = self.getattr(ino).await?;
         let etag = self

@@ -56,6 +56,8 @@ pub(crate) struct FileWriter {
     state: State,
     /// The process (thread group) that opened the file: its `close` completes the upload.
     pub(crate) owner: u32,
+    /// Opened with `O_APPEND`: every write goes to the end, whatever its offset.
+    pub(crate) append: bool,
     /// What the store holds at the key apart from this upload (`None`: nothing); the name
     /// shows it again when the upload fails.
     pub(crate) previous: Option<Saved>,
@@ -82,6 +84,7 @@ impl FileWriter {
             dirty: true,
             state: State::Open,
             owner,
+            append: false,
             previous,
             memory: Some(memory),
         };
@@ -184,6 +187,10 @@ impl FileWriter {
             State::Failed(reason) => return Err(self.failure(reason)),
             State::Discarded => return Ok(u32::try_from(data.len()).unwrap_or(u32::MAX)),
         }
+        let offset = match self.append {
+            true => self.written,
+            false => offset,
+        };
         let len = data.len() as u64;
         let end = offset.saturating_add(len);
         if let Some(held) = &mut self.held {

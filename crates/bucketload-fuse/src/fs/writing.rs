@@ -49,15 +49,8 @@ impl Fs {
         }
     }
 
-    pub(super) fn check_replace(&self, key: &str, mode: OpenMode) -> Result<()> {
+    pub(super) fn check_replace(&self, key: &str) -> Result<()> {
         self.refuse_if_read_only(key)?;
-        if mode.append {
-            return Err(Error::refused(
-                key,
-                errno::ENOTSUP,
-                "appending to an object is not supported; write a new file",
-            ));
-        }
         if !self.inner.config.allow_overwrite {
             return Err(Error::refused(
                 key,
@@ -129,13 +122,15 @@ impl Fs {
     }
 
     /// Opens `ino` for writing by thread `pid`: from scratch, or from `content` (the object,
-    /// for a program that opened it without `O_TRUNC`).
+    /// for a program that opened it without `O_TRUNC`); with `append` (`O_APPEND`) every write
+    /// goes to the end.
     pub(super) async fn start_writer(
         &self,
         ino: u64,
         key: &str,
         pid: u32,
         content: Option<Vec<u8>>,
+        append: bool,
     ) -> Result<u64> {
         let (memory, parts) = self.writer_memory(key).await?;
         let opts = MultipartOptions {
@@ -156,6 +151,7 @@ impl Fs {
         if let Some(content) = content {
             writer = writer.with_content(content);
         }
+        writer.append = append;
         node.writing = true;
         node.size = writer.written();
         node.mtime = SystemTime::now();
@@ -186,17 +182,10 @@ impl Fs {
                 };
                 return self.opened(stat.ino, self.open(stat.ino, replace, pid).await?);
             }
-            Err(Error::NotFound { .. }) if mode.append => {
-                return Err(Error::refused(
-                    &key,
-                    errno::ENOTSUP,
-                    "appending is not supported; write the file without O_APPEND",
-                ));
-            }
             Err(Error::NotFound { .. }) => self.tree().insert_local(parent, name, Kind::File),
             Err(e) => return Err(e),
         };
-        match self.start_writer(ino, &key, pid, None).await {
+        match self.start_writer(ino, &key, pid, None, mode.append).await {
             Ok(fh) => self.opened(ino, fh),
             Err(e) => {
                 self.tree().unlink(ino);
