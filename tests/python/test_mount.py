@@ -172,9 +172,22 @@ def test_files_unlinked_right_after_they_are_made_leave_nothing(s3, bucket, moun
         pass
     # A file unlinked while still open: its writes and close succeed, and nothing is uploaded.
     fd = os.open(point / "open.tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-    os.unlink(point / "open.tmp")
-    os.write(fd, b"gone")
-    os.close(fd)
+    try:
+        os.unlink(point / "open.tmp")
+        os.write(fd, b"gone")
+    finally:
+        os.close(fd)
+    assert _keys(s3, bucket) == {}
+    assert os.listdir(point) == []
+
+
+def test_a_new_file_deleted_while_open_needs_no_allow_delete(s3, bucket, mount):
+    point = mount()
+    fd = os.open(point / ".probe.swx", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.unlink(point / ".probe.swx")
+    finally:
+        os.close(fd)
     assert _keys(s3, bucket) == {}
     assert os.listdir(point) == []
 

@@ -449,12 +449,12 @@ impl Fs {
                 "is a directory; use rmdir",
             ));
         }
-        if !self.inner.config.allow_delete {
-            return Err(Error::refused(
-                &key,
-                errno::EPERM,
-                "deleting objects needs --allow-delete",
-            ));
+        let refused =
+            || Error::refused(&key, errno::EPERM, "deleting objects needs --allow-delete");
+        // A new file not uploaded yet has no object to delete: no flag is needed.
+        let new_file = stat.writing && self.tree().get(stat.ino).is_some_and(|n| n.local);
+        if !self.inner.config.allow_delete && !new_file {
+            return Err(refused());
         }
         if stat.writing {
             // `touch f && rm f`, a temporary file, vim's swap probe: the name goes, and the
@@ -464,6 +464,10 @@ impl Fs {
                 self.tree().keep_dirs(parent);
                 return Ok(());
             }
+        }
+        if !self.inner.config.allow_delete {
+            // Its upload completed just before (the release after the program's close).
+            return Err(refused());
         }
         let store = self.inner.store.object_store();
         store

@@ -972,6 +972,23 @@ async fn a_file_deleted_while_open_for_writing_makes_no_object() {
     assert!(b.store().list_uploads("").await.unwrap().is_empty());
     assert_eq!(names(&fs, ROOT).await, []);
     assert_eq!(fs.open_handles(), 0);
+
+    // Without --allow-delete: a new file deletes nothing in the store, so it goes; a
+    // replacement would delete the object, so it is refused and its upload goes on.
+    b.put("kept.bin", b"kept".to_vec()).await;
+    let fs = b
+        .fs(MountConfig::default().with_allow_overwrite(true))
+        .await;
+    let (_, fh) = fs.create(ROOT, "probe.swx", TRUNC, SHELL).await.unwrap();
+    fs.unlink(ROOT, "probe.swx").await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert!(b.get("probe.swx").await.is_none());
+    let kept = fs.lookup(ROOT, "kept.bin").await.unwrap();
+    let fh = fs.open(kept.ino, TRUNC, SHELL).await.unwrap();
+    fs.write(fh, 0, Bytes::from_static(b"new")).await.unwrap();
+    assert_eq!(errno_of(fs.unlink(ROOT, "kept.bin").await), errno::EPERM);
+    fs.release(fh).await.unwrap();
+    assert_eq!(b.get("kept.bin").await.unwrap(), "new");
 }
 
 /// `rmdir` deletes the directory's folder marker, so it does not come back; a directory
