@@ -921,10 +921,15 @@ async fn a_file_opened_without_o_trunc_is_modified_in_place() {
         "one\ntwo\nfoo\n",
         "not before close"
     );
+    fs.fsync(fh).await.unwrap();
+    assert_eq!(b.get("f.txt").await.unwrap(), "0ne\nTWO\n");
+    // Resized after the fsync uploaded it: the close uploads it again.
+    assert_eq!(fs.truncate(f.ino, 4, Some(fh)).await.unwrap().size, 4);
+    fs.write(fh, 4, Bytes::from_static(b"2\n")).await.unwrap();
     fs.flush(fh, SHELL).await.unwrap();
     fs.release(fh).await.unwrap();
-    assert_eq!(b.get("f.txt").await.unwrap(), "0ne\nTWO\n");
-    assert_eq!(read_all(&fs, "f.txt", 4096).await, b"0ne\nTWO\n");
+    assert_eq!(b.get("f.txt").await.unwrap(), "0ne\n2\n");
+    assert_eq!(read_all(&fs, "f.txt", 4096).await, b"0ne\n2\n");
 
     // Opened and closed without a write (`touch`): nothing is uploaded.
     let puts = || fs.store().metrics().snapshot().requests.put;

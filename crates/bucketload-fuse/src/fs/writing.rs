@@ -407,14 +407,19 @@ impl Fs {
             return Ok(stat);
         }
         self.refuse_if_read_only(&key)?;
-        if let Some((ino, writer)) = &writer
-            && writer.lock().await.resize(size)
-        {
-            // A file held in memory (at most one part) is resized there.
-            let mut tree = self.tree();
-            let node = tree.get_mut(*ino).ok_or_else(|| Error::not_found(&key))?;
-            node.size = size;
-            return Ok(node.stat(*ino));
+        if let Some((ino, writer)) = &writer {
+            // A file held in memory (at most one part) is resized there, also after a close or
+            // fsync uploaded it (the next completion uploads it again).
+            let mut writer = writer.lock().await;
+            if writer.can_reopen() && size <= self.inner.config.part_size {
+                self.reopen(*ino, &mut writer).await?;
+            }
+            if writer.resize(size) {
+                let mut tree = self.tree();
+                let node = tree.get_mut(*ino).ok_or_else(|| Error::not_found(&key))?;
+                node.size = size;
+                return Ok(node.stat(*ino));
+            }
         }
         let reason = "objects cannot be resized in place; write the whole file again with O_TRUNC";
         if let Some((ino, writer)) = writer {
