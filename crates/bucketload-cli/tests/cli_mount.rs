@@ -442,7 +442,7 @@ fn shell_redirection_dd_tee_and_python_write_exactly_the_bytes() {
 }
 
 /// Appends add to the object (of at most one part), on existing and new names; an object
-/// over one part is refused with ENOTSUP and left as it was.
+/// over one part is refused with ENOTSUP and left as it was, except emptied by `truncate`.
 #[test]
 fn appends_add_to_objects_of_at_most_one_part() {
     let fx = Fixture::start();
@@ -477,7 +477,20 @@ fn appends_add_to_objects_of_at_most_one_part() {
     assert_eq!(object(&fx, &store, "new.txt").unwrap(), b"new\nagain\n");
     let err = bash_fails(&dir, "echo more >> big.bin");
     assert!(err.contains("Operation not supported"), "{err}");
-    assert_eq!(object(&fx, &store, "big.bin").unwrap(), big);
+    let err = bash_fails(&dir, "printf x | dd of=big.bin conv=notrunc status=none");
+    assert!(err.contains("Operation not supported"), "{err}");
+    assert!(object(&fx, &store, "big.bin").unwrap() == big, "unchanged");
+    bash_ok(&dir, "touch big.bin");
+    assert!(object(&fx, &store, "big.bin").unwrap() == big, "unchanged");
+    // Emptied first, it is written anew.
+    let py = "f = open('big.bin', 'r+b'); f.truncate(0); f.write(b'small'); f.close()";
+    let out = Command::new(venv_python())
+        .args(["-c", py])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:#?}");
+    assert_eq!(object(&fx, &store, "big.bin").unwrap(), b"small");
     m.unmount();
 }
 

@@ -28,7 +28,7 @@ use crate::error::{Error, Result, errno};
 use crate::memory::Memory;
 use crate::read::{FileReader, ReadContext};
 use crate::tree::{Checked, Entry, Kind, Known, ROOT, Stat, Tree, join};
-use crate::write::FileWriter;
+use crate::write::{FileWriter, Start};
 
 /// The largest object S3's CopyObject copies in one request; larger ones are not renamed.
 const MAX_COPY: u64 = 5 << 30;
@@ -402,13 +402,11 @@ impl Fs {
         }
         if mode.write {
             self.check_replace(&key)?;
-            let content = match mode.truncate {
-                true => None,
-                false => Some(self.load_for_edit(ino, &key).await?),
+            let start = match mode.truncate {
+                true => Start::Empty,
+                false => self.load_for_edit(ino, &key, mode).await?,
             };
-            return self
-                .start_writer(ino, &key, pid, content, mode.append)
-                .await;
+            return self.start_writer(ino, &key, pid, start, mode.append).await;
         }
         let stat = self.getattr(ino).await?;
         let etag = self

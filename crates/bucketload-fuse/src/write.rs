@@ -26,6 +26,18 @@ use crate::error::{Error, Result, errno};
 use crate::memory::Reservation;
 use crate::tree::Saved;
 
+/// What a file opened for writing starts from.
+#[derive(Debug)]
+pub(crate) enum Start {
+    /// Nothing: a new file, or `O_TRUNC`.
+    Empty,
+    /// The object, at most one part, read into memory (opened without `O_TRUNC`).
+    Content(Vec<u8>),
+    /// An object of this many bytes, over one part, not read (opened without `O_TRUNC`): it
+    /// can only be emptied (`ftruncate` to 0) and then written, or closed unchanged.
+    TooLarge(u64),
+}
+
 /// Where an open file's upload stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum State {
@@ -53,6 +65,8 @@ pub(crate) struct FileWriter {
     /// Whether the held bytes differ from what the store holds (a file opened without
     /// `O_TRUNC` and not written is not uploaded again).
     dirty: bool,
+    /// Started from an object over one part, not read ([`Start::TooLarge`]).
+    unloaded: bool,
     state: State,
     /// The process (thread group) that opened the file: its `close` completes the upload.
     pub(crate) owner: u32,
@@ -82,6 +96,7 @@ impl FileWriter {
             written: 0,
             held: Some(Vec::new()),
             dirty: true,
+            unloaded: false,
             state: State::Open,
             owner,
             append: false,
@@ -92,12 +107,23 @@ impl FileWriter {
         writer
     }
 
-    /// Starts from `content`, the object as the store holds it (at most one part): for a file
-    /// opened for writing without `O_TRUNC`. Closing it unwritten uploads nothing.
-    pub(crate) fn with_content(mut self, content: Vec<u8>) -> FileWriter {
-        self.written = content.len() as u64;
-        self.held = Some(content);
-        self.dirty = false;
+    /// Starts from `start`. A file opened without `O_TRUNC` and closed unwritten uploads
+    /// nothing.
+    pub(crate) fn with_start(mut self, start: Start) -> FileWriter {
+        match start {
+            Start::Empty => {}
+            Start::Content(content) => {
+                self.written = content.len() as u64;
+                self.held = Some(content);
+                self.dirty = false;
+            }
+            Start::TooLarge(size) => {
+                self.written = size;
+                self.held = None;
+                self.dirty = false;
+                self.unloaded = true;
+            }
+        }
         self
     }
 
@@ -114,6 +140,12 @@ impl FileWriter {
 
     pub(crate) fn written(&self) -> u64 {
         self.written
+    }
+
+    /// Whether there is anything to upload: bytes written since the open or the last upload
+    /// (a new file, or one opened with `O_TRUNC`, is new content from the start).
+    pub(crate) fn changed(&self) -> bool {
+        self.dirty
     }
 
     pub(crate) fn state(&self) -> &State {
@@ -167,6 +199,11 @@ impl FileWriter {
     /// Resizes the held file (`ftruncate`, zero-filled when it grows); `false` when the file
     /// is not held or `size` is over one part.
     pub(crate) fn resize(&mut self, size: u64) -> bool {
+        if self.unloaded && size == 0 && self.state == State::Open {
+            // `truncate -s 0`, or an open without O_TRUNC then ftruncate: a new file.
+            self.unloaded = false;
+            self.held = Some(Vec::new());
+        }
         match (&mut self.held, self.state == State::Open) {
             (Some(held), true) if size <= self.opts.part_size => {
                 held.resize(size as usize, 0);
@@ -186,6 +223,17 @@ impl FileWriter {
             State::Done(_) => return Err(self.closed()),
             State::Failed(reason) => return Err(self.failure(reason)),
             State::Discarded => return Ok(u32::try_from(data.len()).unwrap_or(u32::MAX)),
+        }
+        if self.unloaded {
+            return Err(Error::refused(
+                &self.key,
+                errno::ENOTSUP,
+                format!(
+                    "the object is over one part (--part-size, {} bytes) and cannot be modified \
+                     in place; it is unchanged: open it with O_TRUNC to replace it whole",
+                    self.opts.part_size
+                ),
+            ));
         }
         let offset = match self.append {
             true => self.written,

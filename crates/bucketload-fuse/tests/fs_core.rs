@@ -939,12 +939,30 @@ async fn a_file_opened_without_o_trunc_is_modified_in_place() {
     fs.release(fh).await.unwrap();
     assert_eq!(puts(), before);
 
+    // Over one part: opened (`touch`), but not written or appended to; emptied first
+    // (`truncate -s 0`), it is written anew.
     let big = fs.lookup(ROOT, "big.bin").await.unwrap();
+    let append = OpenMode {
+        append: true,
+        ..rdwr
+    };
     assert_eq!(
-        errno_of(fs.open(big.ino, rdwr, SHELL).await),
+        errno_of(fs.open(big.ino, append, SHELL).await),
         errno::ENOTSUP
     );
+    let fh = fs.open(big.ino, rdwr, SHELL).await.unwrap();
+    let write = fs.write(fh, 0, Bytes::from_static(b"x")).await;
+    assert_eq!(errno_of(write), errno::ENOTSUP);
+    fs.flush(fh, SHELL).await.unwrap();
+    fs.release(fh).await.unwrap();
     assert_eq!(b.get("big.bin").await.unwrap(), pattern(5 * MIB + 1, 3));
+    assert_eq!(puts(), before, "nothing uploaded");
+    let fh = fs.open(big.ino, rdwr, SHELL).await.unwrap();
+    assert_eq!(fs.truncate(big.ino, 0, Some(fh)).await.unwrap().size, 0);
+    fs.write(fh, 0, Bytes::from_static(b"small")).await.unwrap();
+    fs.flush(fh, SHELL).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert_eq!(b.get("big.bin").await.unwrap(), "small");
 }
 
 /// A file deleted while it is open for writing (`touch f && rm f`, a temporary file, vim's

@@ -3,7 +3,7 @@
 //!
 //! The upload of an open file completes at the first of:
 //! - a `flush` (a `close`) by the process that opened the file, once at least one byte was
-//!   written. A flush before any write does nothing: shells (`echo x > f`) and `dd` open the
+//!   written (and, opened without `O_TRUNC`, changed). A flush before any write does nothing: shells (`echo x > f`) and `dd` open the
 //!   file, `dup2` it and close the original descriptor before writing. A flush from another
 //!   process (a forked child closing its copy) does nothing either;
 //! - an `fsync`;
@@ -29,7 +29,7 @@ use crate::error::{Error, Result, errno};
 use crate::memory::Reservation;
 use crate::process;
 use crate::tree::{Checked, Kind, Stat, join};
-use crate::write::{FileWriter, State};
+use crate::write::{FileWriter, Start, State};
 
 impl Fs {
     /// Closes every handle at unmount: the upload of a file still open for writing is aborted,
@@ -87,22 +87,25 @@ impl Fs {
         }
     }
 
-    /// The object behind `ino`, to be modified in place by a program that opened it for
-    /// writing without `O_TRUNC`: only objects of at most one part (`--part-size`), which the
-    /// writer holds in memory; larger ones are `ENOTSUP`.
-    pub(super) async fn load_for_edit(&self, ino: u64, key: &str) -> Result<Vec<u8>> {
+    /// What a program that opened `ino` for writing without `O_TRUNC` starts from: the object,
+    /// read into memory, if it is at most one part (`--part-size`); else only its size. Larger
+    /// objects cannot be appended to (`ENOTSUP`).
+    pub(super) async fn load_for_edit(&self, ino: u64, key: &str, mode: OpenMode) -> Result<Start> {
         let stat = self.getattr(ino).await?;
         let limit = self.inner.config.part_size;
-        if stat.size > limit {
+        if stat.size > limit && mode.append {
             return Err(Error::refused(
                 key,
                 errno::ENOTSUP,
                 format!(
                     "the object is {} bytes; only files of at most one part (--part-size, {limit} \
-                     bytes) can be modified in place: open it with O_TRUNC to replace it whole",
+                     bytes) can be appended to: write the whole file again with O_TRUNC",
                     stat.size
                 ),
             ));
+        }
+        if stat.size > limit {
+            return Ok(Start::TooLarge(stat.size));
         }
         let etag = self
             .tree()
@@ -118,18 +121,18 @@ impl Fs {
             Ok(got) => got.bytes().await,
             Err(e) => Err(e),
         };
-        got.map(|b| b.to_vec()).map_err(|e| self.map(key, e))
+        got.map(|b| Start::Content(b.to_vec()))
+            .map_err(|e| self.map(key, e))
     }
 
-    /// Opens `ino` for writing by thread `pid`: from scratch, or from `content` (the object,
-    /// for a program that opened it without `O_TRUNC`); with `append` (`O_APPEND`) every write
-    /// goes to the end.
+    /// Opens `ino` for writing by thread `pid` from `start`; with `append` (`O_APPEND`) every
+    /// write goes to the end.
     pub(super) async fn start_writer(
         &self,
         ino: u64,
         key: &str,
         pid: u32,
-        content: Option<Vec<u8>>,
+        start: Start,
         append: bool,
     ) -> Result<u64> {
         let (memory, parts) = self.writer_memory(key).await?;
@@ -147,10 +150,8 @@ impl Fs {
                 "the file is already being written",
             ));
         }
-        let mut writer = FileWriter::new(&self.inner.store, key, opts, owner, node.saved(), memory);
-        if let Some(content) = content {
-            writer = writer.with_content(content);
-        }
+        let mut writer = FileWriter::new(&self.inner.store, key, opts, owner, node.saved(), memory)
+            .with_start(start);
         writer.append = append;
         node.writing = true;
         node.size = writer.written();
@@ -185,7 +186,10 @@ impl Fs {
             Err(Error::NotFound { .. }) => self.tree().insert_local(parent, name, Kind::File),
             Err(e) => return Err(e),
         };
-        match self.start_writer(ino, &key, pid, None, mode.append).await {
+        match self
+            .start_writer(ino, &key, pid, Start::Empty, mode.append)
+            .await
+        {
             Ok(fh) => self.opened(ino, fh),
             Err(e) => {
                 self.tree().unlink(ino);
@@ -287,7 +291,9 @@ impl Fs {
             self.settle_failed(ino, &writer);
             return Err(writer.failure(reason));
         }
-        if writer.written() == 0 {
+        if writer.written() == 0 || !writer.changed() {
+            // `dd` and shells close the descriptor they opened before writing through its
+            // copy; a file opened without O_TRUNC has nothing new until written.
             tracing::debug!(
                 key = writer.key(),
                 "mount: close before any write; not completed"
