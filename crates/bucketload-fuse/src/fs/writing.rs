@@ -315,8 +315,8 @@ impl Fs {
     /// The last descriptor of an open file is closed: completes an upload not yet completed.
     /// The kernel does not pass this result on to the program; the adapter logs it.
     ///
-    /// The handle stays in the table until its upload settled, so that an `unlink` or a
-    /// `rename` of the name waits for it (see [`Fs::discard_writers`]).
+    /// The handle stays in the table until its upload settled, so that an `unlink` of the name
+    /// finds it and waits for it.
     pub async fn release(&self, fh: u64) -> Result<()> {
         let handle = self.handles().get(&fh).cloned();
         let result = match handle {
