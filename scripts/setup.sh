@@ -16,6 +16,10 @@ dpkg -s libjpeg62-turbo-dev >/dev/null 2>&1 || need_apt+=(libjpeg62-turbo-dev)
 [ -x /usr/bin/time ] || need_apt+=(time)   # CPU and peak memory in the benchmark scripts
 command -v chromium >/dev/null || need_apt+=(chromium)   # renders `bucketload report`'s page in its test
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)   # `bucketload mount` (fuser mounts through fusermount3)
+# Editors the mount tests run for real: vim, and nano driven in a detached tmux session.
+command -v vim >/dev/null || need_apt+=(vim)
+command -v nano >/dev/null || need_apt+=(nano)
+command -v tmux >/dev/null || need_apt+=(tmux)
 # Azurite, the Azure Blob Storage emulator of the test suite, is an npm package.
 if [ "${1:-}" = --python ] && ! command -v npm >/dev/null; then need_apt+=(npm); fi
 with_python=false

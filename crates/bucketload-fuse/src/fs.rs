@@ -28,7 +28,7 @@ use crate::error::{Error, Result, errno};
 use crate::memory::Memory;
 use crate::read::{FileReader, ReadContext};
 use crate::tree::{Checked, Entry, Kind, Known, ROOT, Stat, Tree, join};
-use crate::write::FileWriter;
+use crate::write::{FileWriter, Start};
 
 /// The largest object S3's CopyObject copies in one request; larger ones are not renamed.
 const MAX_COPY: u64 = 5 << 30;
@@ -244,17 +244,23 @@ impl Fs {
         let store = self.inner.store.object_store();
         let path = bucketload_store::key_path(key);
         let head = store.head(&path);
+        // Listed as bucketload lists (keys exactly as stored): a key object_store cannot
+        // address (`a//b`, `./x`, a control character) still makes its folder a directory,
+        // instead of failing the lookup.
         let first_under = async {
-            let mut listing = store.list(Some(&path));
-            listing.next().await.transpose()
+            let mut pages = self.inner.store.list_pages(&format!("{key}/"), true);
+            let page = pages.next().await.transpose()?;
+            Ok::<_, bucketload_store::Error>(
+                page.is_some_and(|p| !p.objects.is_empty() || !p.prefixes.is_empty()),
+            )
         };
         let (head, under) = tokio::join!(head, first_under);
         let now = Checked::At(Instant::now());
         // A prefix shadows an object of the same name, as in Mountpoint.
         let entry = match (head, under) {
-            (_, Ok(Some(_))) => Entry::dir(name),
+            (_, Ok(true)) => Entry::dir(name),
             (Ok(meta), _) => file_entry(name, &meta),
-            (Err(bucketload_store::object_store::Error::NotFound { .. }), Ok(None)) => {
+            (Err(bucketload_store::object_store::Error::NotFound { .. }), Ok(false)) => {
                 let gone = self.tree().child(parent, name);
                 if let Some(ino) = gone {
                     let mut tree = self.tree();
@@ -265,7 +271,7 @@ impl Fs {
                 return Err(Error::not_found(key));
             }
             (Err(bucketload_store::object_store::Error::NotFound { .. }), Err(e)) => {
-                return Err(self.map(key, e));
+                return Err(Error::Store(e));
             }
             (Err(e), _) => return Err(self.map(key, e)),
         };
@@ -341,28 +347,7 @@ impl Fs {
                 .try_collect()
                 .await
                 .map_err(Error::Store)?;
-            let mut entries = Vec::new();
-            for page in &pages {
-                for object in &page.objects {
-                    if let bucketload_store::ListedKind::Object(meta) = object.kind()
-                        && let Some(name) = meta.location.filename()
-                    {
-                        entries.push(file_entry(name, &meta));
-                    }
-                }
-            }
-            for page in &pages {
-                for dir in &page.prefixes {
-                    let name = dir
-                        .get(folder.len()..)
-                        .and_then(|d| d.strip_suffix('/'))
-                        .unwrap_or_default();
-                    if !name.is_empty() && !name.contains('/') {
-                        entries.retain(|e| e.name != name);
-                        entries.push(Entry::dir(name));
-                    }
-                }
-            }
+            let entries = listed_entries(&self.inner.store, &folder, &pages);
             self.tree()
                 .apply_listing(ino, entries, Checked::At(Instant::now()));
         }
@@ -416,8 +401,12 @@ impl Fs {
             ));
         }
         if mode.write {
-            self.check_replace(&key, mode)?;
-            return self.start_writer(ino, &key, pid).await;
+            self.check_replace(&key)?;
+            let start = match mode.truncate {
+                true => Start::Empty,
+                false => self.load_for_edit(ino, &key, mode).await?,
+            };
+            return self.start_writer(ino, &key, pid, start, mode.append).await;
         }
         let stat = self.getattr(ino).await?;
         let etag = self
@@ -432,11 +421,16 @@ impl Fs {
     pub async fn read(&self, fh: u64, offset: u64, len: u32) -> Result<Bytes> {
         match self.handle(fh)? {
             Handle::Read(reader) => reader.lock().await.read(offset, len).await,
-            Handle::Write(..) => Err(Error::refused(
-                "",
-                errno::EBADF,
-                "the file is open for writing; reading it back needs a new open after close",
-            )),
+            Handle::Write(_, writer) => {
+                writer.lock().await.read_held(offset, len).ok_or_else(|| {
+                    Error::refused(
+                        "",
+                        errno::EBADF,
+                        "the file is open for writing and larger than one part (--part-size); \
+                     reading it back needs a new open after close",
+                    )
+                })
+            }
             Handle::Dir(_) => Err(Error::refused("", errno::EISDIR, "is a directory")),
         }
     }
@@ -453,26 +447,34 @@ impl Fs {
                 "is a directory; use rmdir",
             ));
         }
+        let refused =
+            || Error::refused(&key, errno::EPERM, "deleting objects needs --allow-delete");
+        // A new file not uploaded yet has no object to delete: no flag is needed.
+        let new_file = stat.writing && self.tree().get(stat.ino).is_some_and(|n| n.local);
+        if !self.inner.config.allow_delete && !new_file {
+            return Err(refused());
+        }
         if stat.writing {
-            return Err(Error::refused(
-                &key,
-                errno::EBUSY,
-                "the file is being written",
-            ));
+            // `touch f && rm f`, a temporary file, vim's swap probe: the name goes, and the
+            // upload with it. A file that was never uploaded is then gone.
+            self.discard_writers(stat.ino, &key).await;
+            if self.tree().get(stat.ino).is_none_or(|n| n.key != key) {
+                self.tree().keep_dirs(parent);
+                return Ok(());
+            }
         }
         if !self.inner.config.allow_delete {
-            return Err(Error::refused(
-                &key,
-                errno::EPERM,
-                "deleting objects needs --allow-delete",
-            ));
+            // Its upload completed just before (the release after the program's close).
+            return Err(refused());
         }
         let store = self.inner.store.object_store();
         store
             .delete(&bucketload_store::key_path(&key))
             .await
             .map_err(|e| self.map(&key, e))?;
-        self.tree().unlink(stat.ino);
+        let mut tree = self.tree();
+        tree.unlink(stat.ino);
+        tree.keep_dirs(parent);
         Ok(())
     }
 
@@ -510,8 +512,56 @@ impl Fs {
                 "directory not empty",
             ));
         }
-        self.tree().unlink(stat.ino);
+        if self.remove_folder_marker(&key).await? {
+            tracing::debug!(key, "mount: deleted the folder marker");
+        }
+        let mut tree = self.tree();
+        tree.unlink(stat.ino);
+        tree.keep_dirs(parent);
         Ok(())
+    }
+
+    /// Deletes the folder marker (`key/`) of an empty directory, so that it does not come
+    /// back; returns whether there was one. Keys under it that the mount does not show (see
+    /// [`listed_entries`]) make it `ENOTEMPTY`; a marker to delete needs `--allow-delete`.
+    async fn remove_folder_marker(&self, key: &str) -> Result<bool> {
+        let folder = format!("{key}/");
+        let mut pages = self.inner.store.list_pages(&folder, false);
+        let mut marker = false;
+        while let Some(page) = pages.next().await {
+            for object in page.map_err(Error::Store)?.objects {
+                match object.key == folder {
+                    true => marker = true,
+                    false => {
+                        return Err(Error::refused(
+                            key,
+                            errno::ENOTEMPTY,
+                            format!(
+                                "the directory holds `{}`, a key the mount does not show; \
+                                 delete it with boto3 or the AWS CLI",
+                                object.key.escape_debug()
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        if !marker {
+            return Ok(false);
+        }
+        if !self.inner.config.allow_delete {
+            return Err(Error::refused(
+                key,
+                errno::EPERM,
+                "the directory is a folder marker in the store; deleting it needs --allow-delete",
+            ));
+        }
+        self.inner
+            .store
+            .delete_folder_marker(key)
+            .await
+            .map_err(Error::Store)?;
+        Ok(true)
     }
 
     /// Renames a closed file: a server-side copy, then a delete of the old name. Replacing an
@@ -551,7 +601,9 @@ impl Fs {
             .await
             .map_err(|e| self.map(&src_key, e))?;
         // The copy's ETag is not known: the next open asks the store.
-        self.tree().rename(src.ino, new_parent, new_name);
+        let mut tree = self.tree();
+        tree.rename(src.ino, new_parent, new_name);
+        tree.keep_dirs(parent);
         Ok(())
     }
 
@@ -609,6 +661,59 @@ impl Fs {
         Ok(())
     }
 }
+
+/// The entries of one directory's listing (`folder` is its key with a trailing `/`, or `""`).
+/// A key or folder that has no file name the mount can address — an empty segment (`a//b`),
+/// `.` or `..`, a control character, a name over 255 bytes — is skipped with a warning naming
+/// it; the rest of the directory is listed.
+fn listed_entries(store: &Store, folder: &str, pages: &[bucketload_store::ListPage]) -> Vec<Entry> {
+    let skip = |key: &str, why: &str| {
+        tracing::warn!(
+            uri = %store.uri().join(key),
+            "mount: not shown in its directory: {why}"
+        );
+    };
+    let mut entries = Vec::new();
+    for object in pages.iter().flat_map(|p| &p.objects) {
+        match object.kind() {
+            bucketload_store::ListedKind::Object(meta) => match meta.location.filename() {
+                Some(name) if name.len() > NAME_MAX => skip(&object.key, TOO_LONG),
+                Some(name) => entries.push(file_entry(name, &meta)),
+                None => {}
+            },
+            bucketload_store::ListedKind::Folder => {}
+            bucketload_store::ListedKind::Unaddressable => skip(&object.key, UNADDRESSABLE),
+        }
+    }
+    for dir in pages.iter().flat_map(|p| &p.prefixes) {
+        let name = dir
+            .get(folder.len()..)
+            .and_then(|d| d.strip_suffix('/'))
+            .unwrap_or_default();
+        if name.is_empty() || name.contains('/') {
+            continue;
+        }
+        if name.len() > NAME_MAX {
+            skip(dir, TOO_LONG);
+        } else if bucketload_store::object_store::path::Path::parse(name)
+            .is_ok_and(|p| p.as_ref() == name)
+        {
+            entries.retain(|e| e.name != name);
+            entries.push(Entry::dir(name));
+        } else {
+            skip(dir, UNADDRESSABLE);
+        }
+    }
+    entries
+}
+
+/// Why a listed key is not shown: its name is longer than a file name may be.
+const TOO_LONG: &str = "the name is longer than 255 bytes, the longest file name Linux accepts; \
+                        read it with `bucketload cp` or boto3";
+/// Why a listed key is not shown: the mount cannot address it.
+const UNADDRESSABLE: &str = "the key has an empty segment, a `.` or `..` segment or a control \
+                             character, which the store client cannot address; read it with \
+                             boto3, or copy it to a plain key";
 
 fn file_entry(name: &str, meta: &ObjectMeta) -> Entry {
     Entry {

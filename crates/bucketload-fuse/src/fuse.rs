@@ -217,6 +217,27 @@ impl Filesystem for BucketFs {
         }
     }
 
+    /// Special files (FIFOs, sockets, devices) cannot be objects: `EPERM`, as for links. The
+    /// kernel makes regular files with `create`, never here.
+    fn mknod(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        tracing::warn!(
+            parent = parent.0,
+            ?name,
+            mode = format_args!("{mode:o}"),
+            "mount: special files (mkfifo, mknod) cannot be stored as objects"
+        );
+        reply.error(Errno::EPERM);
+    }
+
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = match name_of(name) {
             Ok(n) => n,

@@ -4,8 +4,10 @@
 //!
 //! - [`Fs`] — the file system over a [`Store`](bucketload_store::Store): inodes, listings
 //!   cached for the metadata TTL (or served by the dataset manifest), reads through the
-//!   engine's prefetcher and disk cache ([`bucketload::io`]), writes as multipart uploads completed on close,
-//!   rename by copy and delete, and a memory budget shared by every open handle. Every
+//!   engine's prefetcher and disk cache ([`bucketload::io`]), writes as uploads completed on
+//!   close (a file of at most one part held whole in memory until then, so editors can
+//!   rewrite it in place), rename by copy and delete, and a memory budget shared by every
+//!   open handle. Every
 //!   operation is an `async fn` whose [`Error`] knows its errno.
 //! - [`fuse`] — the thin adapter from the kernel's requests ([`fuser`]) to [`Fs`], and
 //!   [`fuse::mount`].

@@ -352,6 +352,19 @@ impl Tree {
         }
     }
 
+    /// Keeps the directory `ino` and its ancestors in this mount even when no key is left under
+    /// them (a file or directory in it was just removed through the mount), as a disk keeps an
+    /// emptied directory until `rmdir`.
+    pub(crate) fn keep_dirs(&mut self, mut ino: u64) {
+        while ino != ROOT {
+            let Some(node) = self.nodes.get_mut(&ino) else {
+                return;
+            };
+            node.local = true;
+            ino = node.parent;
+        }
+    }
+
     /// Removes `ino` from its parent and the table, with its descendants.
     pub(crate) fn unlink(&mut self, ino: u64) {
         let Some(node) = self.nodes.get(&ino) else {

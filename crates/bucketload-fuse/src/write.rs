@@ -10,10 +10,14 @@
 //! write, or a mount process that dies leaves no object: S3 never shows an incomplete multipart
 //! upload, a small file is one PUT sent only by `finish`, and a dropped writer aborts.
 //!
-//! While everything written fits in one part, the writer keeps the bytes (handles to the same
-//! buffers the upload holds, so no copy): a write after the upload completed, through another
-//! descriptor of the same open file (`exec 3>f; echo a >&3; echo b >&3`), starts a new upload
-//! of the kept bytes and the new ones, which replaces the object when it completes.
+//! While the file fits in one part, the writer holds it whole in memory (within the memory the
+//! handle reserved) and sends nothing before `finish`: it may then be written at any offset,
+//! resized (`ftruncate`), and read back, as editors do with a file they open without
+//! `O_TRUNC` (loaded from the store first) and with their swap files. A write after the upload
+//! completed, through another descriptor of the same open file
+//! (`exec 3>f; echo a >&3; echo b >&3`), changes the held bytes, and the next `finish` uploads
+//! them again. Once the file grows past one part, the held bytes go to the upload as its first
+//! part and every later write must be at the end.
 
 use bucketload_store::{MultipartOptions, MultipartWriter, Store};
 use bytes::Bytes;
@@ -21,6 +25,18 @@ use bytes::Bytes;
 use crate::error::{Error, Result, errno};
 use crate::memory::Reservation;
 use crate::tree::Saved;
+
+/// What a file opened for writing starts from.
+#[derive(Debug)]
+pub(crate) enum Start {
+    /// Nothing: a new file, or `O_TRUNC`.
+    Empty,
+    /// The object, at most one part, read into memory (opened without `O_TRUNC`).
+    Content(Vec<u8>),
+    /// An object of this many bytes, over one part, not read (opened without `O_TRUNC`): it
+    /// can only be emptied (`ftruncate` to 0) and then written, or closed unchanged.
+    TooLarge(u64),
+}
 
 /// Where an open file's upload stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +47,9 @@ pub(crate) enum State {
     Done(Option<String>),
     /// Failed or abandoned (why): the upload was aborted and made no object.
     Failed(String),
+    /// The name was deleted while the file was open: the upload was aborted, and the bytes
+    /// still written go nowhere, as to an unlinked file on a disk.
+    Discarded,
 }
 
 /// One open file's writer.
@@ -41,11 +60,18 @@ pub(crate) struct FileWriter {
     opts: MultipartOptions,
     upload: Option<MultipartWriter>,
     written: u64,
-    /// Every byte written, while they fit in one part (see the module docs).
-    kept: Option<Vec<Bytes>>,
+    /// The whole file, while it fits in one part (see the module docs).
+    held: Option<Vec<u8>>,
+    /// Whether the held bytes differ from what the store holds (a file opened without
+    /// `O_TRUNC` and not written is not uploaded again).
+    dirty: bool,
+    /// Started from an object over one part, not read ([`Start::TooLarge`]).
+    unloaded: bool,
     state: State,
     /// The process (thread group) that opened the file: its `close` completes the upload.
     pub(crate) owner: u32,
+    /// Opened with `O_APPEND`: every write goes to the end, whatever its offset.
+    pub(crate) append: bool,
     /// What the store holds at the key apart from this upload (`None`: nothing); the name
     /// shows it again when the upload fails.
     pub(crate) previous: Option<Saved>,
@@ -68,14 +94,37 @@ impl FileWriter {
             opts,
             upload: None,
             written: 0,
-            kept: Some(Vec::new()),
+            held: Some(Vec::new()),
+            dirty: true,
+            unloaded: false,
             state: State::Open,
             owner,
+            append: false,
             previous,
             memory: Some(memory),
         };
         writer.upload = Some(writer.new_upload());
         writer
+    }
+
+    /// Starts from `start`. A file opened without `O_TRUNC` and closed unwritten uploads
+    /// nothing.
+    pub(crate) fn with_start(mut self, start: Start) -> FileWriter {
+        match start {
+            Start::Empty => {}
+            Start::Content(content) => {
+                self.written = content.len() as u64;
+                self.held = Some(content);
+                self.dirty = false;
+            }
+            Start::TooLarge(size) => {
+                self.written = size;
+                self.held = None;
+                self.dirty = false;
+                self.unloaded = true;
+            }
+        }
+        self
     }
 
     fn new_upload(&self) -> MultipartWriter {
@@ -93,6 +142,12 @@ impl FileWriter {
         self.written
     }
 
+    /// Whether there is anything to upload: bytes written since the open or the last upload
+    /// (a new file, or one opened with `O_TRUNC`, is new content from the start).
+    pub(crate) fn changed(&self) -> bool {
+        self.dirty
+    }
+
     pub(crate) fn state(&self) -> &State {
         &self.state
     }
@@ -101,11 +156,11 @@ impl FileWriter {
     fn set_state(&mut self, state: State) {
         let ended = match &state {
             State::Open => false,
-            State::Done(_) => self.kept.is_none(),
-            State::Failed(_) => true,
+            State::Done(_) => self.held.is_none(),
+            State::Failed(_) | State::Discarded => true,
         };
         if ended {
-            self.kept = None;
+            self.held = None;
             self.memory = None;
         }
         self.state = state;
@@ -117,24 +172,47 @@ impl FileWriter {
 
     /// Whether a write after completion can continue the object (see the module docs).
     pub(crate) fn can_reopen(&self) -> bool {
-        matches!(self.state, State::Done(_)) && self.kept.is_some()
+        matches!(self.state, State::Done(_)) && self.held.is_some()
     }
 
-    /// Starts a new upload of the bytes written so far, after the last one completed.
+    /// Makes the held bytes writable again after the last upload completed; the next
+    /// `finish` uploads them.
     pub(crate) async fn reopen(&mut self) -> Result<()> {
-        let Some(kept) = self.kept.clone() else {
+        if self.held.is_none() {
             return Err(self.closed());
-        };
-        let mut upload = self.new_upload();
-        for bytes in kept {
-            if let Err(e) = upload.write(bytes).await {
-                self.set_state(State::Failed(e.to_string()));
-                return Err(Error::Store(e));
-            }
         }
-        self.upload = Some(upload);
+        self.upload = Some(self.new_upload());
         self.set_state(State::Open);
         Ok(())
+    }
+
+    /// `len` bytes at `offset` of the held file; `None` once it grew past one part.
+    pub(crate) fn read_held(&self, offset: u64, len: u32) -> Option<Bytes> {
+        let held = self.held.as_ref()?;
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(held.len());
+        let end = start.saturating_add(len as usize).min(held.len());
+        Some(Bytes::copy_from_slice(&held[start..end]))
+    }
+
+    /// Resizes the held file (`ftruncate`, zero-filled when it grows); `false` when the file
+    /// is not held or `size` is over one part.
+    pub(crate) fn resize(&mut self, size: u64) -> bool {
+        if self.unloaded && size == 0 && self.state == State::Open {
+            // `truncate -s 0`, or an open without O_TRUNC then ftruncate: a new file.
+            self.unloaded = false;
+            self.held = Some(Vec::new());
+        }
+        match (&mut self.held, self.state == State::Open) {
+            (Some(held), true) if size <= self.opts.part_size => {
+                held.resize(size as usize, 0);
+                self.written = size;
+                self.dirty = true;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Appends `data` written at `offset`. A write out of order abandons the upload: the file
@@ -144,6 +222,42 @@ impl FileWriter {
             State::Open => {}
             State::Done(_) => return Err(self.closed()),
             State::Failed(reason) => return Err(self.failure(reason)),
+            State::Discarded => return Ok(u32::try_from(data.len()).unwrap_or(u32::MAX)),
+        }
+        if self.unloaded {
+            return Err(Error::refused(
+                &self.key,
+                errno::ENOTSUP,
+                format!(
+                    "the object is over one part (--part-size, {} bytes) and cannot be modified \
+                     in place; it is unchanged: open it with O_TRUNC to replace it whole",
+                    self.opts.part_size
+                ),
+            ));
+        }
+        let offset = match self.append {
+            true => self.written,
+            false => offset,
+        };
+        let len = data.len() as u64;
+        let end = offset.saturating_add(len);
+        if let Some(held) = &mut self.held {
+            if end <= self.opts.part_size {
+                let (start, end) = (offset as usize, end as usize);
+                if held.len() < end {
+                    held.resize(end, 0);
+                }
+                held[start..end].copy_from_slice(&data);
+                self.written = held.len() as u64;
+                self.dirty = true;
+                return Ok(u32::try_from(len).unwrap_or(u32::MAX));
+            }
+            if offset == self.written {
+                // Past one part: the held bytes become the upload's start.
+                let first = Bytes::from(std::mem::take(held));
+                self.held = None;
+                self.send(first).await?;
+            }
         }
         if offset != self.written {
             let reason = format!(
@@ -154,27 +268,24 @@ impl FileWriter {
             self.abandon(&reason).await;
             return Err(Error::refused(&self.key, errno::EINVAL, reason));
         }
+        self.send(data).await?;
+        self.written += len;
+        self.dirty = true;
+        Ok(u32::try_from(len).unwrap_or(u32::MAX))
+    }
+
+    /// Hands `data` to the upload; a failure aborts it.
+    async fn send(&mut self, data: Bytes) -> Result<()> {
         let Some(upload) = self.upload.as_mut() else {
             return Err(self.closed());
         };
-        let len = data.len() as u64;
-        if let Err(e) = upload.write(data.clone()).await {
+        if let Err(e) = upload.write(data).await {
             // The writer aborted the upload.
             self.upload = None;
             self.set_state(State::Failed(e.to_string()));
             return Err(Error::Store(e));
         }
-        self.keep(data);
-        self.written += len;
-        Ok(u32::try_from(len).unwrap_or(u32::MAX))
-    }
-
-    fn keep(&mut self, data: Bytes) {
-        let fits = self.written + data.len() as u64 <= self.opts.part_size;
-        match (&mut self.kept, fits) {
-            (Some(kept), true) => kept.push(data),
-            _ => self.kept = None,
-        }
+        Ok(())
     }
 
     /// Completes the upload (once); returns the new object's ETag.
@@ -183,12 +294,27 @@ impl FileWriter {
             State::Open => {}
             State::Done(etag) => return Ok(etag.clone()),
             State::Failed(reason) => return Err(self.failure(reason)),
+            State::Discarded => return Ok(None),
+        }
+        if !self.dirty {
+            // Opened without O_TRUNC and not written: the object stays as it is.
+            if let Some(upload) = self.upload.take() {
+                let _ = upload.abort().await;
+            }
+            let etag = self.previous.as_ref().and_then(|p| p.etag.clone());
+            self.set_state(State::Done(etag.clone()));
+            return Ok(etag);
+        }
+        if let Some(held) = &self.held {
+            let whole = Bytes::copy_from_slice(held);
+            self.send(whole).await?;
         }
         let Some(upload) = self.upload.take() else {
             return Err(self.closed());
         };
         match upload.finish().await {
             Ok(put) => {
+                self.dirty = false;
                 self.set_state(State::Done(put.e_tag.clone()));
                 Ok(put.e_tag)
             }
@@ -207,6 +333,19 @@ impl FileWriter {
             tracing::warn!(key = %self.key, error = %e, "mount: aborting an upload failed");
         }
         self.set_state(State::Failed(reason.to_owned()));
+    }
+
+    /// The name was deleted: aborts the upload if there is one; later writes and closes
+    /// succeed and upload nothing. Returns whether the upload was still open.
+    pub(crate) async fn discard(&mut self) -> bool {
+        let was_open = self.is_open();
+        if let Some(upload) = self.upload.take()
+            && let Err(e) = upload.abort().await
+        {
+            tracing::warn!(key = %self.key, error = %e, "mount: aborting an upload failed");
+        }
+        self.set_state(State::Discarded);
+        was_open
     }
 
     /// The error of every operation on a failed writer.

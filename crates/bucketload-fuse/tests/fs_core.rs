@@ -309,8 +309,9 @@ async fn unsupported_writes_fail_at_once_with_their_errno() {
         truncate: false,
         append: true,
     };
-    assert_eq!(errno_of(fs.open(old.ino, write, 1).await), errno::ENOTSUP);
-    assert_eq!(errno_of(fs.open(old.ino, append, 1).await), errno::ENOTSUP);
+    // Modifying in place and appending replace the object too.
+    assert_eq!(errno_of(fs.open(old.ino, write, 1).await), errno::EPERM);
+    assert_eq!(errno_of(fs.open(old.ino, append, 1).await), errno::EPERM);
     assert_eq!(errno_of(fs.open(old.ino, trunc, 1).await), errno::EPERM);
     assert_eq!(errno_of(fs.unlink(ROOT, "old.bin").await), errno::EPERM);
     assert_eq!(
@@ -782,11 +783,17 @@ async fn assert_old_is_back(b: &Bucket, fs: &Fs, ino: u64, old: &[u8]) {
 async fn a_refused_write_or_resize_makes_no_object() {
     let b = Bucket::new().await;
     b.put("keep.bin", b"keep".to_vec()).await;
+    let part = 5 * MIB;
     let fs = b
-        .fs(MountConfig::default().with_allow_overwrite(true))
+        .fs(MountConfig::default()
+            .with_allow_overwrite(true)
+            .with_part_size(part as u64))
         .await;
+    // Past one part, the file is an upload and must be written in order.
     let (_, fh) = fs.create(ROOT, "seq.bin", TRUNC, SHELL).await.unwrap();
-    fs.write(fh, 0, Bytes::from_static(b"abc")).await.unwrap();
+    write_all(&fs, fh, 0, &pattern(part + 3, 1), MIB)
+        .await
+        .unwrap();
     assert_eq!(
         errno_of(fs.write(fh, 10, Bytes::from_static(b"z")).await),
         errno::EINVAL
@@ -796,11 +803,11 @@ async fn a_refused_write_or_resize_makes_no_object() {
     assert!(b.get("seq.bin").await.is_none(), "no truncated object");
     assert_eq!(errno_of(fs.lookup(ROOT, "seq.bin").await), errno::ENOENT);
 
-    // `dd seek=1 of=keep.bin`: ftruncate of the open file to a size it cannot have.
+    // An ftruncate of the open file past one part, which it cannot hold.
     let keep = fs.lookup(ROOT, "keep.bin").await.unwrap();
     let fh = fs.open(keep.ino, TRUNC, SHELL).await.unwrap();
     assert_eq!(
-        errno_of(fs.truncate(keep.ino, 512, Some(fh)).await),
+        errno_of(fs.truncate(keep.ino, part as u64 + 1, Some(fh)).await),
         errno::ENOTSUP
     );
     fs.flush(fh, SHELL).await.unwrap_err();
@@ -883,4 +890,163 @@ async fn folder_markers_are_directories_and_empty_segments_are_hidden() {
     assert_eq!(names(&fs, odd.ino).await, []);
     let empty = fs.lookup(ROOT, "empty").await.unwrap();
     assert_eq!(names(&fs, empty.ino).await, []);
+}
+
+/// A file opened for writing without `O_TRUNC` (vim's save, `dd conv=notrunc`, `truncate -s`)
+/// starts from the object: it is written at any offset, resized and read back in memory, and
+/// uploaded whole when closed; closed unwritten, it is not uploaded at all. Objects over one
+/// part are refused with `ENOTSUP` and stay as they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_opened_without_o_trunc_is_modified_in_place() {
+    let b = Bucket::new().await;
+    b.put("f.txt", b"one\ntwo\nfoo\n".to_vec()).await;
+    b.put("big.bin", pattern(5 * MIB + 1, 3)).await;
+    let fs = b
+        .fs(MountConfig::default()
+            .with_allow_overwrite(true)
+            .with_part_size(5 << 20))
+        .await;
+    let rdwr = OpenMode {
+        write: true,
+        ..OpenMode::default()
+    };
+    let f = fs.lookup(ROOT, "f.txt").await.unwrap();
+    let fh = fs.open(f.ino, rdwr, SHELL).await.unwrap();
+    assert_eq!(fs.read(fh, 4, 3).await.unwrap(), "two");
+    fs.write(fh, 4, Bytes::from_static(b"TWO")).await.unwrap();
+    fs.write(fh, 0, Bytes::from_static(b"0ne")).await.unwrap();
+    assert_eq!(fs.truncate(f.ino, 8, Some(fh)).await.unwrap().size, 8);
+    assert_eq!(
+        b.get("f.txt").await.unwrap(),
+        "one\ntwo\nfoo\n",
+        "not before close"
+    );
+    fs.fsync(fh).await.unwrap();
+    assert_eq!(b.get("f.txt").await.unwrap(), "0ne\nTWO\n");
+    // Resized after the fsync uploaded it: the close uploads it again.
+    assert_eq!(fs.truncate(f.ino, 4, Some(fh)).await.unwrap().size, 4);
+    fs.write(fh, 4, Bytes::from_static(b"2\n")).await.unwrap();
+    fs.flush(fh, SHELL).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert_eq!(b.get("f.txt").await.unwrap(), "0ne\n2\n");
+    assert_eq!(read_all(&fs, "f.txt", 4096).await, b"0ne\n2\n");
+
+    // Opened and closed without a write (`touch`): nothing is uploaded.
+    let puts = || fs.store().metrics().snapshot().requests.put;
+    let before = puts();
+    let fh = fs.open(f.ino, rdwr, SHELL).await.unwrap();
+    fs.flush(fh, SHELL).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert_eq!(puts(), before);
+
+    // Over one part: opened (`touch`), but not written or appended to; emptied first
+    // (`truncate -s 0`), it is written anew.
+    let big = fs.lookup(ROOT, "big.bin").await.unwrap();
+    let append = OpenMode {
+        append: true,
+        ..rdwr
+    };
+    assert_eq!(
+        errno_of(fs.open(big.ino, append, SHELL).await),
+        errno::ENOTSUP
+    );
+    let fh = fs.open(big.ino, rdwr, SHELL).await.unwrap();
+    let write = fs.write(fh, 0, Bytes::from_static(b"x")).await;
+    assert_eq!(errno_of(write), errno::ENOTSUP);
+    fs.flush(fh, SHELL).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert_eq!(b.get("big.bin").await.unwrap(), pattern(5 * MIB + 1, 3));
+    assert_eq!(puts(), before, "nothing uploaded");
+    let fh = fs.open(big.ino, rdwr, SHELL).await.unwrap();
+    assert_eq!(fs.truncate(big.ino, 0, Some(fh)).await.unwrap().size, 0);
+    fs.write(fh, 0, Bytes::from_static(b"small")).await.unwrap();
+    fs.flush(fh, SHELL).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert_eq!(b.get("big.bin").await.unwrap(), "small");
+}
+
+/// A file deleted while it is open for writing (`touch f && rm f`, a temporary file, vim's
+/// swap probe) is gone at once and makes no object: later writes and closes succeed and
+/// upload nothing. A replacement deleted while open deletes the old object too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_deleted_while_open_for_writing_makes_no_object() {
+    let b = Bucket::new().await;
+    b.put("old.bin", b"old".to_vec()).await;
+    let fs = b
+        .fs(MountConfig::default()
+            .with_allow_delete(true)
+            .with_allow_overwrite(true))
+        .await;
+    let (_, fh) = fs.create(ROOT, "new.tmp", TRUNC, SHELL).await.unwrap();
+    fs.flush(fh, SHELL).await.unwrap();
+    fs.unlink(ROOT, "new.tmp").await.unwrap();
+    assert_eq!(errno_of(fs.lookup(ROOT, "new.tmp").await), errno::ENOENT);
+    fs.write(fh, 0, Bytes::from_static(b"gone")).await.unwrap();
+    fs.flush(fh, SHELL).await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert!(b.get("new.tmp").await.is_none());
+
+    let old = fs.lookup(ROOT, "old.bin").await.unwrap();
+    let fh = fs.open(old.ino, TRUNC, SHELL).await.unwrap();
+    fs.write(fh, 0, Bytes::from_static(b"new")).await.unwrap();
+    fs.unlink(ROOT, "old.bin").await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert!(b.get("old.bin").await.is_none());
+    assert!(b.store().list_uploads("").await.unwrap().is_empty());
+    assert_eq!(names(&fs, ROOT).await, []);
+    assert_eq!(fs.open_handles(), 0);
+
+    // Without --allow-delete: a new file deletes nothing in the store, so it goes; a
+    // replacement would delete the object, so it is refused and its upload goes on.
+    b.put("kept.bin", b"kept".to_vec()).await;
+    let fs = b
+        .fs(MountConfig::default().with_allow_overwrite(true))
+        .await;
+    let (_, fh) = fs.create(ROOT, "probe.swx", TRUNC, SHELL).await.unwrap();
+    fs.unlink(ROOT, "probe.swx").await.unwrap();
+    fs.release(fh).await.unwrap();
+    assert!(b.get("probe.swx").await.is_none());
+    let kept = fs.lookup(ROOT, "kept.bin").await.unwrap();
+    let fh = fs.open(kept.ino, TRUNC, SHELL).await.unwrap();
+    fs.write(fh, 0, Bytes::from_static(b"new")).await.unwrap();
+    assert_eq!(errno_of(fs.unlink(ROOT, "kept.bin").await), errno::EPERM);
+    fs.release(fh).await.unwrap();
+    assert_eq!(b.get("kept.bin").await.unwrap(), "new");
+}
+
+/// `rmdir` deletes the directory's folder marker, so it does not come back; a directory
+/// emptied through the mount stays until `rmdir` (as on a disk), though no key is under it.
+/// The keys are written and checked by boto3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmdir_deletes_the_folder_marker_and_emptied_directories_stay_until_removed() {
+    let moto = bucketload_test_support::MotoServer::start();
+    let bucket = moto.bucket().await;
+    let boto3 = "import boto3, sys\n\
+                 s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', \
+                 aws_access_key_id='testing', aws_secret_access_key='testing')\n";
+    let put = format!(
+        "{boto3}for k in sys.argv[3:]: s3.put_object(Bucket=sys.argv[2], Key=k, Body=b'')\n"
+    );
+    let keys = ["data/m/", "data/d/sub/x"];
+    let args = [moto.endpoint(), bucket.as_str()];
+    bucketload_test_support::run_python(&put, args.into_iter().chain(keys));
+    let store = Store::open(&format!("s3://{bucket}/data"), &moto.store_config()).unwrap();
+    let config = MountConfig::default().with_metadata_ttl(Duration::ZERO);
+    let no_delete = Fs::new(store.clone(), config.clone()).await.unwrap();
+    assert_eq!(errno_of(no_delete.rmdir(ROOT, "m").await), errno::EPERM);
+    let fs = Fs::new(store, config.with_allow_delete(true))
+        .await
+        .unwrap();
+    fs.rmdir(ROOT, "m").await.unwrap();
+    let d = fs.lookup(ROOT, "d").await.unwrap();
+    let sub = fs.lookup(d.ino, "sub").await.unwrap();
+    fs.unlink(sub.ino, "x").await.unwrap();
+    assert_eq!(names(&fs, ROOT).await, [("d".to_string(), Kind::Dir)]);
+    assert_eq!(names(&fs, d.ino).await, [("sub".to_string(), Kind::Dir)]);
+    fs.rmdir(d.ino, "sub").await.unwrap();
+    fs.rmdir(ROOT, "d").await.unwrap();
+    assert_eq!(names(&fs, ROOT).await, []);
+    let list =
+        format!("{boto3}print(s3.list_objects_v2(Bucket=sys.argv[2]).get('KeyCount'), end='')\n");
+    assert_eq!(bucketload_test_support::run_python(&list, args), "0");
 }

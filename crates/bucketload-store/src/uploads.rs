@@ -114,6 +114,28 @@ impl Store {
         }
     }
 
+    /// Deletes the folder marker of `folder` (relative to the store's prefix, without the
+    /// trailing `/`): the key `folder/`, which object_store cannot spell. Deleting a marker
+    /// that does not exist succeeds, as S3's DeleteObject does. Stores other than S3 hold no
+    /// markers; nothing is sent to them.
+    pub async fn delete_folder_marker(&self, folder: &str) -> Result<(), Error> {
+        if self.uri().scheme() != Scheme::S3 {
+            return Ok(());
+        }
+        let marker = format!("{folder}/");
+        let object = format!(
+            "{}/{}",
+            bucket_url(self).trim_end_matches('/'),
+            encode_key(&self.full_key(&marker))
+        );
+        let url = url::Url::parse(&object).map_err(|e| self.invalid(&e))?;
+        let client = self.http_client()?;
+        match self.send(&client, Method::DELETE, &url, &marker).await {
+            Ok(_) | Err(Error::NotFound { what: "upload", .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The key in the bucket of `key` relative to the store's prefix.
     fn full_key(&self, key: &str) -> String {
         match self.uri().prefix() {

@@ -3,7 +3,7 @@
 //!
 //! The upload of an open file completes at the first of:
 //! - a `flush` (a `close`) by the process that opened the file, once at least one byte was
-//!   written. A flush before any write does nothing: shells (`echo x > f`) and `dd` open the
+//!   written (and, opened without `O_TRUNC`, changed). A flush before any write does nothing: shells (`echo x > f`) and `dd` open the
 //!   file, `dup2` it and close the original descriptor before writing. A flush from another
 //!   process (a forked child closing its copy) does nothing either;
 //! - an `fsync`;
@@ -29,7 +29,7 @@ use crate::error::{Error, Result, errno};
 use crate::memory::Reservation;
 use crate::process;
 use crate::tree::{Checked, Kind, Stat, join};
-use crate::write::{FileWriter, State};
+use crate::write::{FileWriter, Start, State};
 
 impl Fs {
     /// Closes every handle at unmount: the upload of a file still open for writing is aborted,
@@ -49,22 +49,8 @@ impl Fs {
         }
     }
 
-    pub(super) fn check_replace(&self, key: &str, mode: OpenMode) -> Result<()> {
+    pub(super) fn check_replace(&self, key: &str) -> Result<()> {
         self.refuse_if_read_only(key)?;
-        if mode.append {
-            return Err(Error::refused(
-                key,
-                errno::ENOTSUP,
-                "appending to an object is not supported; write a new file",
-            ));
-        }
-        if !mode.truncate {
-            return Err(Error::refused(
-                key,
-                errno::ENOTSUP,
-                "objects cannot be modified in place; open with O_TRUNC to replace the whole file",
-            ));
-        }
         if !self.inner.config.allow_overwrite {
             return Err(Error::refused(
                 key,
@@ -101,8 +87,54 @@ impl Fs {
         }
     }
 
-    /// Opens `ino` for writing from scratch by thread `pid`.
-    pub(super) async fn start_writer(&self, ino: u64, key: &str, pid: u32) -> Result<u64> {
+    /// What a program that opened `ino` for writing without `O_TRUNC` starts from: the object,
+    /// read into memory, if it is at most one part (`--part-size`); else only its size. Larger
+    /// objects cannot be appended to (`ENOTSUP`).
+    pub(super) async fn load_for_edit(&self, ino: u64, key: &str, mode: OpenMode) -> Result<Start> {
+        let stat = self.getattr(ino).await?;
+        let limit = self.inner.config.part_size;
+        if stat.size > limit && mode.append {
+            return Err(Error::refused(
+                key,
+                errno::ENOTSUP,
+                format!(
+                    "the object is {} bytes; only files of at most one part (--part-size, {limit} \
+                     bytes) can be appended to: write the whole file again with O_TRUNC",
+                    stat.size
+                ),
+            ));
+        }
+        if stat.size > limit {
+            return Ok(Start::TooLarge(stat.size));
+        }
+        let etag = self
+            .tree()
+            .get(ino)
+            .and_then(|n| bucketload_store::ETag::from_store(n.etag.as_deref()));
+        let options = bucketload_store::object_store::GetOptions {
+            if_match: etag.map(|e| self.inner.store.if_match(&e)),
+            ..Default::default()
+        };
+        let path = bucketload_store::key_path(key);
+        let store = self.inner.store.object_store();
+        let got = match store.get_opts(&path, options).await {
+            Ok(got) => got.bytes().await,
+            Err(e) => Err(e),
+        };
+        got.map(|b| Start::Content(b.to_vec()))
+            .map_err(|e| self.map(key, e))
+    }
+
+    /// Opens `ino` for writing by thread `pid` from `start`; with `append` (`O_APPEND`) every
+    /// write goes to the end.
+    pub(super) async fn start_writer(
+        &self,
+        ino: u64,
+        key: &str,
+        pid: u32,
+        start: Start,
+        append: bool,
+    ) -> Result<u64> {
         let (memory, parts) = self.writer_memory(key).await?;
         let opts = MultipartOptions {
             part_size: self.inner.config.part_size,
@@ -118,16 +150,18 @@ impl Fs {
                 "the file is already being written",
             ));
         }
-        let writer = FileWriter::new(&self.inner.store, key, opts, owner, node.saved(), memory);
+        let mut writer = FileWriter::new(&self.inner.store, key, opts, owner, node.saved(), memory)
+            .with_start(start);
+        writer.append = append;
         node.writing = true;
-        node.size = 0;
+        node.size = writer.written();
         node.mtime = SystemTime::now();
         drop(tree);
         Ok(self.add_handle(Handle::Write(ino, Arc::new(AsyncMutex::new(writer)))))
     }
 
-    /// Creates `name` in `parent` and opens it for writing; an existing file is opened with
-    /// `O_TRUNC` (as the kernel does when its dentry cache did not know the name).
+    /// Creates `name` in `parent` and opens it for writing; an existing file is opened as
+    /// [`Fs::open`] opens it (the kernel creates when its dentry cache did not know the name).
     pub async fn create(
         &self,
         parent: u64,
@@ -145,22 +179,17 @@ impl Fs {
             Ok(stat) => {
                 let replace = OpenMode {
                     write: true,
-                    truncate: true,
                     ..mode
                 };
                 return self.opened(stat.ino, self.open(stat.ino, replace, pid).await?);
             }
-            Err(Error::NotFound { .. }) if mode.append => {
-                return Err(Error::refused(
-                    &key,
-                    errno::ENOTSUP,
-                    "appending is not supported; write the file without O_APPEND",
-                ));
-            }
             Err(Error::NotFound { .. }) => self.tree().insert_local(parent, name, Kind::File),
             Err(e) => return Err(e),
         };
-        match self.start_writer(ino, &key, pid).await {
+        match self
+            .start_writer(ino, &key, pid, Start::Empty, mode.append)
+            .await
+        {
             Ok(fh) => self.opened(ino, fh),
             Err(e) => {
                 self.tree().unlink(ino);
@@ -250,7 +279,7 @@ impl Fs {
         let mut writer = writer.lock().await;
         match writer.state() {
             State::Failed(reason) => return Err(writer.failure(reason)),
-            State::Done(_) => return Ok(()),
+            State::Done(_) | State::Discarded => return Ok(()),
             State::Open => {}
         }
         if process::process_of(pid) != writer.owner {
@@ -262,7 +291,9 @@ impl Fs {
             self.settle_failed(ino, &writer);
             return Err(writer.failure(reason));
         }
-        if writer.written() == 0 {
+        if writer.written() == 0 || !writer.changed() {
+            // `dd` and shells close the descriptor they opened before writing through its
+            // copy; a file opened without O_TRUNC has nothing new until written.
             tracing::debug!(
                 key = writer.key(),
                 "mount: close before any write; not completed"
@@ -283,11 +314,38 @@ impl Fs {
 
     /// The last descriptor of an open file is closed: completes an upload not yet completed.
     /// The kernel does not pass this result on to the program; the adapter logs it.
+    ///
+    /// The handle stays in the table until its upload settled, so that an `unlink` of the name
+    /// finds it and waits for it.
     pub async fn release(&self, fh: u64) -> Result<()> {
-        let handle = self.handles().remove(&fh);
-        match handle {
+        let handle = self.handles().get(&fh).cloned();
+        let result = match handle {
             Some(Handle::Write(ino, writer)) => self.complete(ino, &mut *writer.lock().await).await,
             _ => Ok(()),
+        };
+        self.handles().remove(&fh);
+        result
+    }
+
+    /// The name of `ino` is being deleted: every upload to it is aborted and makes no object
+    /// (its handles' later writes and closes succeed and upload nothing), and the name shows
+    /// what the store holds. Waits for an upload completing now (a release just after the
+    /// program's `close`); the object it made is then in the store.
+    pub(super) async fn discard_writers(&self, ino: u64, key: &str) {
+        let writers: Vec<_> = self
+            .handles()
+            .values()
+            .filter_map(|h| match h {
+                Handle::Write(i, w) if *i == ino => Some(w.clone()),
+                _ => None,
+            })
+            .collect();
+        for writer in writers {
+            let mut writer = writer.lock().await;
+            // A handle that wrote the file under another name before a rename keeps its own.
+            if writer.key() == key && writer.discard().await {
+                self.settle_failed(ino, &writer);
+            }
         }
     }
 
@@ -355,6 +413,20 @@ impl Fs {
             return Ok(stat);
         }
         self.refuse_if_read_only(&key)?;
+        if let Some((ino, writer)) = &writer {
+            // A file held in memory (at most one part) is resized there, also after a close or
+            // fsync uploaded it (the next completion uploads it again).
+            let mut writer = writer.lock().await;
+            if writer.can_reopen() && size <= self.inner.config.part_size {
+                self.reopen(*ino, &mut writer).await?;
+            }
+            if writer.resize(size) {
+                let mut tree = self.tree();
+                let node = tree.get_mut(*ino).ok_or_else(|| Error::not_found(&key))?;
+                node.size = size;
+                return Ok(node.stat(*ino));
+            }
+        }
         let reason = "objects cannot be resized in place; write the whole file again with O_TRUNC";
         if let Some((ino, writer)) = writer {
             let mut writer = writer.lock().await;
