@@ -145,11 +145,14 @@ def test_redirections_and_dup_descriptors_write_exactly_the_bytes(s3, bucket, mo
         for i in range(1000):
             print(i, file=f)
     assert _body(s3, bucket, "w.txt") == "".join(f"{i}\n" for i in range(1000)).encode()
-    # Appending adds to the object.
-    subprocess.run(["bash", "-c", "echo more >> y.txt"], cwd=point, check=True)
-    with open(point / "y.txt", "a") as f:
-        f.write("python\n")
-    assert _body(s3, bucket, "y.txt") == b"new\nmore\npython\n"
+    # Appending is refused; the object is untouched.
+    appended = subprocess.run(["bash", "-c", "echo more >> y.txt"], cwd=point, capture_output=True,
+                              check=False)
+    assert appended.returncode != 0 and b"Operation not supported" in appended.stderr
+    with pytest.raises(OSError) as err:
+        open(point / "y.txt", "a")
+    assert err.value.errno == 95  # ENOTSUP
+    assert _body(s3, bucket, "y.txt") == b"new\n"
 
 
 def _keys(s3, bucket: str) -> dict[str, int]:

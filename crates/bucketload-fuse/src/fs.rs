@@ -401,12 +401,13 @@ impl Fs {
             ));
         }
         if mode.write {
+            writing::refuse_append(&key, mode)?;
             self.check_replace(&key)?;
             let start = match mode.truncate {
                 true => Start::Empty,
-                false => self.load_for_edit(ino, &key, mode).await?,
+                false => self.load_for_edit(ino, &key).await?,
             };
-            return self.start_writer(ino, &key, pid, start, mode.append).await;
+            return self.start_writer(ino, &key, pid, start).await;
         }
         let stat = self.getattr(ino).await?;
         let etag = self

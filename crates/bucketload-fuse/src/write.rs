@@ -70,8 +70,6 @@ pub(crate) struct FileWriter {
     state: State,
     /// The process (thread group) that opened the file: its `close` completes the upload.
     pub(crate) owner: u32,
-    /// Opened with `O_APPEND`: every write goes to the end, whatever its offset.
-    pub(crate) append: bool,
     /// What the store holds at the key apart from this upload (`None`: nothing); the name
     /// shows it again when the upload fails.
     pub(crate) previous: Option<Saved>,
@@ -99,7 +97,6 @@ impl FileWriter {
             unloaded: false,
             state: State::Open,
             owner,
-            append: false,
             previous,
             memory: Some(memory),
         };
@@ -235,10 +232,6 @@ impl FileWriter {
                 ),
             ));
         }
-        let offset = match self.append {
-            true => self.written,
-            false => offset,
-        };
         let len = data.len() as u64;
         let end = offset.saturating_add(len);
         if let Some(held) = &mut self.held {

@@ -309,9 +309,9 @@ async fn unsupported_writes_fail_at_once_with_their_errno() {
         truncate: false,
         append: true,
     };
-    // Modifying in place and appending replace the object too.
+    // Modifying in place replaces the object too; appending is not supported.
     assert_eq!(errno_of(fs.open(old.ino, write, 1).await), errno::EPERM);
-    assert_eq!(errno_of(fs.open(old.ino, append, 1).await), errno::EPERM);
+    assert_eq!(errno_of(fs.open(old.ino, append, 1).await), errno::ENOTSUP);
     assert_eq!(errno_of(fs.open(old.ino, trunc, 1).await), errno::EPERM);
     assert_eq!(errno_of(fs.unlink(ROOT, "old.bin").await), errno::EPERM);
     assert_eq!(

@@ -88,22 +88,10 @@ impl Fs {
     }
 
     /// What a program that opened `ino` for writing without `O_TRUNC` starts from: the object,
-    /// read into memory, if it is at most one part (`--part-size`); else only its size. Larger
-    /// objects cannot be appended to (`ENOTSUP`).
-    pub(super) async fn load_for_edit(&self, ino: u64, key: &str, mode: OpenMode) -> Result<Start> {
+    /// read into memory, if it is at most one part (`--part-size`); else only its size.
+    pub(super) async fn load_for_edit(&self, ino: u64, key: &str) -> Result<Start> {
         let stat = self.getattr(ino).await?;
         let limit = self.inner.config.part_size;
-        if stat.size > limit && mode.append {
-            return Err(Error::refused(
-                key,
-                errno::ENOTSUP,
-                format!(
-                    "the object is {} bytes; only files of at most one part (--part-size, {limit} \
-                     bytes) can be appended to: write the whole file again with O_TRUNC",
-                    stat.size
-                ),
-            ));
-        }
         if stat.size > limit {
             return Ok(Start::TooLarge(stat.size));
         }
@@ -125,15 +113,13 @@ impl Fs {
             .map_err(|e| self.map(key, e))
     }
 
-    /// Opens `ino` for writing by thread `pid` from `start`; with `append` (`O_APPEND`) every
-    /// write goes to the end.
+    /// Opens `ino` for writing by thread `pid` from `start`.
     pub(super) async fn start_writer(
         &self,
         ino: u64,
         key: &str,
         pid: u32,
         start: Start,
-        append: bool,
     ) -> Result<u64> {
         let (memory, parts) = self.writer_memory(key).await?;
         let opts = MultipartOptions {
@@ -150,9 +136,8 @@ impl Fs {
                 "the file is already being written",
             ));
         }
-        let mut writer = FileWriter::new(&self.inner.store, key, opts, owner, node.saved(), memory)
+        let writer = FileWriter::new(&self.inner.store, key, opts, owner, node.saved(), memory)
             .with_start(start);
-        writer.append = append;
         node.writing = true;
         node.size = writer.written();
         node.mtime = SystemTime::now();
@@ -183,13 +168,13 @@ impl Fs {
                 };
                 return self.opened(stat.ino, self.open(stat.ino, replace, pid).await?);
             }
-            Err(Error::NotFound { .. }) => self.tree().insert_local(parent, name, Kind::File),
+            Err(Error::NotFound { .. }) => {
+                refuse_append(&key, mode)?;
+                self.tree().insert_local(parent, name, Kind::File)
+            }
             Err(e) => return Err(e),
         };
-        match self
-            .start_writer(ino, &key, pid, Start::Empty, mode.append)
-            .await
-        {
+        match self.start_writer(ino, &key, pid, Start::Empty).await {
             Ok(fh) => self.opened(ino, fh),
             Err(e) => {
                 self.tree().unlink(ino);
@@ -436,5 +421,18 @@ impl Fs {
             }
         }
         Err(Error::refused(&key, errno::ENOTSUP, reason))
+    }
+}
+
+/// Appends are refused: a general purpose bucket has no append, and rewriting the object
+/// whole would silently drop what another writer appended in between.
+pub(super) fn refuse_append(key: &str, mode: OpenMode) -> Result<()> {
+    match mode.append {
+        true => Err(Error::refused(
+            key,
+            errno::ENOTSUP,
+            "appending to an object is not supported; write the whole file again (O_TRUNC) or a new file",
+        )),
+        false => Ok(()),
     }
 }
