@@ -13,11 +13,11 @@ import string
 
 import pytest
 import torch
+from conftest import make_client
+from test_cli_dataset import moto, ok, run  # noqa: F401  (moto is a fixture)
 
 from bucketload import checkpoint
 from bucketload.s3torch import S3Checkpoint, S3MapDataset
-from conftest import make_client
-from test_cli_dataset import moto, ok, run  # noqa: F401  (moto is a fixture)
 
 # Every printable ASCII character but `/` in a folder and in a file name (item: the folder
 # was percent-encoded), unicode, and the keys object_store's paths cannot spell.
@@ -87,7 +87,7 @@ def test_checkpoints_write_and_read_every_key_as_written(target):
 
 
 def test_a_background_save_and_the_writer_keep_the_key(target):
-    client, bucket, _, keys = target
+    client, bucket, _, _ = target
     for key in ["uni/ü/bg.pt", "a//bg.pt", "tab/x\tbg.pt"]:
         checkpoint.save({"k": key}, f"s3://{bucket}/{key}", background=True).wait()
         assert torch.load(io.BytesIO(read(client, bucket, key)))["k"] == key
@@ -125,7 +125,7 @@ def test_the_map_dataset_reads_every_key_boto3_wrote(target):
 
 
 def test_keys_no_request_can_name_are_refused_saying_why(target):
-    client, bucket, _, keys = target
+    client, bucket, _, _ = target
     for key in DOTS:
         with pytest.raises(Exception, match=r"`\.` or `\.\.` segment") as err:
             checkpoint.save({"k": 1}, f"s3://{bucket}/{key}")

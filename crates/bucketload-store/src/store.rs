@@ -225,7 +225,12 @@ impl Store {
 
     /// The full URI of `key`, for messages.
     pub fn object_uri(&self, key: &Path) -> String {
-        self.inner.uri.join(key.as_ref())
+        match (key.as_ref(), self.inner.uri.scheme()) {
+            ("", _) => self.inner.uri.join(""),
+            // The prefix as written: below `s3://b/a//` the object `x` is `s3://b/a//x`.
+            (key, Scheme::S3) => format!("{}{}{key}", self.inner.uri.root(), self.key_folder()),
+            (key, _) => self.inner.uri.join(key),
+        }
     }
 
     /// The URI's key prefix as written, as a folder: empty or ending in `/`.

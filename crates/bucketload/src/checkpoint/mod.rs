@@ -410,7 +410,8 @@ mod tests {
         for exact in ["/x.pt", "dir/", "a//b"] {
             assert_eq!(s3.check_name(exact).unwrap(), exact);
         }
-        assert!(s3.check_name("").is_err() && s3.check_name("a/../b").is_err());
+        // `a/../b` passes here; the store refuses it saying why (see `Store::object`).
+        assert!(s3.check_name("").is_err());
     }
 
     #[test]
