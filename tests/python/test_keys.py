@@ -197,3 +197,15 @@ def test_the_loader_reads_files_below_a_folder_as_written(target):
                for s in b]
     got = {s["__key__"]: bytes(s["bin"]) for s in samples}
     assert got == {f"cls/{n}": body(n) for n in names}
+
+
+def test_lightning_removes_the_checkpoint_it_names(target):
+    from bucketload.s3torch.lightning import S3LightningCheckpoint
+
+    client, bucket, _, _ = target
+    plugin = S3LightningCheckpoint(region="us-east-1")
+    for key in ["l/a//x.pt", "l/a/x.pt", "l/ü/x.pt", "l/tab\tx.pt"]:
+        client.put_object(Bucket=bucket, Key=key, Body=body(key))
+    for key in ["l/a//x.pt", "l/ü/x.pt", "l/tab\tx.pt"]:
+        plugin.remove_checkpoint(f"s3://{bucket}/{key}")
+    assert stored(client, bucket, "l/") == {"l/a/x.pt"}

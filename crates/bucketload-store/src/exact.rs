@@ -163,9 +163,10 @@ impl ExactKey {
             }
         }
         let mut headers = call.headers;
-        if matches!(call.method, Method::PUT | Method::POST) {
-            // A body sent as several chunks goes without a length otherwise, and S3 refuses
-            // such a PUT: 411 MissingContentLength.
+        if matches!(call.method, Method::PUT | Method::POST | Method::DELETE) {
+            // A body sent as several chunks (or none) goes without a length otherwise, and S3
+            // refuses such a PUT (411 MissingContentLength), as the embedded server does a
+            // DELETE.
             headers.insert(
                 http::header::CONTENT_LENGTH,
                 call.body.content_length().into(),
