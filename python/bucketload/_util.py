@@ -18,10 +18,8 @@ def parse_size(size: int | str) -> int:
 
 def split_uri(uri: str) -> tuple[str, str]:
     """``("s3://bucket/dir", "name")`` from ``"s3://bucket/dir/name"``, for ``NativeStore``:
-    the prefix as written (``s3://b/end//.metadata`` → ``s3://b/end/``, ``.metadata``), the
-    name its last segment, which a store name must be (no empty segment). Checkpoint URIs
-    split differently (``_native.split_uri``: the name keeps the slashes)."""
-    head, sep, name = uri.rstrip("/").rpartition("/")
-    if not sep or not name or head.endswith((":/", ":")):
-        raise ValueError(f"{uri!r} names no object; write e.g. s3://bucket/checkpoints/epoch-1.pt")
-    return head, name
+    split as checkpoint URIs are (``_native.split_uri``), so that the prefix, ``/`` and the
+    name are the URI again and the key is the URI's byte for byte (``s3://b/end//.metadata``
+    → ``s3://b/end``, ``/.metadata``). Raises ``ConfigError`` (a ``ValueError``) for a URI
+    that names no object."""
+    return _native.split_uri(uri)

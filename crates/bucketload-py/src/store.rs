@@ -67,21 +67,25 @@ impl ClientOptions {
     }
 }
 
-/// `key` as an object_store path, or an error when object_store cannot address it: a key
-/// with an empty segment (`a//b`) would silently become another key (`a/b`).
-fn addressable(store: &Store, key: &str) -> PyResult<Path> {
-    let path = key_path(key);
-    if path.as_ref() != key {
-        return Err(errors::raise(
+/// Object `key` of `store`, byte for byte ([`Store::object`]).
+fn object(store: &Store, key: &str) -> PyResult<bucketload_store::Object> {
+    store.object(key).map_err(errors::store)
+}
+
+/// `key` as a path of `store`'s own object store, for a server-side copy, which only that
+/// store offers; else an error saying why it cannot address the key.
+fn copyable(store: &Store, key: &str) -> PyResult<Path> {
+    match bucketload_store::unspellable(key) {
+        None => Ok(key_path(key)),
+        Some(why) => Err(errors::raise(
             ErrorKind::InvalidInput,
             format!(
-                "{}: bucketload cannot read a key with an empty segment or a trailing '/'; \
-                 rename the object",
+                "{}: the key {why}, which a server-side copy cannot address; copy it with \
+                 get and put",
                 store.uri().join(key)
             ),
-        ));
+        )),
     }
-    Ok(path)
 }
 
 /// An object of a listing: its key and size in bytes.
@@ -190,13 +194,13 @@ impl NativeStore {
     /// The bytes of `key`, whole.
     fn get<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyBytes>> {
         let this = self.store.get("store")?;
-        let path = addressable(this, key)?;
-        let store = this.object_store();
+        let object = object(this, key)?;
+        let (store, path) = (object.store(), object.path());
         let got = py.detach(|| {
             self.rt
-                .block_on(async { store.get(&path).await?.bytes().await })
+                .block_on(async { store.get(path).await?.bytes().await })
         });
-        let bytes = got.map_err(|e| errors::store(this.map_error(e, &path)))?;
+        let bytes = got.map_err(|e| errors::store(object.map_error(e)))?;
         Ok(PyBytes::new(py, &bytes))
     }
 
@@ -209,43 +213,43 @@ impl NativeStore {
         end: u64,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let this = self.store.get("store")?;
-        let path = addressable(this, key)?;
-        let store = this.object_store();
+        let object = object(this, key)?;
+        let (store, path) = (object.store(), object.path());
         if end <= start {
             return Ok(PyBytes::new(py, b""));
         }
-        let got = py.detach(|| self.rt.block_on(store.get_range(&path, start..end)));
-        let bytes = got.map_err(|e| errors::store(this.map_error(e, &path)))?;
+        let got = py.detach(|| self.rt.block_on(store.get_range(path, start..end)));
+        let bytes = got.map_err(|e| errors::store(object.map_error(e)))?;
         Ok(PyBytes::new(py, &bytes))
     }
 
     /// Size in bytes of `key`.
     fn size(&self, py: Python<'_>, key: &str) -> PyResult<u64> {
         let this = self.store.get("store")?;
-        let path: Path = addressable(this, key)?;
-        let store = this.object_store();
-        let head = py.detach(|| self.rt.block_on(store.head(&path)));
-        let meta = head.map_err(|e| errors::store(this.map_error(e, &path)))?;
+        let object = object(this, key)?;
+        let (store, path) = (object.store(), object.path());
+        let head = py.detach(|| self.rt.block_on(store.head(path)));
+        let meta = head.map_err(|e| errors::store(object.map_error(e)))?;
         Ok(meta.size)
     }
 
     /// Deletes `key`; deleting a key that has no object succeeds, as in S3.
     fn delete(&self, py: Python<'_>, key: &str) -> PyResult<()> {
         let this = self.store.get("store")?;
-        let path = addressable(this, key)?;
-        let store = this.object_store();
-        let done = py.detach(|| self.rt.block_on(store.delete(&path)));
+        let object = object(this, key)?;
+        let (store, path) = (object.store(), object.path());
+        let done = py.detach(|| self.rt.block_on(store.delete(path)));
         match done {
             Ok(()) | Err(bucketload_store::object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(errors::store(this.map_error(e, &path))),
+            Err(e) => Err(errors::store(object.map_error(e))),
         }
     }
 
     /// Copies `source` to `destination` in the store (a server-side copy).
     fn copy(&self, py: Python<'_>, source: &str, destination: &str) -> PyResult<()> {
         let this = self.store.get("store")?;
-        let from = addressable(this, source)?;
-        let to = addressable(this, destination)?;
+        let from = copyable(this, source)?;
+        let to = copyable(this, destination)?;
         let store = this.object_store();
         let done = py.detach(|| self.rt.block_on(store.copy(&from, &to)));
         done.map_err(|e| errors::store(this.map_error(e, &from)))
@@ -254,10 +258,10 @@ impl NativeStore {
     /// Writes `data` at `key` (one PUT).
     fn put(&self, py: Python<'_>, key: &str, data: Vec<u8>) -> PyResult<()> {
         let this = self.store.get("store")?;
-        let path = key_path(key);
-        let store = this.object_store();
-        let put = py.detach(|| self.rt.block_on(store.put(&path, data.into())));
-        put.map_err(|e| errors::store(this.map_error(e, &path)))?;
+        let object = object(this, key)?;
+        let (store, path) = (object.store(), object.path());
+        let put = py.detach(|| self.rt.block_on(store.put(path, data.into())));
+        put.map_err(|e| errors::store(object.map_error(e)))?;
         Ok(())
     }
 }

@@ -249,6 +249,13 @@ impl Error {
                 source: Box::new(e),
             };
         }
+        if let object_store::Error::NotSupported { source } = &err
+            && let Some(refused) = source.downcast_ref::<crate::keys::Refused>()
+        {
+            return Error::InvalidInput {
+                message: format!("{uri}: {refused}"),
+            };
+        }
         if is_invalid_range(&err) {
             return Error::InvalidInput {
                 message: format!(

@@ -5,9 +5,9 @@
 //! for PyTorch use. [`Store::exact_key`] gives an [`ObjectStore`] of one key, spelled byte for
 //! byte, whose requests are SigV4-signed here like the multipart-upload listing's: HEAD and
 //! ranged GET (with `If-Match`), PUT, and the multipart upload (create, parts, complete,
-//! abort), with the store's checksums, user metadata, retries, pacing and metrics (the store
-//! is wrapped in a [`MeteredStore`]). Every `Path` it is given stands for that one key; listing,
-//! copying and deleting are not offered.
+//! abort) and DELETE, with the store's checksums, user metadata, retries, pacing and metrics
+//! (the store is wrapped in a [`MeteredStore`]). Every `Path` it is given stands for that one
+//! key; listing and copying are not offered.
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -162,6 +162,17 @@ impl ExactKey {
                 pairs.append_pair(k, v);
             }
         }
+        let mut headers = call.headers;
+        if matches!(call.method, Method::PUT | Method::POST | Method::DELETE) {
+            // A body sent as several chunks (or none) goes without a length otherwise, and S3
+            // refuses such a PUT (411 MissingContentLength), as the embedded server does a
+            // DELETE.
+            headers.insert(
+                http::header::CONTENT_LENGTH,
+                call.body.content_length().into(),
+            );
+        }
+        let call = Call { headers, ..call };
         let sha256 = if self.store.config().sign_payload() {
             payload_sha256(&call.body)
         } else {
@@ -436,7 +447,17 @@ impl ObjectStore for ExactKey {
         &self,
         locations: BoxStream<'static, object_store::Result<Path>>,
     ) -> BoxStream<'static, object_store::Result<Path>> {
-        locations.map(|_| Err(not_offered("delete"))).boxed()
+        let object = self.clone();
+        locations
+            .then(move |location| {
+                let object = object.clone();
+                async move {
+                    let location = location?;
+                    object.send(Call::new(Method::DELETE)).await?;
+                    Ok(location)
+                }
+            })
+            .boxed()
     }
 
     fn list(&self, _prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {

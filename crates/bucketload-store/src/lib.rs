@@ -40,6 +40,7 @@ mod etag;
 mod exact;
 mod http;
 mod ini;
+mod keys;
 mod kind;
 mod listing;
 mod metered;
@@ -60,6 +61,7 @@ pub use config::{
 };
 pub use error::{BoxError, Error, Hint, Tries};
 pub use etag::ETag;
+pub use keys::{Object, unaddressable, unspellable};
 pub use kind::ErrorKind;
 pub use listing::{ListPage, Listed, ListedKind, list_object_store};
 pub use metered::MeteredStore;

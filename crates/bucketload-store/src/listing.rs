@@ -44,8 +44,9 @@ pub enum ListedKind {
     /// A folder marker: a key ending in `/` (whatever its size), as the S3 console, `aws s3api
     /// put-object --key dir/` and many tools create. It is a folder, not an object.
     Folder,
-    /// A key with an empty segment (`a//b`), which object_store and so bucketload cannot
-    /// address.
+    /// A key object_store's paths cannot spell (`a//b`, `/a`, a tab, a `.` segment; see
+    /// [`crate::unspellable`]): listings and datasets cannot address it, single objects can
+    /// ([`Store::object`]).
     Unaddressable,
 }
 
@@ -162,10 +163,7 @@ impl Store {
         delimiter: bool,
         token: Option<String>,
     ) -> Result<(ListPage, Option<String>), Error> {
-        let store_prefix = match self.uri().prefix() {
-            "" => String::new(),
-            p => format!("{p}/"),
-        };
+        let store_prefix = self.key_folder().to_owned();
         let mut url = url::Url::parse(&bucket_url(self)).map_err(|e| Error::InvalidUri {
             uri: self.uri().to_string(),
             reason: format!("bad endpoint: {e}"),

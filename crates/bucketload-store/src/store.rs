@@ -43,6 +43,12 @@ struct Inner {
     metrics: Metrics,
     link: Arc<Link>,
     endpoint: Option<String>,
+    /// The URI's key prefix as written, as a folder (empty or ending in `/`): see
+    /// [`Store::object`].
+    key_folder: String,
+    /// Whether `store`'s paths are relative to `key_folder` itself (else it is
+    /// [`Refused`](crate::keys::Refused)).
+    prefix_spelled: bool,
     /// The credentials of an S3 store's requests, object_store's and ours alike; `None` for
     /// anonymous and non-S3 stores.
     credentials: Option<AwsCredentialProvider>,
@@ -133,10 +139,31 @@ impl Store {
             MeteredStore::new(backend, metrics.clone()),
             config.concurrency().max(1),
         );
-        let store: Arc<dyn ObjectStore> = match prefix {
-            "" => Arc::new(limited),
-            p => Arc::new(PrefixStore::new(limited, p)),
+        let key_folder = match parsed.scheme() {
+            Scheme::S3 => crate::keys::written_folder(uri),
+            _ if prefix.is_empty() => String::new(),
+            _ => format!("{prefix}/"),
         };
+        // The folder's paths: `Path::from` would percent-encode `ü` or `#` and drop an empty
+        // segment, addressing other keys than the ones the user wrote.
+        let folder = key_folder.strip_suffix('/').unwrap_or_default();
+        let spelled = crate::keys::spelled(folder);
+        let store: Arc<dyn ObjectStore> = match (&spelled, parsed.scheme()) {
+            _ if folder.is_empty() => Arc::new(limited),
+            (Some(path), _) => Arc::new(PrefixStore::new(limited, path.clone())),
+            (None, Scheme::File | Scheme::Memory) => {
+                Arc::new(PrefixStore::new(limited, crate::key_path(folder)))
+            }
+            (None, _) => Arc::new(crate::keys::Refused {
+                reason: format!(
+                    "the prefix `{folder}` {}, so bucketload can address objects below it \
+                     only one by one (checkpoints, `cp` of one object), not list, generate or \
+                     load a dataset there; use a prefix without it",
+                    crate::keys::unspellable(folder).unwrap_or("cannot be spelled")
+                ),
+            }),
+        };
+        let prefix_spelled = folder.is_empty() || spelled.is_some();
         let endpoint = (parsed.scheme() == Scheme::S3)
             .then(|| config.endpoint().map(str::to_owned))
             .flatten();
@@ -149,6 +176,8 @@ impl Store {
                 metrics,
                 link,
                 endpoint,
+                key_folder,
+                prefix_spelled,
                 credentials,
             }),
         })
@@ -196,7 +225,31 @@ impl Store {
 
     /// The full URI of `key`, for messages.
     pub fn object_uri(&self, key: &Path) -> String {
-        self.inner.uri.join(key.as_ref())
+        match (key.as_ref(), self.inner.uri.scheme()) {
+            ("", _) => self.inner.uri.join(""),
+            // The prefix as written: below `s3://b/a//` the object `x` is `s3://b/a//x`.
+            (key, Scheme::S3) => format!("{}{}{key}", self.inner.uri.root(), self.key_folder()),
+            (key, _) => self.inner.uri.join(key),
+        }
+    }
+
+    /// The URI's key prefix as written, as a folder: empty or ending in `/`.
+    pub fn key_folder(&self) -> &str {
+        &self.inner.key_folder
+    }
+
+    /// Whether [`Store::object_store`]'s paths are relative to [`Store::key_folder`]: false
+    /// for an S3 prefix object_store cannot spell (`a//c`), whose store refuses every
+    /// request.
+    pub(crate) fn prefix_spelled(&self) -> bool {
+        self.inner.prefix_spelled
+    }
+
+    /// Maps an error about the object at `uri` (its full URI) into an [`Error`] naming it.
+    pub fn map_error_at(&self, err: object_store::Error, uri: &str) -> Error {
+        let mut context = self.error_context(&Path::default());
+        context.uri = uri.to_owned();
+        context.map(err)
     }
 
     /// Maps an error from [`Store::object_store`] about `key` into an

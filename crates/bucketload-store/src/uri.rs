@@ -123,7 +123,9 @@ impl StoreUri {
         }
         if prefix.split('/').any(|s| s == "." || s == "..") {
             return Err(invalid(
-                "`.` and `..` are not folders in an object store; write the prefix without them"
+                "the prefix has a `.` or `..` segment, which bucketload's HTTP client resolves in \
+                 every URL, so no request can name a key below it; write the prefix without \
+                 them (or rename the objects, e.g. with boto3)"
                     .to_owned(),
             ));
         }

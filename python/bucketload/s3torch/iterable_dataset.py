@@ -189,8 +189,8 @@ class S3IterableDataset(_IterBase):
         if sequential != "sequential":
             return None
         prefix = self._key_prefix
-        if "//" in prefix:
-            return None  # the engine cannot address such keys; listed here, they raise when read
+        if "//" in prefix or prefix.startswith("/") or any(c < " " or c == "\x7f" for c in prefix):
+            return None  # the engine cannot list below such a prefix; listed here, read exactly
         if prefix == "" or prefix.endswith("/"):
             return self.s3_uri
         if self._folder is None:

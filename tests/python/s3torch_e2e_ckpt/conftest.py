@@ -180,28 +180,6 @@ def embedded_s3(server, s3):
 # a random port in 10000-45500, much of which is the kernel's ephemeral range (32768-60999);
 # on a machine with many open connections it is sometimes taken. Here the rendezvous port is
 # one the kernel reports free: generate_random_port returns it minus the test's port_offset.
-from test_cli_dataset import moto  # noqa: E402,F401  (a fixture, used below)
-
-# The connector's S3Checkpoint tests join "<directory>/" and "/<name>": keys with an empty
-# segment (`…//general_checkpoint.pt`), which bucketload writes exactly as the connector does
-# but the embedded server cannot store yet. These modules run against moto's server.
-_ON_MOTO = {"test_e2e_s3checkpoint"}
-
-
-@pytest.fixture(autouse=True)
-def moto_for_keys_with_empty_segments(request, monkeypatch):
-    if request.module.__name__.rsplit(".", 1)[-1] not in _ON_MOTO:
-        return
-    endpoint, env = request.getfixturevalue("moto")
-    for name, value in env.items():
-        if name.startswith("AWS_"):
-            monkeypatch.setenv(name, value)
-    bucket = f"s3torch-e2e-ckpt-moto-{uuid.uuid4().hex[:8]}"
-    boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="moto",
-                 aws_secret_access_key="moto", region_name="us-east-1").create_bucket(Bucket=bucket)
-    monkeypatch.setenv("CI_BUCKET", bucket)
-
-
 @pytest.fixture(autouse=True)
 def free_rendezvous_port(request, monkeypatch):
     callspec = getattr(request.node, "callspec", None)

@@ -3,6 +3,7 @@
 //! Anything not given on the command line comes from the environment as
 //! [`StoreConfig::from_env`] reads it (AWS_* variables, profiles).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -159,6 +160,19 @@ pub fn open_object(uri: &str, config: &StoreConfig) -> anyhow::Result<(Store, Lo
         return Err(bucketload::Error::invalid_input(message).into());
     }
     let (store, location) = open_dir(parent, config)?;
+    if store.uri().scheme() == Scheme::S3 {
+        // The key as written: `s3://b/a//x.pt` is `a//x.pt`, not the `x.pt` of folder `a/`.
+        let rest = uri.split_once("://").map_or(uri, |(_, rest)| rest);
+        let key = rest.split_once('/').map_or("", |(_, key)| key);
+        if bucketload_store::unspellable(key).is_some() {
+            let root = Store::open(&store.uri().root(), config)?;
+            let object = root.object(key)?;
+            let endpoint = config.endpoint().unwrap_or("the AWS S3 endpoint");
+            let location = Location::new(Arc::clone(object.store()), object.uri(), endpoint);
+            // The store of one exact key takes any path for it; the empty one names it whole.
+            return Ok((root, location, Path::default()));
+        }
+    }
     Ok((store, location, key_path(name)))
 }
 

@@ -28,7 +28,8 @@ pub enum Entry {
     Dir(String),
     /// An object.
     Object(ObjectMeta),
-    /// An object whose key has an empty segment (`a//b`): it exists, but cannot be read.
+    /// An object whose key object_store cannot spell (`a//b`, a tab, …;
+    /// [`bucketload_store::unspellable`] says why): it exists, but a dataset cannot read it.
     Unaddressable(Listed),
 }
 
@@ -100,11 +101,13 @@ fn warn_full_marker(location: &Location, listed: &Listed) {
     }
 }
 
-/// Logs that an object whose key has an empty segment is skipped.
+/// Logs that an object whose key a dataset cannot address is skipped, saying why.
 pub(crate) fn warn_unaddressable(location: &Location, listed: &Listed) {
+    let why = bucketload_store::unspellable(&listed.key).unwrap_or("cannot be spelled");
     tracing::warn!(
-        "{}: the key has an empty segment (`//`), which bucketload cannot read, so the object \
-         is skipped; copy it to a key without `//` (e.g. with `aws s3 cp`) to read it",
+        "{}: the key {why}, which a dataset cannot read (checkpoints and `cp` of one object \
+         can), so the object is skipped; copy it to a key without it (e.g. with `aws s3 cp`) \
+         to read it",
         location.uri_of_key(&listed.key)
     );
 }

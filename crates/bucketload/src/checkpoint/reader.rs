@@ -8,9 +8,9 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use bucketload_store::ETag;
 use bucketload_store::object_store::path::Path;
 use bucketload_store::object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
-use bucketload_store::{ETag, Store};
 use bytes::{Bytes, BytesMut};
 use futures::{StreamExt, TryStreamExt, stream};
 use tokio::task::JoinHandle;
@@ -32,7 +32,7 @@ pub struct CheckpointReader {
 #[derive(Debug)]
 enum Source {
     Object {
-        store: Store,
+        object: bucketload_store::Object,
         objects: Arc<dyn ObjectStore>,
         key: Path,
         /// The version opened, in the store's `If-Match` spelling.
@@ -46,17 +46,18 @@ impl CheckpointReader {
         let uri = ckpt.uri_of(name);
         let (source, size) = match &ckpt.target {
             Target::Object(store) => {
-                let (objects, key) = ckpt.object(store, name)?;
+                let object = ckpt.object(store, name)?;
+                let (objects, key) = (Arc::clone(object.store()), object.path().clone());
                 let meta = match objects.head(&key).await {
                     Ok(meta) => meta,
                     Err(e) => {
-                        let err = crate::Error::Store(store.map_error(e, &key));
+                        let err = crate::Error::Store(object.map_error(e));
                         let location = crate::base::Location::from_store(store);
                         return Err(location.explain_not_found(err).await);
                     }
                 };
                 let source = Source::Object {
-                    store: store.clone(),
+                    object: object.clone(),
                     objects,
                     key,
                     if_match: ETag::from_store(meta.e_tag.as_deref()).map(|e| store.if_match(&e)),
@@ -99,7 +100,7 @@ impl CheckpointReader {
         let expected = range.end - range.start;
         let bytes = match &self.source {
             Source::Object {
-                store,
+                object,
                 objects,
                 key,
                 if_match,
@@ -114,7 +115,7 @@ impl CheckpointReader {
                     Ok(got) => got.bytes().await,
                     Err(e) => Err(e),
                 };
-                got.map_err(|e| self.changed_or(store, key, e))?
+                got.map_err(|e| self.changed_or(object, e))?
             }
             Source::Local(path) => {
                 let (path, start) = (path.clone(), range.start);
@@ -142,8 +143,7 @@ impl CheckpointReader {
 
     fn changed_or(
         &self,
-        store: &Store,
-        key: &Path,
+        object: &bucketload_store::Object,
         e: bucketload_store::object_store::Error,
     ) -> Error {
         if matches!(
@@ -156,7 +156,7 @@ impl CheckpointReader {
                     .to_owned(),
             };
         }
-        Error::Store(store.map_error(e, key))
+        Error::Store(object.map_error(e))
     }
 
     /// The whole checkpoint in one buffer: `parts_in_flight` ranged GETs of `part_size` at

@@ -163,9 +163,11 @@ impl Checkpoints {
                             }
                             ListedKind::Folder => {}
                             ListedKind::Unaddressable => tracing::warn!(
-                                "{}: the key has an empty segment (`//`), which bucketload \
-                                 cannot address: not counted in any checkpoint",
-                                self.uri_of(&listed.key)
+                                "{}: the key {}, which the checkpoint listing cannot \
+                                 address: not counted in any checkpoint",
+                                self.uri_of(&listed.key),
+                                bucketload_store::unspellable(&listed.key)
+                                    .unwrap_or("cannot be spelled")
                             ),
                         }
                     }

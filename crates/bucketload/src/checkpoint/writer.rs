@@ -43,10 +43,11 @@ impl CheckpointWriter {
                     part_size: ckpt.config.part_size,
                     concurrency: ckpt.config.parts_in_flight,
                 };
-                let (objects, key) = ckpt.object(store, name)?;
-                let writer = MultipartWriter::new(objects, key, opts)
-                    .with_uri(uri.clone())
-                    .with_store(store);
+                let object = ckpt.object(store, name)?;
+                let writer =
+                    MultipartWriter::new(Arc::clone(object.store()), object.path().clone(), opts)
+                        .with_uri(uri.clone())
+                        .with_store(store);
                 Sink::Object(Box::new(writer))
             }
             Target::Local(dir) => Sink::Local(LocalWriter::create(dir, name).await?),

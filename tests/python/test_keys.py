@@ -1,0 +1,211 @@
+"""Keys exactly as written, on every path: a table of keys (every printable ASCII character in
+a folder and a file name, unicode, ``//``, a leading and a trailing ``/``, control
+characters) written and read by every API, against the embedded server and moto's server,
+checked with boto3 both ways: what bucketload writes boto3 reads at the same key, and what
+boto3 writes bucketload reads. Keys with ``.`` or ``..`` segments, which no request of
+bucketload can name, are refused saying so."""
+
+from __future__ import annotations
+
+import io
+import os
+import string
+
+import pytest
+import torch
+from conftest import make_client
+from test_cli_dataset import moto, ok, run  # noqa: F401  (moto is a fixture)
+
+from bucketload import checkpoint
+from bucketload.s3torch import S3Checkpoint, S3MapDataset
+
+# Every printable ASCII character but `/` in a folder and in a file name (item: the folder
+# was percent-encoded), unicode, and the keys object_store's paths cannot spell.
+KEYS = (
+    [f"chars/d{c}x/f{c}y.pt" for c in string.printable[:95] if c != "/"]
+    + [
+        "uni/ü/ck.pt",
+        "uni/日本語/ファイル.pt",
+        "uni/😀/x.pt",
+        "a//b.pt",
+        "/lead.pt",
+        "//twice/x.pt",
+        "trail/",
+        "tab/x\ty.pt",
+        "cr/x\ry.pt",
+        "nl/x\ny.pt",
+        "ctl/\x01\x1f.pt",
+        "del/x\x7f.pt",
+        "pct/%C3%BC/x.pt",
+    ]
+)
+DOTS = ["dots/./x.pt", "dots/../x.pt", "dots/..", "."]
+
+
+def body(key: str) -> bytes:
+    return b"key:" + key.encode()
+
+
+@pytest.fixture(params=["bucketload", "moto"])
+def target(request, server):
+    """``(boto3 client, fresh bucket, env, keys)`` on the embedded server or moto's, with this
+    process's AWS environment pointing at it; ``keys``: the table less what the server cannot
+    store (moto's answers 404 to any request for a key holding a line feed, boto3's too)."""
+    if request.param == "bucketload":
+        env, client = server.env(), make_client(server.endpoint)
+    else:
+        endpoint, env = request.getfixturevalue("moto")
+        client = make_client(endpoint, key="moto", secret="moto")
+    bucket = f"keys-{os.urandom(6).hex()}"
+    client.create_bucket(Bucket=bucket)
+    saved = dict(os.environ)
+    os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
+    keys = [k for k in KEYS if request.param == "bucketload" or "\n" not in k]
+    yield client, bucket, env, keys
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def stored(client, bucket: str, prefix: str = "") -> set[str]:
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return {o["Key"] for p in pages for o in p.get("Contents", [])}
+
+
+def read(client, bucket: str, key: str) -> bytes:
+    return client.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+def test_checkpoints_write_and_read_every_key_as_written(target):
+    client, bucket, _, keys = target
+    for key in keys:
+        state = {"key": key}
+        checkpoint.save(state, f"s3://{bucket}/w/{key}")
+        assert torch.load(io.BytesIO(read(client, bucket, f"w/{key}")))["key"] == key
+        client.put_object(Bucket=bucket, Key=f"r/{key}", Body=torch_bytes({"from": key}))
+        assert checkpoint.load(f"s3://{bucket}/r/{key}")["from"] == key
+    assert stored(client, bucket, "w/") == {f"w/{k}" for k in keys}
+
+
+def test_a_background_save_and_the_writer_keep_the_key(target):
+    client, bucket, _, _ = target
+    for key in ["uni/ü/bg.pt", "a//bg.pt", "tab/x\tbg.pt"]:
+        checkpoint.save({"k": key}, f"s3://{bucket}/{key}", background=True).wait()
+        assert torch.load(io.BytesIO(read(client, bucket, key)))["k"] == key
+        with checkpoint.Writer(f"s3://{bucket}/wr/{key}") as writer:
+            writer.write(body(key))
+        assert read(client, bucket, f"wr/{key}") == body(key)
+        with checkpoint.Reader(f"s3://{bucket}/wr/{key}") as reader:
+            assert reader.read() == body(key)
+
+
+def test_the_connector_checkpoint_writes_and_reads_every_key(target):
+    client, bucket, _, keys = target
+    ckpt = S3Checkpoint(region="us-east-1")
+    for key in keys:
+        with ckpt.writer(f"s3://{bucket}/w/{key}") as writer:
+            writer.write(body(key))
+        assert read(client, bucket, f"w/{key}") == body(key)
+        client.put_object(Bucket=bucket, Key=f"r/{key}", Body=body(key))
+        with ckpt.reader(f"s3://{bucket}/r/{key}") as reader:
+            assert reader.read() == body(key)
+
+
+def test_the_map_dataset_reads_every_key_boto3_wrote(target):
+    client, bucket, _, keys = target
+    for key in keys:
+        if not key.endswith("/"):  # a folder marker is no object of a dataset
+            client.put_object(Bucket=bucket, Key=key, Body=body(key))
+    objects = [k for k in keys if not k.endswith("/")]
+    dataset = S3MapDataset.from_objects([f"s3://{bucket}/{k}" for k in objects], region="us-east-1")
+    assert [(r.key, r.read()) for r in dataset] == [(k, body(k)) for k in objects]
+    # A folder listed: the keys as stored (chars/d%x/… stays itself).
+    listed = S3MapDataset.from_prefix(f"s3://{bucket}/uni/", region="us-east-1")
+    assert sorted((r.key, r.read()) for r in listed) == sorted(
+        (k, body(k)) for k in objects if k.startswith("uni/"))
+
+
+def test_keys_no_request_can_name_are_refused_saying_why(target):
+    client, bucket, _, _ = target
+    for key in DOTS:
+        with pytest.raises(Exception, match=r"`\.` or `\.\.` segment") as err:
+            checkpoint.save({"k": 1}, f"s3://{bucket}/{key}")
+        assert "empty segment" not in str(err.value)
+    assert stored(client, bucket) == set()
+
+
+def test_a_missing_object_is_named_by_its_own_key(target):
+    _, bucket, _, _ = target
+    with pytest.raises(FileNotFoundError, match=rf"s3://{bucket}/nope//a\.pt\b") as err:
+        checkpoint.load(f"s3://{bucket}/nope//a.pt")
+    assert "nope/nope" not in str(err.value)
+
+
+def test_the_cli_copies_generates_and_lists_keys_as_written(target, bucketload_bin, tmp_path):
+    client, bucket, env, _ = target
+    for key in ["uni/ü/ck.pt", "chars/d#x/f%y.pt", "chars/d~x/f[y].pt", "a//b.pt", "tab/x\ty.pt"]:
+        src = tmp_path / "src.bin"
+        src.write_bytes(body(key))
+        ok(bucketload_bin, env, "cp", str(src), f"s3://{bucket}/up/{key}")
+        assert read(client, bucket, f"up/{key}") == body(key)
+        client.put_object(Bucket=bucket, Key=f"down/{key}", Body=body(key))
+        dst = tmp_path / "dst.bin"
+        ok(bucketload_bin, env, "cp", f"s3://{bucket}/down/{key}", str(dst))
+        assert dst.read_bytes() == body(key)
+    ok(bucketload_bin, env, "gen", f"s3://{bucket}/gü#~/train", "--samples", "4", "--classes", "2",
+       "--size", "2KB")
+    made = stored(client, bucket, "g")
+    assert len(made) == 4 and all(k.startswith("gü#~/train/") for k in made), made
+    listed = ok(bucketload_bin, env, "ls", "--recursive", f"s3://{bucket}/up/uni/")
+    assert "ü/ck.pt" in listed and "%C3" not in listed
+
+
+def torch_bytes(obj) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def test_dcp_saves_and_loads_below_folders_as_written(target):
+    import torch.distributed.checkpoint as dcp
+
+    from bucketload.s3torch.dcp import S3StorageReader, S3StorageWriter
+
+    client, bucket, _, _ = target
+    state = {"w": torch.arange(6.0), "b": torch.ones(2)}
+    for folder in ["dcp/ü#~[x]/ck", "dcp/a//ck", "/dcp/lead", "dcp/tab\tx"]:
+        uri = f"s3://{bucket}/{folder}"
+        dcp.save(state, storage_writer=S3StorageWriter("us-east-1", uri))
+        assert stored(client, bucket, folder + "/") == {f"{folder}/.metadata", f"{folder}/__0_0.distcp"}
+        back = {k: torch.zeros_like(v) for k, v in state.items()}
+        dcp.load(back, storage_reader=S3StorageReader("us-east-1", uri))
+        assert all(torch.equal(back[k], state[k]) for k in state), folder
+
+
+def test_the_loader_reads_files_below_a_folder_as_written(target):
+    import bucketload
+
+    client, bucket, _, _ = target
+    root = "ld/ü #~[]{}^|<>\"\\*%41.d"
+    names = [f"f{c}x.bin" for c in string.printable[:95] if c not in "/."]
+    for name in names:
+        client.put_object(Bucket=bucket, Key=f"{root}/cls/{name}", Body=body(name))
+    # Keys a dataset cannot address are skipped (with a warning naming the reason), never read
+    # as another key.
+    for name in ["a//b.bin", "t\tb.bin"]:
+        client.put_object(Bucket=bucket, Key=f"{root}/cls/{name}", Body=b"skipped")
+    samples = [s for b in bucketload.Loader(f"s3://{bucket}/{root}", decode=False, batch_size=200)
+               for s in b]
+    got = {s["__key__"]: bytes(s["bin"]) for s in samples}
+    assert got == {f"cls/{n}": body(n) for n in names}
+
+
+def test_lightning_removes_the_checkpoint_it_names(target):
+    from bucketload.s3torch.lightning import S3LightningCheckpoint
+
+    client, bucket, _, _ = target
+    plugin = S3LightningCheckpoint(region="us-east-1")
+    for key in ["l/a//x.pt", "l/a/x.pt", "l/ü/x.pt", "l/tab\tx.pt"]:
+        client.put_object(Bucket=bucket, Key=key, Body=body(key))
+    for key in ["l/a//x.pt", "l/ü/x.pt", "l/tab\tx.pt"]:
+        plugin.remove_checkpoint(f"s3://{bucket}/{key}")
+    assert stored(client, bucket, "l/") == {"l/a/x.pt"}
