@@ -12,7 +12,6 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
 use object_store::aws::AwsCredential;
 use object_store::client::{HttpClient, HttpRequest, HttpRequestBody};
-use url::Url;
 
 /// The URL CreateBucket is sent to.
 pub(crate) fn bucket_url(store: &Store) -> String {
@@ -95,8 +94,11 @@ pub(crate) fn signed_request(
         uri: bucket_uri.clone(),
         reason,
     };
-    let url =
-        Url::parse(url_text).map_err(|e| invalid(format!("bad endpoint `{url_text}`: {e}")))?;
+    // Parsed as `http::Uri`, not `Url`: the path goes out and is signed exactly as written
+    // (`Url` would resolve `.` and `..` segments, naming another key).
+    let url: http::Uri = url_text
+        .parse()
+        .map_err(|e| invalid(format!("bad endpoint `{url_text}`: {e}")))?;
     let config = store.config();
     if let Some(creds) = creds {
         let creds = Credentials {
@@ -117,7 +119,7 @@ pub(crate) fn signed_request(
     }
     let mut req = http::Request::builder()
         .method(method)
-        .uri(url.as_str())
+        .uri(url)
         .body(body)
         .map_err(|e| invalid(e.to_string()))?;
     *req.headers_mut() = headers;

@@ -590,7 +590,13 @@ impl Sts {
         let body: String = url::form_urlencoded::Serializer::new(String::new())
             .extend_pairs(form.iter().map(|(k, v)| (*k, v.as_str())))
             .finish();
-        let url = url::Url::parse(&self.endpoint)
+        let url: http::Uri = url::Url::parse(&self.endpoint)
+            .map_err(|e| e.to_string())
+            .and_then(|u| {
+                u.as_str()
+                    .parse()
+                    .map_err(|e: http::uri::InvalidUri| e.to_string())
+            })
             .map_err(|e| fail(format!("the STS endpoint is not a URL: {e}")))?;
         let make = || -> Result<HttpRequest, String> {
             let mut headers = HeaderMap::new();
@@ -613,7 +619,7 @@ impl Sts {
             }
             let mut req = http::Request::builder()
                 .method(Method::POST)
-                .uri(url.as_str())
+                .uri(url.clone())
                 .body(Bytes::from(body.clone()).into())
                 .map_err(|e| e.to_string())?;
             *req.headers_mut() = headers;

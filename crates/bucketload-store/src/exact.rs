@@ -7,7 +7,9 @@
 //! ranged GET (with `If-Match`), PUT, and the multipart upload (create, parts, complete,
 //! abort) and DELETE, with the store's checksums, user metadata, retries, pacing and metrics
 //! (the store is wrapped in a [`MeteredStore`]). Every `Path` it is given stands for that one
-//! key; listing and copying are not offered.
+//! key; listing and copying are not offered. Its requests go through hyper with the path
+//! exactly as encoded, so keys with `.` or `..` segments (`a/../b`), which reqwest would
+//! resolve, name themselves too.
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -35,8 +37,9 @@ const CRC64NVME: &str = "x-amz-checksum-crc64nvme";
 
 impl Store {
     /// An [`ObjectStore`] of the one object `key`, spelled exactly as given (relative to the
-    /// bucket, not to the store's prefix): see the module docs. Only for S3 stores; keys with
-    /// `.` or `..` segments are refused (HTTP clients and servers resolve them).
+    /// bucket, not to the store's prefix): see the module docs. Only for S3 stores. The
+    /// requests go out with the key's path exactly as encoded, `.` and `..` segments included
+    /// (see [`crate::http::MeteredConnector::connect_exact`]).
     pub fn exact_key(&self, key: &str) -> Result<Arc<dyn ObjectStore>, Error> {
         let uri = format!("s3://{}/{key}", self.uri().bucket());
         let invalid = |reason: &str| Error::InvalidUri {
@@ -48,10 +51,8 @@ impl Store {
                 "only S3 keys may hold empty segments or end with `/`; name the object without them",
             ));
         }
-        if key.is_empty() || key.split('/').any(|s| s == "." || s == "..") {
-            return Err(invalid(
-                "an object key is not empty and has no `.` or `..` segments",
-            ));
+        if key.is_empty() {
+            return Err(invalid("an object key is not empty"));
         }
         let url = format!(
             "{}/{}",
@@ -60,7 +61,7 @@ impl Store {
         );
         let exact = ExactKey {
             store: self.clone(),
-            client: self.http_client()?,
+            client: self.exact_http_client()?,
             key: key.to_owned(),
             uri,
             url,
@@ -155,13 +156,15 @@ impl ExactKey {
     /// Sends `call` (retried like the store's own requests); a 2xx answer, or the error its
     /// status means.
     async fn send(&self, call: Call) -> object_store::Result<Answer> {
-        let mut url = url::Url::parse(&self.url).map_err(generic)?;
-        if !call.query.is_empty() {
-            let mut pairs = url.query_pairs_mut();
-            for (k, v) in &call.query {
-                pairs.append_pair(k, v);
-            }
-        }
+        // Built as text, never through `Url`, which would resolve `.` and `..` segments.
+        let url = if call.query.is_empty() {
+            self.url.clone()
+        } else {
+            let query = url::form_urlencoded::Serializer::new(String::new())
+                .extend_pairs(&call.query)
+                .finish();
+            format!("{}?{query}", self.url)
+        };
         let mut headers = call.headers;
         if matches!(call.method, Method::PUT | Method::POST | Method::DELETE) {
             // A body sent as several chunks (or none) goes without a length otherwise, and S3
@@ -186,7 +189,7 @@ impl ExactKey {
         let make = || {
             let request = Request {
                 method: call.method.clone(),
-                url: url.as_str(),
+                url: &url,
                 headers: call.headers.clone(),
                 body: call.body.clone().into(),
                 payload_sha256: &sha256,
@@ -631,6 +634,7 @@ mod tests {
         assert_eq!(encode_key("x/"), "x/");
         assert_eq!(encode_key("/lead"), "/lead");
         assert_eq!(encode_key("a b+c%é"), "a%20b%2Bc%25%C3%A9");
+        assert_eq!(encode_key("a/../b/./c"), "a/../b/./c");
     }
 
     #[test]

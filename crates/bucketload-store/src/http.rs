@@ -11,19 +11,26 @@
 //! fingerprint was already seen is a retry; distinct fingerprints are the
 //! pages of a LIST or the batches of a bulk DELETE.
 
+use crate::StoreConfig;
 use crate::metrics::Metrics;
 use crate::pacing::{CONNECT_GRACE, Link};
 use async_trait::async_trait;
+use http_body_util::BodyExt;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector as HyperHttpConnector;
+use hyper_util::rt::TokioExecutor;
 use object_store::ClientOptions;
 use object_store::client::{
-    HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpService,
-    ReqwestConnector,
+    HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpRequestBody,
+    HttpResponse, HttpResponseBody, HttpService, ReqwestConnector,
 };
 use std::collections::HashSet;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 tokio::task_local! {
     /// The attempts of the logical request currently being polled.
@@ -94,6 +101,23 @@ impl MeteredConnector {
     }
 }
 
+impl MeteredConnector {
+    /// A client that sends every request's URI exactly as given, for the objects of one exact
+    /// key ([`crate::Store::exact_key`]): reqwest parses URIs with `url`, which resolves `.`
+    /// and `..` segments and their `%2E` escapes, so it sends `a/../b` as `b`. hyper sends
+    /// the path as it is. Counted and paced like the store's other requests; the connect
+    /// timeout, idle connections kept and the 30 s request timeout are the store's, and
+    /// certificates are checked against the platform's roots as reqwest checks them.
+    /// Proxies (`HTTPS_PROXY`, …) are not used on this path.
+    pub(crate) fn connect_exact(&self, config: &StoreConfig) -> Result<HttpClient, String> {
+        Ok(HttpClient::new(MeteredService {
+            client: HttpClient::new(ExactUriService::new(config)?),
+            metrics: self.metrics.clone(),
+            link: Arc::clone(&self.link),
+        }))
+    }
+}
+
 impl HttpConnector for MeteredConnector {
     fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
         let client = ReqwestConnector::default().connect(options)?;
@@ -141,6 +165,69 @@ impl HttpService for MeteredService {
                 Err(HttpError::new(HttpErrorKind::Unknown, NeverAnswered(e)))
             }
             Err(e) => Err(e),
+        }
+    }
+}
+
+/// The whole of one request, answer included, as object_store's default `timeout`.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+type HyperClient = Client<HttpsConnector<HyperHttpConnector>, HttpRequestBody>;
+
+/// An [`HttpService`] on hyper that sends the request's URI as it is (see
+/// [`MeteredConnector::connect_exact`]).
+#[derive(Debug)]
+struct ExactUriService {
+    client: HyperClient,
+}
+
+impl ExactUriService {
+    fn new(config: &StoreConfig) -> Result<ExactUriService, String> {
+        use rustls_platform_verifier::ConfigVerifierExt;
+        let tls = rustls::ClientConfig::with_platform_verifier()
+            .map_err(|e| format!("cannot load the platform's certificates: {e}"))?;
+        let mut http = HyperHttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(config.connect_timeout()));
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(config.concurrency().max(1))
+            .build(https);
+        Ok(ExactUriService { client })
+    }
+}
+
+#[async_trait]
+impl HttpService for ExactUriService {
+    async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
+        let exchange = async {
+            let response = self.client.request(req).await.map_err(|e| {
+                let kind = if e.is_connect() {
+                    HttpErrorKind::Connect
+                } else {
+                    HttpErrorKind::Request
+                };
+                HttpError::new(kind, e)
+            })?;
+            let (parts, body) = response.into_parts();
+            let body = body
+                .collect()
+                .await
+                .map_err(|e| HttpError::new(HttpErrorKind::Interrupted, e))?
+                .to_bytes();
+            Ok(HttpResponse::from_parts(
+                parts,
+                HttpResponseBody::from(body),
+            ))
+        };
+        match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
+            Ok(answer) => answer,
+            Err(elapsed) => Err(HttpError::new(HttpErrorKind::Timeout, elapsed)),
         }
     }
 }

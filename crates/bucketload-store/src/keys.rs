@@ -8,9 +8,10 @@
 //! one key ([`Store::exact_key`]), which signs its requests itself. The key is the URI's prefix
 //! as the user wrote it (`s3://b/a//c/` is the folder `a//c/`) followed by the name.
 //!
-//! `.` and `..` segments are the one exception: the HTTP client (reqwest, through `url`)
-//! resolves them, and their escapes `%2E`, in every URL it sends, so no request of bucketload
-//! can name such a key; they are refused with that reason ([`unaddressable`]).
+//! Keys with `.` or `..` segments (`a/../b`) are no exception: object_store's client
+//! (reqwest, through `url`) would resolve them in every URL it sends, so they always take the
+//! exact-key path, which sends the path as encoded. Only local folders and memory stores refuse
+//! them ([`unaddressable`]): a file system resolves them.
 
 use std::fmt;
 use std::sync::Arc;
@@ -45,12 +46,13 @@ pub fn unspellable(key: &str) -> Option<&'static str> {
     }
 }
 
-/// Why no request of bucketload can name `key`, `None` when one can: a key with a `.` or `..`
-/// segment, which HTTP clients resolve in URLs. The reason completes "the key …".
+/// Why a local folder or memory store cannot name `key`, `None` when it can: a key with a `.`
+/// or `..` segment, which a file system resolves. S3 stores address every key. The reason
+/// completes "the key …".
 pub fn unaddressable(key: &str) -> Option<&'static str> {
     key.split('/').any(|s| s == "." || s == "..").then_some(
-        "has a `.` or `..` segment, which bucketload's HTTP client resolves in every URL, so \
-             no request can name it; rename the object (e.g. with boto3)",
+        "has a `.` or `..` segment, which a local folder resolves to another file; name the \
+             object without it",
     )
 }
 
@@ -113,20 +115,22 @@ impl Object {
 impl Store {
     /// The object named `name`, relative to the URI's prefix as written (see the module docs):
     /// `s3://b/a` and `s3://b/a/` name `a/<name>`, `s3://b/a//` names `a//<name>`. Local
-    /// folders and memory stores read `a//b` as `a/b`, as file systems do. A name no request
-    /// can spell (a `.` or `..` segment), or one only S3 stores can hold, is
-    /// [`Error::InvalidInput`] naming the object and why.
+    /// folders and memory stores read `a//b` as `a/b`, as file systems do, and refuse `.` and
+    /// `..` segments. A name only S3 stores can hold is [`Error::InvalidInput`] naming the
+    /// object and why.
     pub fn object(&self, name: &str) -> Result<Object, Error> {
         let key = format!("{}{name}", self.key_folder());
         let uri = self.key_uri(&key);
         let refused = |why: &str| Error::InvalidInput {
             message: format!("{uri}: the key {why}"),
         };
-        if let Some(why) = unaddressable(&key) {
-            return Err(refused(why));
-        }
         let (store, path) = match self.uri().scheme() {
-            Scheme::File | Scheme::Memory => (self.object_store(), crate::key_path(name)),
+            Scheme::File | Scheme::Memory => {
+                if let Some(why) = unaddressable(&key) {
+                    return Err(refused(why));
+                }
+                (self.object_store(), crate::key_path(name))
+            }
             _ => match (self.prefix_spelled(), spelled(name)) {
                 (true, Some(path)) => (self.object_store(), path),
                 _ if self.uri().scheme() != Scheme::S3 => {
@@ -265,6 +269,7 @@ mod tests {
             assert_eq!(unspellable(key), Some(why), "{key:?}");
         }
         assert!(unaddressable("a/../b").is_some() && unaddressable("a//b").is_none());
+        assert!(unaddressable("a..b/.c").is_none());
     }
 
     #[test]

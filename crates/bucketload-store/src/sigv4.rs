@@ -7,9 +7,9 @@
 use crate::config::Credentials;
 use chrono::{DateTime, Utc};
 use hmac::{Hmac, KeyInit, Mac};
+use http::Uri;
 use http::{HeaderMap, HeaderValue, Method};
 use sha2::{Digest, Sha256};
-use url::Url;
 
 /// Hex SHA-256 of `data`, the `x-amz-content-sha256` value.
 pub(crate) fn sha256_hex(data: &[u8]) -> String {
@@ -28,7 +28,9 @@ fn hmac(key: &[u8], data: &str) -> Vec<u8> {
 #[derive(Debug)]
 pub(crate) struct SignParams<'a> {
     pub(crate) method: &'a Method,
-    pub(crate) url: &'a Url,
+    /// The request's URI, its path exactly as sent (S3 signs it without resolving `.` or
+    /// `..` segments).
+    pub(crate) url: &'a Uri,
     pub(crate) payload_sha256: &'a str,
     pub(crate) region: &'a str,
     pub(crate) service: &'a str,
@@ -82,25 +84,31 @@ pub(crate) fn sign(
     Ok(())
 }
 
-fn host(url: &Url) -> String {
-    let h = url.host_str().unwrap_or_default();
-    match url.port() {
-        Some(port) => format!("{h}:{port}"),
-        None => h.to_owned(),
+/// The `Host` header: the URI's host, with its port unless it is the scheme's default.
+fn host(url: &Uri) -> String {
+    let h = url.host().unwrap_or_default();
+    let default = match url.scheme_str() {
+        Some("https") => Some(443),
+        Some("http") => Some(80),
+        _ => None,
+    };
+    match url.port_u16() {
+        Some(port) if Some(port) != default => format!("{h}:{port}"),
+        _ => h.to_owned(),
     }
 }
 
-/// The URL path is already percent-encoded by `url`; S3 signs it as sent.
-fn canonical_path(url: &Url) -> &str {
+/// The path is already percent-encoded; S3 signs it as sent.
+fn canonical_path(url: &Uri) -> &str {
     match url.path() {
         "" => "/",
         p => p,
     }
 }
 
-fn canonical_query(url: &Url) -> String {
-    let mut pairs: Vec<(String, String)> = url
-        .query_pairs()
+fn canonical_query(url: &Uri) -> String {
+    let query = url.query().unwrap_or_default();
+    let mut pairs: Vec<(String, String)> = url::form_urlencoded::parse(query.as_bytes())
         .map(|(k, v)| (uri_encode(&k), uri_encode(&v)))
         .collect();
     pairs.sort();
@@ -159,7 +167,9 @@ mod tests {
             secret: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY".into(),
             token: None,
         };
-        let url = Url::parse("https://examplebucket.s3.amazonaws.com/test.txt").unwrap();
+        let url: Uri = "https://examplebucket.s3.amazonaws.com/test.txt"
+            .parse()
+            .unwrap();
         let mut headers = HeaderMap::new();
         headers.insert("range", HeaderValue::from_static("bytes=0-9"));
         let params = SignParams {
@@ -181,7 +191,18 @@ mod tests {
 
     #[test]
     fn query_is_sorted_and_encoded() {
-        let url = Url::parse("http://h/b?uploads&prefix=a b&list-type=2").unwrap();
+        let url: Uri = "http://h/b?uploads&prefix=a%20b&list-type=2"
+            .parse()
+            .unwrap();
         assert_eq!(canonical_query(&url), "list-type=2&prefix=a%20b&uploads=");
+    }
+
+    #[test]
+    fn paths_are_signed_as_sent() {
+        let url: Uri = "http://h:80/b/a/../x/./y".parse().unwrap();
+        assert_eq!(canonical_path(&url), "/b/a/../x/./y");
+        assert_eq!(host(&url), "h");
+        let url: Uri = "https://h:9000/b".parse().unwrap();
+        assert_eq!(host(&url), "h:9000");
     }
 }

@@ -52,6 +52,8 @@ struct Inner {
     /// The credentials of an S3 store's requests, object_store's and ours alike; `None` for
     /// anonymous and non-S3 stores.
     credentials: Option<AwsCredentialProvider>,
+    /// The client of the exact-key requests ([`Store::exact_key`]), made at the first.
+    exact_client: OnceLock<HttpClient>,
 }
 
 impl fmt::Debug for Store {
@@ -179,6 +181,7 @@ impl Store {
                 key_folder,
                 prefix_spelled,
                 credentials,
+                exact_client: OnceLock::new(),
             }),
         })
     }
@@ -309,6 +312,21 @@ impl Store {
                 message: "cannot build an HTTP client".to_owned(),
                 source: Box::new(e),
             })
+    }
+
+    /// The HTTP client of [`Store::exact_key`]'s requests, which sends paths exactly as
+    /// encoded; shared by every exact key of the store, so its connections are reused.
+    pub(crate) fn exact_http_client(&self) -> Result<HttpClient, Error> {
+        if let Some(client) = self.inner.exact_client.get() {
+            return Ok(client.clone());
+        }
+        let client =
+            MeteredConnector::new(self.inner.metrics.clone(), Arc::clone(&self.inner.link))
+                .connect_exact(&self.inner.config)
+                .map_err(|message| Error::InvalidInput {
+                    message: format!("{}: cannot build an HTTP client: {message}", self.inner.uri),
+                })?;
+        Ok(self.inner.exact_client.get_or_init(|| client).clone())
     }
 
     /// Reads `key` as parallel ranged GETs (see [`get_parallel`](crate::get_parallel));

@@ -121,11 +121,13 @@ impl StoreUri {
                 bucket.len()
             )));
         }
-        if prefix.split('/').any(|s| s == "." || s == "..") {
+        // S3 keys below such a prefix are listed and addressed as written (see
+        // `Store::object`); object_store's Azure and GCS clients would resolve the segments.
+        if scheme != Scheme::S3 && prefix.split('/').any(|s| s == "." || s == "..") {
             return Err(invalid(
-                "the prefix has a `.` or `..` segment, which bucketload's HTTP client resolves in \
-                 every URL, so no request can name a key below it; write the prefix without \
-                 them (or rename the objects, e.g. with boto3)"
+                "the prefix has a `.` or `..` segment, which this store's HTTP client resolves \
+                 in every URL, so no request can name a key below it; write the prefix without \
+                 them"
                     .to_owned(),
             ));
         }
@@ -356,13 +358,16 @@ mod tests {
             "s3://de mo/x",
             "s3://b\u{e9}/x",
             "gs://a?b",
-            "s3://b/../x",
-            "s3://b/a/./x",
+            "gs://b/../x",
+            "az://c/a/./x",
         ] {
             let err = StoreUri::parse(bad).unwrap_err();
             assert!(matches!(err, Error::InvalidUri { .. }), "{bad}: {err}");
         }
         assert!(StoreUri::parse("s3://my-bucket_1.x/a..b/c").is_ok());
+        // S3 keys below them are addressed as written.
+        assert!(StoreUri::parse("s3://b/../x").is_ok());
+        assert!(StoreUri::parse("s3://b/a/./x").is_ok());
         assert!(StoreUri::parse(&format!("s3://{}", "a".repeat(63))).is_ok());
         assert!(StoreUri::parse(&format!("s3://{}", "a".repeat(64))).is_err());
         assert!(StoreUri::parse("mem://any name").is_ok());

@@ -62,7 +62,8 @@ async fn boto3_object_reads_in_the_store() {
 }
 
 /// Keys object_store's paths rewrite or cannot spell, each written and read through
-/// `Store::object` below prefixes as written (`ü/`, `a//`), checked with boto3 both ways.
+/// `Store::object` below prefixes as written (`ü/`, `a//`, `../`), checked with boto3 both
+/// ways. Keys with `.` and `..` segments are literal keys to S3 and boto3, as to us.
 const KEYS: &[&str] = &[
     "ü/x.pt",
     "d#~[]{}^|<>\"\\*%41/f.pt",
@@ -72,12 +73,23 @@ const KEYS: &[&str] = &[
     "tab\tx.pt",
     "cr\rx.pt",
     "ctl\u{1}\u{7f}.pt",
+    "dots/./x.pt",
+    "dots/../x.pt",
+    "dots/..",
+    "x/.",
+    "..",
 ];
 
 /// `keys` (hex-encoded, so control characters survive `argv`) as boto3 reads them.
 const BOTO3_READ: &str = "for k in sys.argv[2:]:\n    \
      k = bytes.fromhex(k).decode()\n    \
      print(s3.get_object(Bucket=sys.argv[1], Key=k)['Body'].read().decode())";
+/// The keys below `sys.argv[2]` as boto3 lists them, hex-encoded, one a line.
+const BOTO3_LIST: &str = "pages = s3.get_paginator('list_objects_v2').paginate(Bucket=sys.argv[1], \
+     Prefix=bytes.fromhex(sys.argv[2]).decode())\n\
+     for p in pages:\n    \
+     for o in p.get('Contents', []):\n        \
+     print(o['Key'].encode().hex())";
 const BOTO3_WRITE: &str = "for k in sys.argv[2:]:\n    \
      k = bytes.fromhex(k).decode()\n    \
      s3.put_object(Bucket=sys.argv[1], Key=k, Body=('boto3:' + k).encode())";
@@ -94,7 +106,7 @@ async fn keys_as_written(endpoint: &str, key: &str, secret: &str, config: StoreC
         args.extend(keys.iter().map(hex::encode));
         run_python(&(prelude + script), &args)
     };
-    for prefix in ["w", "w/ü", "w/a//", "w//lead"] {
+    for prefix in ["w", "w/ü", "w/a//", "w//lead", "w/../d/."] {
         let store = Store::open(&format!("s3://{bucket}/{prefix}"), &config).unwrap();
         let folder = store.key_folder().to_owned();
         let mut full = Vec::new();
@@ -106,6 +118,17 @@ async fn keys_as_written(endpoint: &str, key: &str, secret: &str, config: StoreC
         }
         let read = boto3(BOTO3_READ, &full);
         assert_eq!(read.lines().collect::<Vec<_>>(), KEYS, "below {prefix}");
+        // Stored at the literal keys: none resolved into another.
+        let listed = boto3(BOTO3_LIST, std::slice::from_ref(&folder));
+        let listed: Vec<String> = listed
+            .lines()
+            .map(|l| String::from_utf8(hex::decode(l).unwrap()).unwrap())
+            .collect();
+        let missing: Vec<&String> = full.iter().filter(|k| !listed.contains(k)).collect();
+        assert!(
+            missing.is_empty(),
+            "below {prefix}: {missing:?} not in {listed:?}"
+        );
         let full: Vec<String> = KEYS.iter().map(|k| format!("r{folder}{k}")).collect();
         boto3(BOTO3_WRITE, &full);
         let store = Store::open(&format!("s3://{bucket}/r{prefix}"), &config).unwrap();

@@ -26,9 +26,8 @@ connector"):
 - ``S3IterableDataset(format="shards")`` reads a tar-shard dataset (indexed or plain tars) and
   yields a :class:`Sample` per WebDataset sample; by default every object, ``.tar`` included,
   is an :class:`S3Reader`, as with the connector.
-- Keys are read and written as written, ``a//b``, ``/a``, ``a/``, a tab or ``ü`` included.
-  Keys with a ``.`` or ``..`` segment raise :class:`bucketload.ConfigError`: bucketload's
-  HTTP client resolves them in URLs. An ``S3IterableDataset`` over a folder read by the
+- Keys are read and written as written, ``a//b``, ``/a``, ``a/``, a tab, ``ü`` or a ``.`` or
+  ``..`` segment included (``a/../b`` is its own key, as for boto3). An ``S3IterableDataset`` over a folder read by the
   engine skips, with a warning naming each, the keys below it that object_store cannot spell
   (``a//b``, a control character); ``from_objects`` and ``S3MapDataset`` read them.
 """
