@@ -8,6 +8,7 @@ the same key, and what boto3 writes bucketload reads. Both servers, like S3 and 
 from __future__ import annotations
 
 import io
+import json
 import os
 import string
 
@@ -198,25 +199,39 @@ def test_the_loader_reads_files_below_a_folder_as_written(target):
     client, bucket, _, _ = target
     root = "ld/ü #~[]{}^|<>\"\\*%41.d"
     names = [f"f{c}x.bin" for c in string.printable[:95] if c not in "/."]
+    # Keys object_store's paths cannot spell are samples too, read as boto3 reads them.
+    names += ["a//b.bin", "t\tb.bin", "up/../u.bin", "/lead.bin"]
     for name in names:
         client.put_object(Bucket=bucket, Key=f"{root}/cls/{name}", Body=body(name))
-    # Keys a dataset cannot address are skipped (with a warning naming the reason), never read
-    # as another key.
-    for name in ["a//b.bin", "t\tb.bin"]:
-        client.put_object(Bucket=bucket, Key=f"{root}/cls/{name}", Body=b"skipped")
+    for marker in ["", "cls/", "cls/x/"]:  # folder markers: folders, never samples
+        client.put_object(Bucket=bucket, Key=f"{root}/{marker}", Body=b"")
+    objects = {k[len(root) + 1:] for k in stored(client, bucket, root + "/") if not k.endswith("/")}
     samples = [s for b in bucketload.Loader(f"s3://{bucket}/{root}", decode=False, batch_size=200)
                for s in b]
     got = {s["__key__"]: bytes(s["bin"]) for s in samples}
     assert got == {f"cls/{n}": body(n) for n in names}
+    assert set(got) == objects
 
 
-def test_lightning_removes_the_checkpoint_it_names(target):
-    from bucketload.s3torch.lightning import S3LightningCheckpoint
+def test_the_engine_reads_a_folder_with_keys_paths_cannot_spell(target, bucketload_bin):
+    """S3IterableDataset.from_prefix over a folder (the engine's path) and a files manifest
+    keep `a//b`, a tab and a `..` segment as written."""
+    from bucketload.s3torch import S3IterableDataset
 
-    client, bucket, _, _ = target
-    plugin = S3LightningCheckpoint(region="us-east-1")
-    for key in ["l/a//x.pt", "l/a/x.pt", "l/ü/x.pt", "l/tab\tx.pt"]:
-        client.put_object(Bucket=bucket, Key=key, Body=body(key))
-    for key in ["l/a//x.pt", "l/ü/x.pt", "l/tab\tx.pt"]:
-        plugin.remove_checkpoint(f"s3://{bucket}/{key}")
-    assert stored(client, bucket, "l/") == {"l/a/x.pt"}
+    client, bucket, env, _ = target
+    names = ["c/a.bin", "c//b.bin", "c/t\tb.bin", "c/up/../u.bin"]
+    for name in names:
+        client.put_object(Bucket=bucket, Key=f"eng/{name}", Body=body(name))
+    client.put_object(Bucket=bucket, Key="eng/c/", Body=b"")
+    want = sorted((f"eng/{n}", body(n)) for n in names)
+    dataset = S3IterableDataset.from_prefix(f"s3://{bucket}/eng/", region="us-east-1")
+    assert dataset._engine_uri() is not None  # the engine reads this folder
+    assert sorted((r.key, r.read()) for r in dataset) == want
+    assert want == sorted((k, read(client, bucket, k)) for k in stored(client, bucket, "eng/")
+                          if not k.endswith("/"))
+    ok(bucketload_bin, env, "manifest", f"s3://{bucket}/eng")
+    manifest = json.loads(read(client, bucket, "eng/_bucketload/manifest.json"))
+    assert sorted(f["key"] for f in manifest["files"]) == sorted(names)
+    dataset = S3IterableDataset.from_prefix(f"s3://{bucket}/eng/", region="us-east-1")
+    assert sorted((r.key, r.read()) for r in dataset) == want
+

@@ -27,9 +27,8 @@ connector"):
   yields a :class:`Sample` per WebDataset sample; by default every object, ``.tar`` included,
   is an :class:`S3Reader`, as with the connector.
 - Keys are read and written as written, ``a//b``, ``/a``, ``a/``, a tab, ``ü`` or a ``.`` or
-  ``..`` segment included (``a/../b`` is its own key, as for boto3). An ``S3IterableDataset`` over a folder read by the
-  engine skips, with a warning naming each, the keys below it that object_store cannot spell
-  (``a//b``, a control character); ``from_objects`` and ``S3MapDataset`` read them.
+  ``..`` segment included (``a/../b`` is its own key, as for boto3), also below a folder the
+  engine reads.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ pub async fn cp(args: &StoreArgs, a: CpArgs) -> anyhow::Result<()> {
     if report.skipped > 0 {
         writeln!(
             std::io::stdout().lock(),
-            "skipped {} whose key a dataset cannot read (named above, with the reason)",
+            "skipped {} whose key cannot name a file in the folder (named above, with the reason)",
             objects(report.skipped)
         )?;
     }

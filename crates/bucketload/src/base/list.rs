@@ -7,15 +7,17 @@
 //! - a **folder marker**, a key ending in `/` (the S3 console's "Create folder", `aws s3api
 //!   put-object --key dir/`): a folder, never a sample. One that holds bytes is skipped with a
 //!   warning naming it;
-//! - a key with an empty segment (`a//b`), which cannot be addressed: listed by `ls`, skipped
-//!   with a warning by everything that reads.
+//! - a key object_store's paths cannot spell (`a//b`, a tab, a `..` segment): listed by `ls`,
+//!   read by files datasets (the loader, `manifest`, `cp -r`) through
+//!   [`Location::get_key`](super::Location::get_key), left out with a warning naming it by the
+//!   commands that still read through paths (`stats`, shard tools).
 
 use bucketload_store::object_store::{ObjectMeta, path::Path};
 use bucketload_store::{ListPage, Listed, ListedKind};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 
-use super::Location;
+use super::{DataKey, Location};
 use crate::error::{Error, Result};
 
 /// One line of a listing.
@@ -29,7 +31,7 @@ pub enum Entry {
     /// An object.
     Object(ObjectMeta),
     /// An object whose key object_store cannot spell (`a//b`, a tab, …;
-    /// [`bucketload_store::unspellable`] says why): it exists, but a dataset cannot read it.
+    /// [`bucketload_store::unspellable`] says why), read through [`super::DataKey`].
     Unaddressable(Listed),
 }
 
@@ -101,13 +103,14 @@ fn warn_full_marker(location: &Location, listed: &Listed) {
     }
 }
 
-/// Logs that an object whose key a dataset cannot address is skipped, saying why.
+/// Logs that an object whose key object_store's paths cannot spell is left out by a command
+/// that reads through them (`stats`, the shard tools), saying why.
 pub(crate) fn warn_unaddressable(location: &Location, listed: &Listed) {
     let why = bucketload_store::unspellable(&listed.key).unwrap_or("cannot be spelled");
     tracing::warn!(
-        "{}: the key {why}, which a dataset cannot read (checkpoints and `cp` of one object \
-         can), so the object is skipped; copy it to a key without it (e.g. with `aws s3 cp`) \
-         to read it",
+        "{}: the key {why}, which this command cannot read (the loader, `read`, `manifest` and \
+         `cp -r` can), so the object is left out; copy it to a key without it (e.g. with \
+         `aws s3 cp`) to include it",
         location.uri_of_key(&listed.key)
     );
 }
@@ -178,8 +181,8 @@ const LIST_FAN_OUT: usize = 32;
 
 /// Every object below the location's root, sorted by key, listed in parallel.
 ///
-/// Folder markers are left out (they are folders, not objects); keys with an empty segment
-/// too, each with a warning naming it.
+/// Folder markers are left out (they are folders, not objects); keys object_store cannot spell
+/// too, each with a warning naming it ([`list_all_keys`] keeps them).
 ///
 /// A flat listing is one page of 1,000 keys after another, one round trip each: 100 pages for
 /// 100,000 objects. This lists the root with a delimiter (descending through levels that hold
@@ -187,6 +190,61 @@ const LIST_FAN_OUT: usize = 32;
 /// class-per-folder dataset costs about two round trips plus the pages of its largest class.
 /// It sends at most one request per folder more than a flat listing.
 pub async fn list_all(location: &Location) -> Result<Vec<ObjectMeta>> {
+    let mut objects: Vec<ObjectMeta> = listed_below(location)
+        .await?
+        .into_iter()
+        .filter_map(|l| match entry(location, l) {
+            Entry::Object(meta) => Some(meta),
+            Entry::Unaddressable(l) => {
+                warn_unaddressable(location, &l);
+                None
+            }
+            Entry::Dir(_) => None,
+        })
+        .collect();
+    objects.sort_by(|a, b| a.location.cmp(&b.location));
+    Ok(objects)
+}
+
+/// An object of [`list_all_keys`]: its key as the store holds it, size and ETag.
+#[derive(Debug, Clone)]
+pub struct KeyedObject {
+    /// The key relative to the location's root.
+    pub key: DataKey,
+    /// Size in bytes.
+    pub size: u64,
+    /// The ETag, as the store sent it.
+    pub e_tag: Option<String>,
+}
+
+/// Every object below the location's root, sorted by key, as [`list_all`] lists them, keys
+/// object_store cannot spell (`a//b`, a tab) included as they are: a dataset reads them through
+/// [`Location::get_key`]. Folder markers are left out.
+pub async fn list_all_keys(location: &Location) -> Result<Vec<KeyedObject>> {
+    let mut objects: Vec<KeyedObject> = listed_below(location)
+        .await?
+        .into_iter()
+        .filter_map(|l| match entry(location, l) {
+            Entry::Object(meta) => Some(KeyedObject {
+                key: DataKey::Path(meta.location),
+                size: meta.size,
+                e_tag: meta.e_tag,
+            }),
+            Entry::Unaddressable(l) => Some(KeyedObject {
+                key: DataKey::new(&l.key),
+                size: l.size,
+                e_tag: l.e_tag,
+            }),
+            Entry::Dir(_) => None,
+        })
+        .collect();
+    objects.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(objects)
+}
+
+/// Every key below the location's root, folder markers included, listed in parallel (see
+/// [`list_all`]).
+async fn listed_below(location: &Location) -> Result<Vec<Listed>> {
     let mut listed = Vec::new();
     let mut prefix = String::new();
     let folders = loop {
@@ -213,19 +271,7 @@ pub async fn list_all(location: &Location) -> Result<Vec<ObjectMeta>> {
     while let Some(level) = lists.next().await {
         listed.extend(level?.into_iter().flat_map(|page| page.objects));
     }
-    let mut objects: Vec<ObjectMeta> = listed
-        .into_iter()
-        .filter_map(|l| match entry(location, l) {
-            Entry::Object(meta) => Some(meta),
-            Entry::Unaddressable(l) => {
-                warn_unaddressable(location, &l);
-                None
-            }
-            Entry::Dir(_) => None,
-        })
-        .collect();
-    objects.sort_by(|a, b| a.location.cmp(&b.location));
-    Ok(objects)
+    Ok(listed)
 }
 
 #[cfg(test)]

@@ -5,13 +5,16 @@
 //! - [`Progress`]: what long operations report to ([`NoProgress`] ignores it).
 //! - [`list`] and [`list_all`]: listings that sort every key into what it is for a dataset
 //!   (object, folder, or an unreadable key with an empty segment); [`list_all`] lists the
-//!   folders of a dataset in parallel.
+//!   folders of a dataset in parallel, [`list_all_keys`] keeps every key as the store holds it.
+//! - [`DataKey`]: a key as the store holds it, read by [`Location::get_key`].
 
+mod key;
 mod list;
 mod location;
 mod progress;
 
+pub use key::DataKey;
 pub(crate) use list::warn_unaddressable;
-pub use list::{Entry, ListReport, list, list_all};
+pub use list::{Entry, KeyedObject, ListReport, list, list_all, list_all_keys};
 pub use location::Location;
 pub use progress::{NoProgress, Progress};

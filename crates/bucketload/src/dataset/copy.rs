@@ -17,7 +17,7 @@ use bucketload_store::{
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::Semaphore;
 
-use crate::base::{Entry, Location, Progress, list, warn_unaddressable};
+use crate::base::{DataKey, Entry, Location, Progress, list};
 use crate::error::{Error, Result};
 
 /// Large objects copied at once; each keeps its own parts in flight.
@@ -69,8 +69,8 @@ pub struct CopyReport {
     pub bytes: u64,
     /// Wall-clock seconds.
     pub seconds: f64,
-    /// Objects left out because they cannot be read (a key with an empty segment, `a//b`),
-    /// each logged as a warning naming it.
+    /// Objects left out because their key cannot name a file in the destination folder (a
+    /// `.` or `..` segment), each logged as a warning naming it.
     pub skipped: u64,
 }
 
@@ -118,32 +118,26 @@ pub async fn copy_tree(
     let result = list(src, None, true)
         .try_filter_map(|entry| async move {
             Ok(match entry {
-                Entry::Object(meta) => Some(meta),
+                Entry::Object(meta) => Some((DataKey::Path(meta.location), meta.size)),
                 Entry::Dir(folder) => {
                     make_folder(src, dst, &folder).await?;
                     None
                 }
-                Entry::Unaddressable(listed) => {
-                    warn_unaddressable(src, &listed);
-                    skipped.fetch_add(1, Ordering::Relaxed);
-                    None
-                }
+                // Read and written as the store holds it, as boto3 copies it.
+                Entry::Unaddressable(listed) => match copyable(src, dst, &listed.key) {
+                    true => Some((DataKey::new(&listed.key), listed.size)),
+                    false => {
+                        skipped.fetch_add(1, Ordering::Relaxed);
+                        None
+                    }
+                },
             })
         })
-        .map_ok(|meta| {
+        .map_ok(|(key, size)| {
             let big = Arc::clone(&big);
             async move {
-                let size = copy_one(
-                    src,
-                    &meta.location,
-                    dst,
-                    &meta.location,
-                    Some(meta.size),
-                    options,
-                    &big,
-                    progress,
-                )
-                .await?;
+                let size =
+                    copy_one(src, &key, dst, &key, Some(size), options, &big, progress).await?;
                 progress.advance(1, 0);
                 Ok(size)
             }
@@ -188,7 +182,11 @@ pub async fn copy_object(
 ) -> Result<CopyReport> {
     let started = Instant::now();
     let big = Semaphore::new(1);
-    let bytes = match copy_one(src, src_key, dst, dst_key, None, options, &big, progress).await {
+    let (src_key, dst_key) = (
+        DataKey::Path(src_key.clone()),
+        DataKey::Path(dst_key.clone()),
+    );
+    let bytes = match copy_one(src, &src_key, dst, &dst_key, None, options, &big, progress).await {
         Err(e) => Err(src.explain_not_found(e).await),
         ok => ok,
     };
@@ -202,40 +200,62 @@ pub async fn copy_object(
     })
 }
 
+/// Whether the key `key` of `src`, which object_store cannot spell, can be copied to `dst`:
+/// anywhere on S3; to a local folder unless it has a `.` or `..` segment (it would leave its
+/// folder), which is logged naming it.
+fn copyable(src: &Location, dst: &Location, key: &str) -> bool {
+    let local = dst.handle().is_some_and(|s| s.uri().local_dir().is_some());
+    match bucketload_store::unaddressable(key) {
+        Some(why) if local => {
+            tracing::warn!(
+                "{}: the key {why}, so it is not copied into a folder; copy it to a key \
+                 without it (e.g. with `aws s3 cp`)",
+                src.uri_of_key(key)
+            );
+            false
+        }
+        _ => true,
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn copy_one(
     src: &Location,
-    src_key: &Path,
+    src_key: &DataKey,
     dst: &Location,
-    dst_key: &Path,
+    dst_key: &DataKey,
     size: Option<u64>,
     options: CopyOptions,
     big: &Semaphore,
     progress: &dyn Progress,
 ) -> Result<u64> {
+    let (src_store, src_path) = src.address(src_key)?;
     let size = match size {
         Some(s) => s,
         None => {
-            src.store()
-                .head(src_key)
+            src_store
+                .head(&src_path)
                 .await
-                .map_err(|e| src.error(src_key, e))?
+                .map_err(|e| src.error_of_key(src_key, e))?
                 .size
         }
     };
-    tracing::debug!(src = %src.uri_of(src_key), dst = %dst.uri_of(dst_key), size, "copy");
+    tracing::debug!(src = %src.uri_of_data_key(src_key), dst = %dst.uri_of_data_key(dst_key), size, "copy");
     if size <= options.part_size {
-        let data = src
-            .store()
-            .get(src_key)
+        let data = src_store
+            .get(&src_path)
             .await
-            .map_err(|e| src.error(src_key, e))?;
-        let data = data.bytes().await.map_err(|e| src.error(src_key, e))?;
+            .map_err(|e| src.error_of_key(src_key, e))?;
+        let data = data
+            .bytes()
+            .await
+            .map_err(|e| src.error_of_key(src_key, e))?;
         let len = data.len() as u64;
-        dst.store()
-            .put(dst_key, PutPayload::from_bytes(data))
+        let (dst_store, dst_path) = dst.address(dst_key)?;
+        dst_store
+            .put(&dst_path, PutPayload::from_bytes(data))
             .await
-            .map_err(|e| dst.error(dst_key, e))?;
+            .map_err(|e| dst.error_of_key(dst_key, e))?;
         progress.advance(0, len);
         return Ok(len);
     }
@@ -247,9 +267,9 @@ async fn copy_one(
 
 async fn copy_large(
     src: &Location,
-    src_key: &Path,
+    src_key: &DataKey,
     dst: &Location,
-    dst_key: &Path,
+    dst_key: &DataKey,
     size: u64,
     options: CopyOptions,
     progress: &dyn Progress,
@@ -259,20 +279,23 @@ async fn copy_large(
         concurrency: options.part_concurrency(),
         size: Some(size),
     };
-    let mut parts = get_parallel(src.store().clone(), src_key.clone(), get);
+    let (src_store, src_path) = src.address(src_key)?;
+    let mut parts = get_parallel(src_store, src_path, get);
     let put = MultipartOptions {
         part_size: options.part_size,
         concurrency: options.part_concurrency(),
     };
-    let mut writer = MultipartWriter::new(dst.store().clone(), dst_key.clone(), put)
-        .with_uri(dst.uri_of(dst_key));
-    if let Some(store) = dst.handle() {
+    let (dst_store, dst_path) = dst.address(dst_key)?;
+    let mut writer =
+        MultipartWriter::new(dst_store, dst_path, put).with_uri(dst.uri_of_data_key(dst_key));
+    // Listing the key's uploads goes through the location's paths: not for a raw key.
+    if let (Some(store), DataKey::Path(_)) = (dst.handle(), dst_key) {
         writer = writer.with_store(store);
     }
     let mut copied = 0u64;
     let failed = |source| Error::Copy {
-        src: src.uri_of(src_key),
-        dst: dst.uri_of(dst_key),
+        src: src.uri_of_data_key(src_key),
+        dst: dst.uri_of_data_key(dst_key),
         source,
     };
     while let Some(chunk) = parts.next().await {
@@ -292,7 +315,7 @@ async fn copy_large(
     if copied != size {
         abort(writer).await;
         return Err(Error::Corrupt {
-            uri: src.uri_of(src_key),
+            uri: src.uri_of_data_key(src_key),
             reason: format!(
                 "read {copied} bytes of {size}; the object changed during the copy, copy it again"
             ),

@@ -7,13 +7,13 @@
 use std::sync::Arc;
 
 use bucketload_format::{DatasetKind, Manifest, ShardIndex, class_of_key};
-use bucketload_store::object_store::{ObjectMeta, path::Path};
+use bucketload_store::object_store::path::Path;
 use bucketload_store::{ETag, key_path};
 
 use std::collections::BTreeMap;
 
 use super::config::{Format, ManifestUse};
-use crate::base::{Location, list_all};
+use crate::base::{DataKey, KeyedObject, Location, list_all_keys};
 use crate::shards::{
     IndexOptions, SHARD_EXT, ShardObject, index_key, index_shard, read_all_indexes, shards_in,
 };
@@ -30,7 +30,8 @@ const INDEX_READS_IN_FLIGHT: usize = 64;
 /// One object of a files dataset.
 #[derive(Debug, Clone)]
 pub(crate) struct FileObject {
-    pub(crate) key: Path,
+    /// The key as the store holds it, relative to the dataset's root.
+    pub(crate) key: DataKey,
     pub(crate) size: u64,
     /// ETag, when known.
     pub(crate) etag: Option<ETag>,
@@ -134,7 +135,7 @@ fn from_manifest(location: &Location, manifest: &Manifest, format: Format) -> Re
                 .iter()
                 .zip(labels)
                 .map(|(f, label)| FileObject {
-                    key: key_path(&f.key),
+                    key: DataKey::new(&f.key),
                     size: f.size,
                     etag: ETag::from_store(f.etag.as_deref()),
                     crc32c: f
@@ -174,32 +175,54 @@ fn mismatch(location: &Location, kind: DatasetKind, format: Format) -> Error {
 }
 
 async fn from_listing(location: &Location, format: Format) -> Result<Catalog> {
-    let mut metas: Vec<ObjectMeta> = list_all(location).await?;
-    metas.retain(|m| !m.location.as_ref().starts_with(RESERVED));
-    if metas.is_empty() {
+    let mut objects: Vec<KeyedObject> = list_all_keys(location).await?;
+    objects.retain(|o| !o.key.as_str().starts_with(RESERVED));
+    if objects.is_empty() {
         return Err(Error::invalid_input(format!(
             "no objects below {location}; check the URI"
         )));
     }
-    let has_shards = metas
-        .iter()
-        .any(|m| m.location.as_ref().ends_with(SHARD_EXT));
+    let has_shards = objects.iter().any(|o| o.key.as_str().ends_with(SHARD_EXT));
     match (format, has_shards) {
-        (Format::Files, _) | (Format::Auto, false) => Ok(files_of(metas)),
+        (Format::Files, _) | (Format::Auto, false) => Ok(files_of(objects)),
         (Format::Shards | Format::Indexed | Format::Auto, true) => {
+            let metas = shard_objects(location, objects);
             shards_of(location, &metas, format == Format::Indexed).await
         }
         (format, false) => Err(mismatch(location, DatasetKind::Files, format)),
     }
 }
 
-fn files_of(metas: Vec<ObjectMeta>) -> Catalog {
-    let keys: Vec<&str> = metas.iter().map(|m| m.location.as_ref()).collect();
+/// The objects of a shards dataset that its paths spell: a shard is read in ranges through
+/// object_store, so one whose key it cannot spell is left out, with a warning naming it.
+fn shard_objects(location: &Location, objects: Vec<KeyedObject>) -> Vec<(Path, u64)> {
+    objects
+        .into_iter()
+        .filter_map(|o| match o.key {
+            DataKey::Path(path) => Some((path, o.size)),
+            DataKey::Raw(key) => {
+                if key.ends_with(SHARD_EXT) {
+                    let why = bucketload_store::unspellable(&key).unwrap_or("cannot be spelled");
+                    tracing::warn!(
+                        "{}: the key {why}, which a shard of a shards dataset cannot have (the \
+                         files of a files dataset can), so the shard is skipped; copy it to a \
+                         key without it to read it",
+                        location.uri_of_key(&key)
+                    );
+                }
+                None
+            }
+        })
+        .collect()
+}
+
+fn files_of(objects: Vec<KeyedObject>) -> Catalog {
+    let keys: Vec<&str> = objects.iter().map(|o| o.key.as_str()).collect();
     let labels = folder_labels(&keys);
-    let files = metas.iter().zip(labels).map(|(m, label)| FileObject {
-        key: m.location.clone(),
-        size: m.size,
-        etag: ETag::from_store(m.e_tag.as_deref()),
+    let files = objects.iter().zip(labels).map(|(o, label)| FileObject {
+        key: o.key.clone(),
+        size: o.size,
+        etag: ETag::from_store(o.e_tag.as_deref()),
         crc32c: None,
         label,
     });
@@ -208,9 +231,8 @@ fn files_of(metas: Vec<ObjectMeta>) -> Catalog {
 
 /// Shards of a listing without a manifest: their sample counts come from their indexes, or,
 /// for plain tars without one, from reading them once (see [`scanned`]).
-async fn shards_of(location: &Location, metas: &[ObjectMeta], indexed: bool) -> Result<Catalog> {
-    let objects: Vec<(Path, u64)> = metas.iter().map(|m| (m.location.clone(), m.size)).collect();
-    let found = shards_in(&objects);
+async fn shards_of(location: &Location, objects: &[(Path, u64)], indexed: bool) -> Result<Catalog> {
+    let found = shards_in(objects);
     let (with, without): (Vec<_>, Vec<_>) = found
         .into_iter()
         .map(|s| DataShard {
@@ -353,10 +375,10 @@ impl ManifestOrigin {
     /// One listing of the dataset against the manifest: the same objects (files; shards for a
     /// shards dataset) with the same sizes, or an error naming what differs.
     async fn check(&self, location: &Location, manifest: &Manifest) -> Result<()> {
-        let listed = list_all(location).await?;
+        let listed = list_all_keys(location).await?;
         let listed: BTreeMap<&str, u64> = listed
             .iter()
-            .map(|m| (m.location.as_ref(), m.size))
+            .map(|o| (o.key.as_str(), o.size))
             .filter(|(key, _)| !key.starts_with(RESERVED))
             .filter(|(key, _)| manifest.kind == DatasetKind::Files || key.ends_with(SHARD_EXT))
             .collect();

@@ -14,7 +14,6 @@
 
 use bucketload_cache::{CacheKey, ObjectVersion};
 use bucketload_store::ETag;
-use bucketload_store::object_store::ObjectStoreExt;
 use bytes::Bytes;
 
 use super::Inner;
@@ -26,7 +25,7 @@ use crate::{Error, Result};
 /// The bytes of `file`: from the cache when it holds the expected version, else one GET. `None`
 /// when the object changed and the loader skips changed samples.
 pub(crate) async fn file_bytes(inner: &Inner, file: &FileObject) -> Result<Option<Bytes>> {
-    let key = CacheKey::new(inner.store_uri.clone(), file.key.as_ref());
+    let key = CacheKey::new(inner.store_uri.clone(), file.key.as_str());
     let expected = ObjectVersion::with_etag(file.etag.clone(), file.size).with_crc32c(file.crc32c);
     if let Some(cache) = &inner.cache
         && let Some(bytes) = cache.get(&key, &expected).await
@@ -53,17 +52,17 @@ async fn get_file(inner: &Inner, file: &FileObject) -> Result<(Bytes, ObjectVers
     let loc = &inner.location;
     let key = &file.key;
     let _request = inner.counters.request(false);
-    let got = async {
-        let response = loc.store().get(key).await?;
-        let version = ObjectVersion::with_etag(ETag::from_store(response.meta.e_tag.as_deref()), {
-            response.meta.size
-        });
-        Ok((response.bytes().await?, version))
+    let response = loc.get_key(key).await?;
+    let version = ObjectVersion::with_etag(ETag::from_store(response.meta.e_tag.as_deref()), {
+        response.meta.size
+    });
+    let body = match response.bytes().await {
+        Ok(body) => body,
+        Err(e) => return Err(loc.error_of_key(key, e)),
     };
-    let (body, version) = got.await.map_err(|e| loc.error(key, e))?;
     if body.len() as u64 != version.size {
         return Err(Error::Corrupt {
-            uri: loc.uri_of(key),
+            uri: loc.uri_of_data_key(key),
             reason: format!(
                 "the store said {} bytes and sent {}; read it again",
                 version.size,
@@ -85,7 +84,7 @@ fn promise_of(file: &FileObject) -> Promise {
 
 /// The error for a changed object, or `None` (counted, logged) when changed samples are skipped.
 fn changed(inner: &Inner, file: &FileObject, change: &Change) -> Result<Option<Bytes>> {
-    let uri = inner.location.uri_of(&file.key);
+    let uri = inner.location.uri_of_data_key(&file.key);
     if inner.config.skip_changed {
         add(&inner.counters.skipped_changed, 1);
         tracing::warn!(%uri, %change, "loader: sample skipped: the object changed since the dataset's manifest or listing");

@@ -9,11 +9,11 @@ use bucketload_format::{
     ClassCount, DatasetKind, FileEntry, MANIFEST_PATH, MANIFEST_VERSION, Manifest, Parameters,
     class_of_key,
 };
-use bucketload_store::object_store::{ObjectMeta, ObjectStoreExt, PutPayload, path::Path};
+use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
 use bucketload_store::{ETag, Store};
 use futures::{StreamExt, TryStreamExt};
 
-use crate::base::{Location, Progress, list_all};
+use crate::base::{KeyedObject, Location, Progress, list_all_keys};
 use crate::error::{Error, Result};
 
 /// Prefix of bucketload's own objects at a dataset root (never part of the dataset).
@@ -40,8 +40,8 @@ pub async fn write_files_manifest(
 ) -> Result<ManifestReport> {
     let started = Instant::now();
     let location = Location::from_store(store);
-    let mut metas: Vec<ObjectMeta> = list_all(&location).await?;
-    metas.retain(|m| !m.location.as_ref().starts_with(RESERVED));
+    let mut metas: Vec<KeyedObject> = list_all_keys(&location).await?;
+    metas.retain(|m| !m.key.as_str().starts_with(RESERVED));
     if metas.is_empty() {
         let message = format!("no objects below {}; nothing to describe", store.uri());
         return Err(Error::invalid_input(message));
@@ -72,28 +72,24 @@ pub async fn write_files_manifest(
 /// GETs one object, streaming its body through CRC32C.
 async fn read_entry(
     location: &Location,
-    meta: ObjectMeta,
+    meta: KeyedObject,
     progress: &dyn Progress,
 ) -> Result<FileEntry> {
-    let key = meta.location;
-    let get = location
-        .store()
-        .get(&key)
-        .await
-        .map_err(|e| location.error(&key, e))?;
+    let key = meta.key;
+    let get = location.get_key(&key).await?;
     // Recorded bare (`ETag`'s spelling), whatever quotes the store sends.
     let etag = ETag::from_store(get.meta.e_tag.as_deref()).map(|e| e.to_string());
     let size = get.meta.size;
     let mut body = get.into_stream();
     let (mut crc, mut read) = (0u32, 0u64);
     while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| location.error(&key, e))?;
+        let chunk = chunk.map_err(|e| location.error_of_key(&key, e))?;
         crc = crc32c::crc32c_append(crc, &chunk);
         read += chunk.len() as u64;
     }
     if read != size {
         return Err(Error::Corrupt {
-            uri: location.uri_of(&key),
+            uri: location.uri_of_data_key(&key),
             reason: format!("read {read} bytes but the store reports {size}; run again"),
         });
     }

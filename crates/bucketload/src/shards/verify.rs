@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bucketload_format::{DatasetKind, FileEntry, MANIFEST_PATH, Manifest, ShardEntry, ShardIndex};
-use bucketload_store::object_store::{ObjectMeta, ObjectStoreExt, path::Path};
+use bucketload_store::object_store::ObjectStoreExt;
 use bucketload_store::{ETag, Store, key_path};
 use futures::StreamExt;
 
 use super::{IndexOptions, SHARD_EXT, ShardObject, find_shards, index_key, index_shard};
-use crate::base::{Location, Progress};
+use crate::base::{DataKey, Location, Progress};
 use crate::error::{Error, Result};
 
 /// Prefix of bucketload's own objects at a dataset root (never part of the dataset).
@@ -81,13 +81,6 @@ pub async fn verify(
     Ok(report)
 }
 
-/// Lists the dataset's objects (bucketload's own excluded).
-async fn list(store: &Store) -> Result<Vec<ObjectMeta>> {
-    let mut objects = crate::base::list_all(&Location::from_store(store)).await?;
-    objects.retain(|m| !m.location.as_ref().starts_with(RESERVED));
-    Ok(objects)
-}
-
 async fn verify_files(
     store: &Store,
     files: Vec<FileEntry>,
@@ -98,32 +91,34 @@ async fn verify_files(
         files_manifest: true,
         ..VerifyReport::default()
     };
-    let mut present: HashMap<String, ObjectMeta> = list(store)
+    // Every key as the store holds it: a manifest may name `a//b.jpg`.
+    let location = Location::from_store(store);
+    let mut present: HashMap<String, u64> = crate::base::list_all_keys(&location)
         .await?
         .into_iter()
-        .map(|m| (m.location.to_string(), m))
+        .filter(|o| !o.key.as_str().starts_with(RESERVED))
+        .map(|o| (o.key.as_str().to_owned(), o.size))
         .collect();
     let mut todo = Vec::new();
     for file in files {
-        let uri = store.object_uri(&key_path(&file.key));
+        let uri = location.uri_of_data_key(&DataKey::new(&file.key));
         match present.remove(&file.key) {
             None => report.problems.push(problem(uri, "missing")),
-            Some(meta) if meta.size != file.size => report.problems.push(problem(
+            Some(size) if size != file.size => report.problems.push(problem(
                 uri,
                 format!(
                     "wrong size: {} bytes, the manifest says {}",
-                    meta.size, file.size
+                    size, file.size
                 ),
             )),
             Some(_) => todo.push(file),
         }
     }
     for key in present.into_keys() {
-        let uri = store.object_uri(&key_path(&key));
+        let uri = location.uri_of_data_key(&DataKey::new(&key));
         report.warnings.push(problem(uri, "not in the manifest"));
     }
     progress.set_total(todo.len() as u64, Some(todo.iter().map(|f| f.size).sum()));
-    let location = Location::from_store(store);
     let mut results = futures::stream::iter(todo)
         .map(|file| check_file(&location, file, progress))
         .buffer_unordered(concurrency.max(1));
@@ -151,8 +146,8 @@ struct Checked {
 /// problem, when either ETag is a multipart one (`…-N`): the same bytes uploaded with another
 /// part size (or as one part) get another ETag.
 async fn check_file(location: &Location, file: FileEntry, progress: &dyn Progress) -> Checked {
-    let key = key_path(&file.key);
-    let uri = location.uri_of(&key);
+    let key = DataKey::new(&file.key);
+    let uri = location.uri_of_data_key(&key);
     let read = read_crc(location, &key).await;
     progress.advance(1, read.as_ref().map_or(0, |r| r.size));
     let read = match read {
@@ -223,17 +218,13 @@ struct Read {
 }
 
 /// Streams `key` through CRC32C (large chunks hashed on the blocking pool).
-async fn read_crc(location: &Location, key: &Path) -> Result<Read> {
-    let get = location
-        .store()
-        .get(key)
-        .await
-        .map_err(|e| location.error(key, e))?;
+async fn read_crc(location: &Location, key: &DataKey) -> Result<Read> {
+    let get = location.get_key(key).await?;
     let etag = ETag::from_store(get.meta.e_tag.as_deref());
     let mut body = get.into_stream();
     let (mut crc, mut size) = (0u32, 0u64);
     while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| location.error(key, e))?;
+        let chunk = chunk.map_err(|e| location.error_of_key(key, e))?;
         size += chunk.len() as u64;
         crc = if chunk.len() >= BLOCKING_HASH {
             tokio::task::spawn_blocking(move || crc32c::crc32c_append(crc, &chunk))

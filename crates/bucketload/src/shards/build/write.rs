@@ -20,7 +20,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use super::{Plan, ShardOptions, SourceObject};
-use crate::base::{Location, Progress};
+use crate::base::{DataKey, Location, Progress};
 use crate::error::{Error, Result};
 use crate::io::checked::{Change, Promise, compare};
 use crate::shards::index_key;
@@ -143,21 +143,25 @@ async fn fetch(
     permit: OwnedSemaphorePermit,
     (skip_missing, skip_changed): (bool, bool),
 ) -> Result<Fetched> {
-    let path = key_path(&object.key);
-    let got = match source.store().get(&path).await {
-        Ok(get) => {
-            let etag = ETag::from_store(get.meta.e_tag.as_deref());
-            let version = ObjectVersion::with_etag(etag, get.meta.size);
-            get.bytes().await.map(|b| (b, version))
-        }
-        Err(e) => Err(e),
+    // A key object_store cannot spell (`a//b`, from a files manifest) is read as written.
+    let key = DataKey::new(&object.key);
+    let got = match source.address(&key) {
+        Ok((store, location)) => match store.get(&location).await {
+            Ok(get) => {
+                let etag = ETag::from_store(get.meta.e_tag.as_deref());
+                let version = ObjectVersion::with_etag(etag, get.meta.size);
+                get.bytes().await.map(|b| (b, version))
+            }
+            Err(e) => Err(e),
+        },
+        Err(e) => return Err(e),
     };
     let data = match got {
         Ok((bytes, version)) => Some(checked(&source, &object, &version, bytes).await?),
         Err(bucketload_store::object_store::Error::NotFound { .. }) if skip_missing => None,
         Err(bucketload_store::object_store::Error::NotFound { .. }) => {
             return Err(Error::Store(bucketload_store::Error::NotFound {
-                uri: source.uri_of(&path),
+                uri: source.uri_of_data_key(&key),
                 what: "object",
                 hint: "it was listed but is gone (deleted while sharding?); restore it and run \
                        again to resume, or pass --skip-missing to leave such objects out (they \
@@ -165,11 +169,11 @@ async fn fetch(
                     .into(),
             }));
         }
-        Err(e) => return Err(source.error(&path, e)),
+        Err(e) => return Err(source.error_of_key(&key, e)),
     };
     let (data, changed) = match data {
         Some(Err(change)) if skip_changed => (None, Some(change.to_string())),
-        Some(Err(change)) => return Err(changed_error(&source, &path, &change)),
+        Some(Err(change)) => return Err(changed_error(&source, &key, &change)),
         Some(Ok(bytes)) => (Some(bytes), None),
         None => (None, None),
     };
@@ -191,7 +195,7 @@ async fn checked(
 ) -> Result<std::result::Result<Bytes, Change>> {
     if bytes.len() as u64 != version.size {
         return Err(Error::Corrupt {
-            uri: source.uri_of(&key_path(&object.key)),
+            uri: source.uri_of_data_key(&DataKey::new(&object.key)),
             reason: format!(
                 "the store said {} bytes and sent {}; run again",
                 version.size,
@@ -210,9 +214,9 @@ async fn checked(
     })
 }
 
-fn changed_error(source: &Location, path: &Path, change: &Change) -> Error {
+fn changed_error(source: &Location, key: &DataKey, change: &Change) -> Error {
     Error::Corrupt {
-        uri: source.uri_of(path),
+        uri: source.uri_of_data_key(key),
         reason: format!(
             "{change}: the object changed since the source's manifest or listing was read, and \
              is not packaged; rebuild the manifest (`bucketload manifest`) or restore the \
