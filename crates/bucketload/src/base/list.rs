@@ -8,9 +8,9 @@
 //!   put-object --key dir/`): a folder, never a sample. One that holds bytes is skipped with a
 //!   warning naming it;
 //! - a key object_store's paths cannot spell (`a//b`, a tab, a `..` segment): listed by `ls`,
-//!   read by files datasets (the loader, `manifest`, `cp -r`) through
+//!   read by files datasets (the loader, `stats`, `manifest`, `cp -r`) through
 //!   [`Location::get_key`](super::Location::get_key), left out with a warning naming it by the
-//!   commands that still read through paths (`stats`, shard tools).
+//!   commands that still read through paths (the shard tools).
 
 use bucketload_store::object_store::{ObjectMeta, path::Path};
 use bucketload_store::{ListPage, Listed, ListedKind};
@@ -104,12 +104,12 @@ fn warn_full_marker(location: &Location, listed: &Listed) {
 }
 
 /// Logs that an object whose key object_store's paths cannot spell is left out by a command
-/// that reads through them (`stats`, the shard tools), saying why.
-pub(crate) fn warn_unaddressable(location: &Location, listed: &Listed) {
+/// that reads through them (the shard tools), saying why.
+fn warn_unaddressable(location: &Location, listed: &Listed) {
     let why = bucketload_store::unspellable(&listed.key).unwrap_or("cannot be spelled");
     tracing::warn!(
-        "{}: the key {why}, which this command cannot read (the loader, `read`, `manifest` and \
-         `cp -r` can), so the object is left out; copy it to a key without it (e.g. with \
+        "{}: the key {why}, which this command cannot read (the loader, `read`, `stats`, \
+         `manifest`, `verify` and `cp -r` can), so the object is left out; copy it to a key without it (e.g. with \
          `aws s3 cp`) to include it",
         location.uri_of_key(&listed.key)
     );

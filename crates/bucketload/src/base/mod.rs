@@ -14,7 +14,6 @@ mod location;
 mod progress;
 
 pub use key::DataKey;
-pub(crate) use list::warn_unaddressable;
 pub use list::{Entry, KeyedObject, ListReport, list, list_all, list_all_keys};
 pub use location::Location;
 pub use progress::{NoProgress, Progress};

@@ -341,7 +341,7 @@ impl Checkpoints {
     /// empty segments, or end with `/`, as S3 keys may); in a local directory a relative
     /// path, empty segments dropped (as the file system reads them).
     fn check_name<'a>(&self, name: &'a str) -> Result<Cow<'a, str>> {
-        // On S3 the store says why a key with `.` or `..` cannot be addressed.
+        // A local directory would resolve `.` and `..`; S3 keys hold them as written.
         let dots = self.key_prefix.is_none() && name.split('/').any(|s| s == "." || s == "..");
         let name = match self.key_prefix {
             Some(_) => Cow::Borrowed(name),

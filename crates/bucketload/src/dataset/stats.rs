@@ -25,7 +25,7 @@ use bucketload_store::{PriceTable, key_path};
 use futures::{StreamExt, TryStreamExt};
 
 use super::jpeg::parse_header;
-use crate::base::{Entry, Location, Progress, list, warn_unaddressable};
+use crate::base::{DataKey, Entry, Location, Progress, list};
 use crate::error::Result;
 use crate::shards::stats::{ImageMember, IndexTally, image_members, is_jpeg};
 use crate::shards::{ShardObject, read_all_indexes, read_index, shards_in};
@@ -248,9 +248,17 @@ pub async fn stats(
         };
     }
     let objects = list_dataset(location, progress).await?;
-    let shards = shards_in(&objects);
+    // Shards are read in ranges through object_store's paths: only keys they spell.
+    let paths: Vec<(Path, u64)> = objects
+        .iter()
+        .filter_map(|(key, size)| match key {
+            DataKey::Path(path) => Some((path.clone(), *size)),
+            DataKey::Raw(_) => None,
+        })
+        .collect();
+    let shards = shards_in(&paths);
     if is_shard_dataset(objects.len(), &shards) {
-        return shards_from_indexes(location, &objects, shards, options).await;
+        return shards_from_indexes(location, &paths, shards, options).await;
     }
     files_from_listing(location, objects, options).await
 }
@@ -353,7 +361,7 @@ fn probes(members: Vec<ImageMember>) -> Vec<Probe> {
     members
         .into_iter()
         .map(|m| Probe {
-            key: m.shard,
+            key: DataKey::Path(m.shard),
             start: m.offset,
             size: m.size,
             name: m.name,
@@ -381,8 +389,9 @@ fn shard_cost(
     estimate
 }
 
-/// Keys and sizes of every object below `location` but bucketload's own.
-async fn list_dataset(location: &Location, progress: &dyn Progress) -> Result<Vec<(Path, u64)>> {
+/// Keys (as the store holds them) and sizes of every object below `location` but bucketload's
+/// own.
+async fn list_dataset(location: &Location, progress: &dyn Progress) -> Result<Vec<(DataKey, u64)>> {
     let mut objects = Vec::new();
     let mut listing = list(location, None, true);
     while let Some(entry) = listing.try_next().await? {
@@ -390,10 +399,13 @@ async fn list_dataset(location: &Location, progress: &dyn Progress) -> Result<Ve
             Entry::Object(meta) => {
                 progress.advance(1, meta.size);
                 if !meta.location.as_ref().starts_with(RESERVED) {
-                    objects.push((meta.location, meta.size));
+                    objects.push((DataKey::Path(meta.location), meta.size));
                 }
             }
-            Entry::Unaddressable(listed) => warn_unaddressable(location, &listed),
+            Entry::Unaddressable(listed) => {
+                progress.advance(1, listed.size);
+                objects.push((DataKey::new(&listed.key), listed.size));
+            }
             // Folder markers are folders, not samples.
             _ => {}
         }
@@ -404,7 +416,7 @@ async fn list_dataset(location: &Location, progress: &dyn Progress) -> Result<Ve
 
 async fn files_from_listing(
     location: &Location,
-    objects: Vec<(Path, u64)>,
+    objects: Vec<(DataKey, u64)>,
     options: &StatsOptions,
 ) -> Result<DatasetStats> {
     let mut out = DatasetStats::empty(location.to_string(), DatasetKind::Files, StatsFrom::Listing);
@@ -426,10 +438,10 @@ async fn files_from_manifest(
         DatasetKind::Files,
         StatsFrom::Manifest,
     );
-    let objects: Vec<(Path, u64)> = manifest
+    let objects: Vec<(DataKey, u64)> = manifest
         .files
         .iter()
-        .map(|f| (key_path(&f.key), f.size))
+        .map(|f| (DataKey::new(&f.key), f.size))
         .collect();
     describe_files(&mut out, location, &objects, options).await?;
     out.classes = manifest_classes(&manifest);
@@ -444,7 +456,7 @@ async fn files_from_manifest(
 async fn describe_files(
     out: &mut DatasetStats,
     location: &Location,
-    objects: &[(Path, u64)],
+    objects: &[(DataKey, u64)],
     options: &StatsOptions,
 ) -> Result<()> {
     out.objects = objects.len() as u64;
@@ -470,12 +482,11 @@ fn manifest_classes(manifest: &Manifest) -> BTreeMap<String, u64> {
         .collect()
 }
 
-fn class_counts(objects: &[(Path, u64)]) -> BTreeMap<String, u64> {
+fn class_counts(objects: &[(DataKey, u64)]) -> BTreeMap<String, u64> {
     let mut classes = BTreeMap::new();
     for (key, _) in objects {
-        let mut parts = key.parts();
-        if let (Some(first), Some(_)) = (parts.next(), parts.next()) {
-            *classes.entry(first.as_ref().to_string()).or_insert(0) += 1;
+        if let Some((first, _)) = key.as_str().split_once('/') {
+            *classes.entry(first.to_string()).or_insert(0) += 1;
         }
     }
     classes
@@ -515,7 +526,7 @@ fn spread(len: usize, n: usize) -> Vec<usize> {
 /// reports name it.
 #[derive(Debug, Clone)]
 struct Probe {
-    key: Path,
+    key: DataKey,
     start: u64,
     size: u64,
     name: String,
@@ -523,12 +534,12 @@ struct Probe {
 
 impl Probe {
     /// The whole object `key`.
-    fn whole(location: &Location, key: &Path, size: u64) -> Probe {
+    fn whole(location: &Location, key: &DataKey, size: u64) -> Probe {
         Probe {
             key: key.clone(),
             start: 0,
             size,
-            name: location.uri_of(key),
+            name: location.uri_of_data_key(key),
         }
     }
 }
@@ -572,11 +583,11 @@ async fn read_dimensions(
         return Ok((name, Err("empty file".to_string())));
     }
     let range = probe.start..probe.start + probe.size.min(HEADER_BYTES);
-    let head = location
-        .store()
-        .get_range(&probe.key, range)
+    let (store, path) = location.address(&probe.key)?;
+    let head = store
+        .get_range(&path, range)
         .await
-        .map_err(|e| location.error(&probe.key, e))?;
+        .map_err(|e| location.error_of_key(&probe.key, e))?;
     let dims = parse_header(&head)
         .map(|i| format!("{}x{}", i.width, i.height))
         .map_err(|e| e.to_string());
@@ -643,13 +654,14 @@ mod tests {
     #[test]
     fn classes_are_first_folders() {
         let objs = vec![
-            (Path::from("a/1.jpg"), 1),
-            (Path::from("a/b/2.jpg"), 1),
-            (Path::from("top.jpg"), 1),
+            (DataKey::new("a/1.jpg"), 1),
+            (DataKey::new("a/b/2.jpg"), 1),
+            (DataKey::new("top.jpg"), 1),
+            (DataKey::new("a//3.jpg"), 1),
         ];
         let c = class_counts(&objs);
         assert_eq!(c.len(), 1);
-        assert_eq!(c["a"], 2);
+        assert_eq!(c["a"], 3);
     }
 
     #[test]
