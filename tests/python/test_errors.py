@@ -46,7 +46,7 @@ def test_refused_credentials_are_a_permission_error(bucketload_bin, env, s3, mon
 
 
 def test_invalid_input_is_a_value_error(env):
-    for uri in ["ftp://host/x", "s3://bad name/x", "s3://b/../x"]:
+    for uri in ["ftp://host/x", "s3://bad name/x", "gs://b/../x"]:
         with pytest.raises(errors.ConfigError) as caught:
             opened(uri)
         assert isinstance(caught.value, ValueError)
