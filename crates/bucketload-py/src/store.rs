@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use bucketload::ErrorKind;
-use bucketload::base::{Location, list_all};
+use bucketload::base::{Location, list_all_keys};
 use bucketload_store::object_store::{ObjectStoreExt, path::Path};
 use bucketload_store::{Addressing, ListedKind, Store, StoreConfig, key_path};
 use futures::TryStreamExt;
@@ -145,11 +145,12 @@ impl NativeStore {
     fn list(&self, py: Python<'_>) -> PyResult<Vec<(String, u64)>> {
         let this = self.store.get("store")?;
         let location = Location::from_store(this);
-        let listed = py.detach(|| self.rt.block_on(list_all(&location)));
-        let metas = listed.map_err(errors::engine)?;
-        Ok(metas
+        // Keys as the store holds them, `a//b` and a tab included.
+        let listed = py.detach(|| self.rt.block_on(list_all_keys(&location)));
+        let objects = listed.map_err(errors::engine)?;
+        Ok(objects
             .into_iter()
-            .map(|m| (m.location.to_string(), m.size))
+            .map(|o| (o.key.as_str().to_owned(), o.size))
             .collect())
     }
 
