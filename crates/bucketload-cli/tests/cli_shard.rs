@@ -384,3 +384,31 @@ fn a_rerun_aborts_the_uploads_a_killed_run_left() {
     assert_eq!(left, ["notes.txt"], "only the shards' uploads are aborted");
     assert_eq!(read_dataset(&fx, &dst).len(), 20);
 }
+
+#[test]
+fn a_run_file_whose_answer_was_lost_is_claimed_by_sending_it_again() {
+    use bucketload_server::FaultKind;
+    let fx = Fixture::start();
+    fx.generate("s3://shard-src/lost", 20, 2, "2KB");
+    // The first PutObject of a run is its run file; the server writes it, then resets the
+    // connection before answering.
+    fx.server()
+        .faults()
+        .fail_next("PutObject", 1, FaultKind::ResetMidBody);
+    let puts = fx.server().counters().get("PutObject");
+    let run = fx
+        .run(&[
+            "shard",
+            "s3://shard-src/lost",
+            "s3://shard-dst/lost",
+            "--samples-per-shard",
+            "10",
+        ])
+        .ok();
+    assert!(run.stdout.contains("wrote 2 of 2 shards"), "{run:#?}");
+    assert_eq!(fx.server().faults().pending("PutObject"), 0);
+    // The run file twice (the second answered "already exists"), two small shards, their
+    // indexes, the manifest.
+    assert_eq!(fx.server().counters().get("PutObject") - puts, 7);
+    fx.run(&["verify", "s3://shard-dst/lost"]).ok();
+}

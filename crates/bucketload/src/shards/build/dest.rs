@@ -203,6 +203,29 @@ async fn clear(dst: &Store, listing: &HashMap<String, u64>) -> Result<()> {
     Ok(())
 }
 
+/// Sends of the run file's conditional write whose connection broke. object_store sends a
+/// conditional PUT again only when it was not sent; one whose answer was lost may have taken
+/// effect, and sending it again is safe here: "already exists" is then checked against the run
+/// file like a concurrent run's. Five: a lost answer is rare, five in a row is a broken link.
+const CLAIM_ATTEMPTS: u32 = 5;
+
+/// Whether a write failed in transit (its connection broke or timed out, so its answer is lost,
+/// maybe after it took effect), rather than being refused.
+fn lost_answer(e: &bucketload_store::object_store::Error) -> bool {
+    use bucketload_store::object_store::client::{HttpError, HttpErrorKind};
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(http) = c.downcast_ref::<HttpError>() {
+            return matches!(
+                http.kind(),
+                HttpErrorKind::Interrupted | HttpErrorKind::Timeout | HttpErrorKind::Request
+            );
+        }
+        cause = c.source();
+    }
+    false
+}
+
 /// Creates the run file only if there is none: a run file that appeared since the listing
 /// belongs to a run that started at the same time — fine if it has this plan, else an error.
 /// A store that cannot write conditionally gets the run file unconditionally (with a warning).
@@ -215,11 +238,21 @@ async fn claim(dst: &Store, run: &RunFile) -> Result<()> {
         ..PutOptions::default()
     };
     let location = Location::from_store(dst);
-    match dst
-        .object_store()
-        .put_opts(&key, json.clone(), create)
-        .await
-    {
+    let mut attempt = 1;
+    let answer = loop {
+        let answer = dst
+            .object_store()
+            .put_opts(&key, json.clone(), create.clone())
+            .await;
+        match answer {
+            Err(e) if attempt < CLAIM_ATTEMPTS && lost_answer(&e) => {
+                tracing::info!("the run file's write lost its answer ({e}); sending it again");
+                attempt += 1;
+            }
+            answer => break answer,
+        }
+    };
+    match answer {
         Ok(_) => Ok(()),
         Err(StoreError::AlreadyExists { .. } | StoreError::Precondition { .. }) => {
             match read_run(dst).await? {
