@@ -18,6 +18,7 @@ PARTIAL = 7
 
 def cp(bucketload_bin, env, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([bucketload_bin, "cp", *args], env=env, capture_output=True, text=True,
+                          check=False,
                           timeout=300)
 
 
