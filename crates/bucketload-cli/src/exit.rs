@@ -133,6 +133,7 @@ fn flag(setting: Setting) -> &'static str {
         Setting::Ratio => "--crop-ratio",
         Setting::UseManifest => "--no-manifest",
         Setting::CheckManifest => "--check-manifest",
+        Setting::AllowIncomplete => "--allow-incomplete",
     }
 }
 

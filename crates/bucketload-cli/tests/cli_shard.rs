@@ -412,3 +412,61 @@ fn a_run_file_whose_answer_was_lost_is_claimed_by_sending_it_again() {
     assert_eq!(fx.server().counters().get("PutObject") - puts, 7);
     fx.run(&["verify", "s3://shard-dst/lost"]).ok();
 }
+
+/// `shard --part 0/5` leaves what a killed run leaves: its run record, 4 of 20 shards and no
+/// manifest. Reading it fails naming the record and how much is missing, unless
+/// `--allow-incomplete` says to read what is there (with a warning); once every part is written
+/// and merged, it reads whole.
+#[test]
+fn an_unfinished_run_is_refused_until_finished() {
+    let fx = Fixture::start();
+    fx.generate("s3://shard-src/part", 100, 4, "1KB");
+    let shard = |part: &str| {
+        fx.run(&[
+            "shard",
+            "s3://shard-src/part",
+            "s3://shard-dst/part",
+            "--samples-per-shard",
+            "5",
+            "--part",
+            part,
+        ])
+        .ok();
+    };
+    shard("0/5");
+    let read = |extra: &[&str]| {
+        let mut args = vec!["read", "s3://shard-dst/part", "--json"];
+        args.extend_from_slice(extra);
+        fx.run(&args)
+    };
+    let refused = read(&[]);
+    assert_eq!(refused.code, 6, "{refused:#?}");
+    let line = refused.error_line();
+    assert!(
+        line.contains("s3://shard-dst/part/_bucketload/run.json"),
+        "{refused:#?}"
+    );
+    assert!(
+        line.contains("4 shards of 20 samples are here")
+            && line.contains("16 shards, 80 samples missing")
+            && line.contains("--allow-incomplete"),
+        "{refused:#?}"
+    );
+    let allowed = read(&["--allow-incomplete"]).ok();
+    assert!(allowed.stdout.contains("\"samples\": 20"), "{allowed:#?}");
+    assert!(
+        allowed.stderr.contains("16 shards, 80 samples missing"),
+        "the warning names what is missing: {allowed:#?}"
+    );
+    for part in ["1/5", "2/5", "3/5", "4/5"] {
+        shard(part);
+    }
+    assert_eq!(
+        read(&[]).code,
+        6,
+        "finished parts without merge are unfinished"
+    );
+    fx.run(&["merge", "s3://shard-dst/part"]).ok();
+    let whole = read(&[]).ok();
+    assert!(whole.stdout.contains("\"samples\": 100"), "{whole:#?}");
+}

@@ -162,6 +162,32 @@ async fn read_run(dst: &Store) -> Result<Option<RunFile>> {
         })
 }
 
+/// What a run record plans: shards and samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Planned {
+    pub(crate) shards: u64,
+    pub(crate) samples: u64,
+}
+
+/// The plan of the run record at the root of `location`, if there is one.
+pub(crate) async fn planned(location: &Location) -> Result<Option<Planned>> {
+    let key = Path::from(RUN_PATH);
+    let get = match location.store().get(&key).await {
+        Ok(get) => get,
+        Err(bucketload_store::object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(location.error(&key, e)),
+    };
+    let bytes = get.bytes().await.map_err(|e| location.error(&key, e))?;
+    let run: RunFile = serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
+        uri: location.uri_of(&key),
+        reason: format!("{e}; it is the record of a `bucketload shard` run"),
+    })?;
+    Ok(Some(Planned {
+        shards: run.shards,
+        samples: run.samples,
+    }))
+}
+
 fn other_plan(dst: &Store, run: Option<&RunFile>, digest: &str) -> Error {
     let what = match run {
         Some(r) => format!(
