@@ -6,10 +6,10 @@ there; once every part is written and merged it reads whole."""
 from __future__ import annotations
 
 import pytest
-
-import bucketload
 from test_cli_dataset import ok
 from test_package import env  # noqa: F401  (a fixture)
+
+import bucketload
 
 
 def test_loader_refuses_an_unfinished_shard_run(bucketload_bin, env, s3):  # noqa: F811
