@@ -452,6 +452,17 @@ fn an_unfinished_run_is_refused_until_finished() {
             && line.contains("--allow-incomplete"),
         "{refused:#?}"
     );
+    let verify = fx.run(&["verify", "s3://shard-dst/part"]);
+    assert_ne!(verify.code, 0, "{verify:#?}");
+    assert!(
+        verify
+            .stdout
+            .contains("s3://shard-dst/part/_bucketload/run.json")
+            || verify
+                .stderr
+                .contains("s3://shard-dst/part/_bucketload/run.json"),
+        "{verify:#?}"
+    );
     let allowed = read(&["--allow-incomplete"]).ok();
     assert!(allowed.stdout.contains("\"samples\": 20"), "{allowed:#?}");
     assert!(
@@ -469,4 +480,5 @@ fn an_unfinished_run_is_refused_until_finished() {
     fx.run(&["merge", "s3://shard-dst/part"]).ok();
     let whole = read(&[]).ok();
     assert!(whole.stdout.contains("\"samples\": 100"), "{whole:#?}");
+    fx.run(&["verify", "s3://shard-dst/part"]).ok();
 }
