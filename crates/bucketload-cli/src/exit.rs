@@ -330,6 +330,8 @@ mod tests {
             code_of(&anyhow::Error::new(image).context("decoding")),
             INVALID
         );
+        let partial = crate::cmd::cp::PartialCopy { not_copied: 2 };
+        assert_eq!(code_of(&anyhow::Error::new(partial)), PARTIAL);
     }
 
     /// Hints come as data from the engine's crates and are printed in the CLI's words, also
