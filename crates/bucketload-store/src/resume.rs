@@ -59,6 +59,7 @@ pub(crate) fn explain_cut<S: ObjectStore>(
             }
         }
     })
+    .fuse() // readers may poll again after the end
     .boxed()
 }
 
