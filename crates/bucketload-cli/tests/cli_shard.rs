@@ -463,6 +463,11 @@ fn an_unfinished_run_is_refused_until_finished() {
                 .contains("s3://shard-dst/part/_bucketload/run.json"),
         "{verify:#?}"
     );
+    let stats = fx.run(&["stats", "s3://shard-dst/part"]).ok();
+    assert!(
+        stats.stderr.contains("16 shards, 80 samples missing"),
+        "stats describes what is there and warns: {stats:#?}"
+    );
     let allowed = read(&["--allow-incomplete"]).ok();
     assert!(allowed.stdout.contains("\"samples\": 20"), "{allowed:#?}");
     assert!(
