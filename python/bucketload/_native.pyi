@@ -103,8 +103,10 @@ class NativeLoader:
                  jpeg_decode: JpegDecode = "region",
                  client: ClientConfig | None = None, transform: Transform | None = None,
                  use_manifest: bool = True, check_manifest: bool = False,
-                 decode_members: list[str] = ..., metadata_ttl: float = 0.0) -> None:
-        """``metadata_ttl``: seconds a streamed shard's version is trusted with a cache
+                 decode_members: list[str] = ..., metadata_ttl: float = 0.0,
+                 allow_incomplete: bool = False) -> None:
+        """``allow_incomplete``: read a dataset whose ``bucketload shard`` run never finished
+        (its run record without a manifest) instead of raising ``ConfigError``. ``metadata_ttl``: seconds a streamed shard's version is trusted with a cache
         (``math.inf``: for the loader's life). ``decode_members`` (with ``decode=False``): extensions of members that
         ``NativeEpoch.next_sample_batch`` also decodes and augments, as ``decode=True`` would
         (with ``transform``'s augmentation)."""

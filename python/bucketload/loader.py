@@ -60,6 +60,10 @@ class Loader(_Base):
     dataset once when the loader opens and raises :class:`CorruptDataError` naming what was
     added, removed or resized; ``use_manifest=False`` ignores the manifest (the dataset is
     listed, as one without a manifest). Both messages give the command that refreshes it.
+    A dataset whose ``bucketload shard`` run never finished (its run record
+    ``_bucketload/run.json`` without a manifest: shards are missing) raises
+    :class:`ConfigError` naming the record and how many shards and samples are missing;
+    ``allow_incomplete=True`` reads the shards that are there, with a warning in the log.
     With ``cache_dir``, streamed shards (which manifests list without an ETag) are checked
     against the store at every epoch, one ``HEAD`` per shard, so a shard rewritten in place is
     read anew; ``metadata_ttl`` (seconds, or ``"indefinite"``) trusts a shard's version that long
@@ -177,6 +181,7 @@ class Loader(_Base):
         ratio: tuple[float, float] = (3 / 4, 4 / 3),
         use_manifest: bool = True,
         check_manifest: bool = False,
+        allow_incomplete: bool = False,
         decode: bool = True,
         decode_members: Sequence[str] = (),
         metadata_ttl: float | Literal["indefinite"] | None = None,
@@ -215,6 +220,7 @@ class Loader(_Base):
             "transform": Transform(augment=augment, resize=resize, mean=mean, std=std,
                                    scale=scale, ratio=ratio),
             "use_manifest": use_manifest, "check_manifest": check_manifest,
+            "allow_incomplete": allow_incomplete,
             "weights": None if weights is None else [float(w) for w in weights],
             "samples_per_epoch": samples_per_epoch, "decode_members": list(decode_members),
             "metadata_ttl": ttl,

@@ -184,7 +184,7 @@ impl NativeLoader {
         concurrency=None, decode_threads=None, rank=0, world_size=1, worker=0, num_workers=1,
         drop_last=false, pad=true, skip_corrupt=false, endpoint=None, region=None,
         jpeg_decode="region", client=None, transform=None, use_manifest=true,
-        check_manifest=false, decode_members=Vec::new(), metadata_ttl=0.0,
+        check_manifest=false, decode_members=Vec::new(), metadata_ttl=0.0, allow_incomplete=false,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -220,6 +220,7 @@ impl NativeLoader {
         check_manifest: bool,
         decode_members: Vec<String>,
         metadata_ttl: f64,
+        allow_incomplete: bool,
     ) -> PyResult<NativeLoader> {
         if batch_size == 0 {
             return Err(errors::raise(
@@ -283,6 +284,7 @@ impl NativeLoader {
                 .with_partition(Partition::new(rank, world_size).with_remainder(remainder))
                 .with_worker(worker, num_workers)
                 .with_manifest(manifest)
+                .with_allow_incomplete(allow_incomplete)
                 .with_metadata_ttl(metadata_ttl)
                 // Batches are checkpointed by count: samples must arrive in the worker's order.
                 .with_delivery(Delivery::Strict);
