@@ -4,9 +4,14 @@ A ``torch.utils.data.DataLoader`` with worker processes iterates copies of the d
 default (``persistent_workers=False``) it makes new copies from the parent's object at every
 epoch, so a counter kept in the object never moves and every epoch would repeat epoch 0's
 order and augmentations. The counter therefore lives in shared memory made where the dataset
-is built: forked workers inherit it and spawned workers receive it while they are started
-(the only time :mod:`multiprocessing` lets shared memory be pickled). A pickle made at any
-other time (Ray, ``pickle.dumps``) carries the next epoch as a plain number.
+is built: forked workers inherit it and spawned (or forkserver) workers receive it while they
+are started, the only time :mod:`multiprocessing` can hand shared memory to another process.
+Whatever pickles the dataset then (the DataLoader itself, or torchdata's datapipes, which
+``pickle.dumps`` or ``dill.dumps`` their graph while the worker starts), the shared memory
+goes as bytes made by :mod:`multiprocessing`'s own pickler, which passes its file descriptor
+to the starting worker. A pickle made at any other time (Ray, ``pickle.dumps``) carries the
+next epoch as a plain number. A copy in the same process (``copy.deepcopy``, as torchdata's
+``IterableWrapper`` makes at every iteration) is the same counter: it is the same dataset.
 
 The workers of one DataLoader iteration must read the same epoch (each reads its own part of
 that epoch's permutation), but they start in any order. The first to start claims the next
@@ -22,6 +27,7 @@ from __future__ import annotations
 import multiprocessing
 from multiprocessing import RawArray
 from multiprocessing.context import get_spawning_popen
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from .errors import ConfigError
@@ -65,15 +71,25 @@ class Epochs:
 
     def __getstate__(self) -> dict[str, Any]:
         if get_spawning_popen() is not None:
-            # Pickled to start a DataLoader worker: share the counter.
-            return self.__dict__.copy()
+            # Pickled to start a worker, by any pickler: multiprocessing's pickler turns the
+            # shared memory and lock into bytes that hand them to that worker.
+            shared = ForkingPickler.dumps((self._shared, self._busy, self._lock))
+            return {"shared": bytes(shared), "begun": self._begun, "pending": self._pending}
         return {"epoch": self.next()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if "epoch" in state:
             self.__init__(state["epoch"])  # type: ignore[misc]
-        else:
-            self.__dict__.update(state)
+            return
+        self._shared, self._busy, self._lock = ForkingPickler.loads(state["shared"])
+        self._begun = state["begun"]
+        self._pending = state["pending"]
+
+    def __copy__(self) -> Epochs:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Epochs:
+        return self
 
     def set(self, epoch: int) -> None:
         """The next iteration reads ``epoch``: everywhere when called outside a DataLoader

@@ -167,3 +167,71 @@ def test_stateful_dataloader_state_at_an_epoch_end_starts_the_next(dataset):  # 
     second = _indices(again)
     assert sorted(second) == list(range(SAMPLES)) and second != first
     assert torch.tensor(second).unique().numel() == SAMPLES
+
+
+def _datapipe_loader(data, context: str, sharding: bool) -> DataLoader:
+    """``data`` inside torchdata's ``IterableWrapper`` (which deep-copies it at every
+    iteration), behind a ``sharding_filter`` when the dataset yields everything in every
+    worker, read by two workers started by ``context``."""
+    from torchdata.datapipes.iter import IterableWrapper
+
+    pipe = IterableWrapper(data)
+    if sharding:
+        pipe = pipe.sharding_filter()
+    return DataLoader(pipe, batch_size=None, num_workers=2, multiprocessing_context=context,
+                      collate_fn=_keep)
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_s3iterabledataset_in_torchdata_sharding_filter(dataset, context):  # noqa: F811
+    """The connector's torchdata pattern with spawn and forkserver workers: every epoch reads
+    every object once and a new permutation, and the dataset's epoch moves."""
+    uri, _, keys = dataset
+    data = S3IterableDataset.from_prefix(uri + "/", shuffle=True, seed=3,
+                                         transform=operator.attrgetter("key"))
+    loader = _datapipe_loader(data, context, sharding=True)
+    epochs = [list(loader) for _ in range(EPOCHS)]
+    for order in epochs:
+        assert sorted(order) == keys
+    assert len({tuple(order) for order in epochs}) == EPOCHS
+    assert data._epochs.next() == EPOCHS
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_s3mapdataset_in_torchdata_sharding_filter(dataset, context):  # noqa: F811
+    from bucketload.s3torch import S3MapDataset
+
+    uri, _, keys = dataset
+    data = S3MapDataset.from_prefix(uri + "/", transform=operator.attrgetter("key"))
+    loader = _datapipe_loader(data, context, sharding=True)
+    assert sorted(loader) == keys
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_loader_in_torchdata_iterable_wrapper(dataset, context):  # noqa: F811
+    """``Loader`` shares its samples among DataLoader workers itself: wrapped as it is, each
+    epoch still reads every sample once, in a new order, and ``loader.epoch`` moves."""
+    uri = dataset[0]
+    data = _loader(uri)
+    loader = _datapipe_loader(data, context, sharding=False)
+    epochs = [_indices(loader) for _ in range(EPOCHS)]
+    for order in epochs:
+        assert sorted(order) == list(range(SAMPLES))
+    assert len({tuple(order) for order in epochs}) == EPOCHS
+    assert data.epoch == EPOCHS
+
+
+def test_torchdata_copies_in_one_process_move_the_epoch(dataset):  # noqa: F811
+    """``IterableWrapper`` iterates a deep copy of the dataset: without workers too, each
+    iteration reads the next epoch."""
+    from torchdata.datapipes.iter import IterableWrapper
+
+    uri, _, keys = dataset
+    data = S3IterableDataset.from_prefix(uri + "/", shuffle=True, seed=3,
+                                         transform=operator.attrgetter("key"))
+    pipe = IterableWrapper(data)
+    epochs = [list(pipe) for _ in range(EPOCHS)]
+    assert all(sorted(order) == keys for order in epochs)
+    assert len({tuple(order) for order in epochs}) == EPOCHS
+    assert data._epochs.next() == EPOCHS
+
