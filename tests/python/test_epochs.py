@@ -235,3 +235,58 @@ def test_torchdata_copies_in_one_process_move_the_epoch(dataset):  # noqa: F811
     assert len({tuple(order) for order in epochs}) == EPOCHS
     assert data._epochs.next() == EPOCHS
 
+
+@pytest.fixture(scope="module")
+def other_dataset(bucketload_bin, env, s3):  # noqa: F811
+    """Another dataset (12 JPEGs), whose states must not resume the first."""
+    s3.create_bucket(Bucket="epochs-other")
+    ok(bucketload_bin, env, "gen", "s3://epochs-other/train", "--samples", "12", "--classes", "2",
+       "--size", "2KB", "--seed", "6")
+    return "s3://epochs-other/train"
+
+
+def _mid_epoch_state(data: bucketload.Loader) -> dict:
+    it = iter(data)
+    next(it)
+    return data.state_dict()
+
+
+def test_bad_states_raise_config_errors_naming_what_is_wrong(dataset, other_dataset):  # noqa: F811
+    uri = dataset[0]
+    good = _mid_epoch_state(_loader(uri))
+    assert good["epoch"] == 0 and isinstance(good["state"], str)
+    inner = good["state"]
+    later = _loader(uri)
+    later.set_epoch(2)
+    bad = [
+        ({}, "no 'epoch', no 'state'"),
+        ({"epoch": 0}, "no 'state'"),
+        ({"state": None}, "no 'epoch'"),
+        ({"epoch": 0, "state": None, "rank": 1}, "unknown key 'rank'"),
+        (None, "a NoneType, not a dict"),
+        ([0, None], "a list, not a dict"),
+        ({"epoch": "1", "state": None}, "'epoch' is '1'"),
+        ({"epoch": True, "state": None}, "'epoch' is True"),
+        ({"epoch": 1.0, "state": None}, "'epoch' is 1.0"),
+        ({"epoch": -1, "state": None}, "'epoch' is -1"),
+        ({"epoch": 0, "state": 7}, "'state' is a int"),
+        ({"epoch": 0, "state": "{not json"}, "'state' is not the loader's state"),
+        ({"epoch": 0, "state": "{}"}, "'state' was taken in epoch None"),
+        ({"epoch": 1, "state": inner}, "'epoch' is 1 but 'state' was taken in epoch 0"),
+        ({"epoch": 0, "state": inner.replace('"epoch":0', '"epoch":0,"version":"x"')},
+         "not a loader state"),
+        (_mid_epoch_state(_loader(other_dataset)), "plan"),
+        (good, "seed|order|shuffle"),  # loaded into a loader of another seed, below
+    ]
+    for n, (state, words) in enumerate(bad):
+        target = _loader(uri) if n < len(bad) - 1 else bucketload.Loader(
+            uri, batch_size=4, image_size=8, shuffle=True, seed=8, return_indices=True)
+        before = target.state_dict()
+        with pytest.raises(bucketload.ConfigError, match=words) as caught:
+            target.load_state_dict(state)
+        assert isinstance(caught.value, ValueError)
+        assert target.state_dict() == before, n  # nothing changed
+    # The good state still resumes, also after the refusals.
+    again = _loader(uri)
+    again.load_state_dict(good)
+    assert len(_indices(again)) == SAMPLES - 4
