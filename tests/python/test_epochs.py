@@ -290,3 +290,23 @@ def test_bad_states_raise_config_errors_naming_what_is_wrong(dataset, other_data
     again = _loader(uri)
     again.load_state_dict(good)
     assert len(_indices(again)) == SAMPLES - 4
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_several_datasets_in_one_worker_start(dataset, context):
+    """Two datasets (and one of them twice) handed to the same spawned workers: each epoch
+    counter reaches them, and each moves."""
+    from torch.utils.data import ChainDataset
+
+    uri, _, keys = dataset
+    first = S3IterableDataset(uri, shuffle=True, seed=3, enable_sharding=True,
+                              transform=operator.attrgetter("key"))
+    second = S3IterableDataset(uri, shuffle=True, seed=4, enable_sharding=True,
+                               transform=operator.attrgetter("key"))
+    loader = DataLoader(ChainDataset([first, second, first]), batch_size=None, num_workers=2,
+                        multiprocessing_context=context, collate_fn=_keep)
+    epochs = [list(loader) for _ in range(2)]
+    for order in epochs:
+        assert sorted(order) == sorted(keys * 3)
+    assert epochs[0] != epochs[1]
+    assert first._epochs.next() >= 2 and second._epochs.next() == 2
