@@ -113,6 +113,9 @@ class NativeLoader:
     def samples_per_epoch(self) -> int: ...
     def batches_per_epoch(self) -> int: ...
     def dataset_samples(self) -> int: ...
+    def check_state(self, state: str) -> None:
+        """Raises ``ConfigError`` naming what differs when ``state`` (a ``NativeEpoch.state()``)
+        does not continue this loader's dataset as it is built."""
     def epoch(self, epoch: int, state: str | None = None) -> NativeEpoch:
         """Epoch ``epoch`` from its start, or from a ``NativeEpoch.state()``."""
 

@@ -393,6 +393,22 @@ impl NativeLoader {
         Ok(self.parts.get("loader")?.loader.dataset_samples())
     }
 
+    /// Checks that a state (JSON from [`NativeEpoch::state`]) continues this loader's dataset
+    /// as it is built (its plan, order, rank and workers), without reading: raises
+    /// `ConfigError` naming what differs. A mixture's state is checked when it resumes.
+    fn check_state(&self, state: &str) -> PyResult<()> {
+        let parts = self.parts.get("loader")?;
+        match &parts.loader {
+            Reader::One(loader) => {
+                let state = parse_state(state)?;
+                let (_, workers) = loader.config().worker();
+                let checked = loader.source().resume(&state, workers);
+                checked.map(drop).map_err(errors::engine)
+            }
+            Reader::Mix(_) => parse_state::<MixState>(state).map(drop),
+        }
+    }
+
     /// Starts epoch `epoch`, or continues the one a state (JSON from
     /// [`NativeEpoch::state`]) was taken in.
     #[pyo3(signature = (epoch, state=None))]

@@ -233,15 +233,16 @@ impl NativeStore {
         Ok(meta.size)
     }
 
-    /// Deletes `key`; deleting a key that has no object succeeds, as in S3.
+    /// Deletes `key`; deleting a key that has no object succeeds, as in S3, and a bucket that
+    /// does not exist raises `NotFoundError` naming it, as S3 answers.
     fn delete(&self, py: Python<'_>, key: &str) -> PyResult<()> {
         let this = self.store.get("store")?;
         let object = object(this, key)?;
         let (store, path) = (object.store(), object.path());
         let done = py.detach(|| self.rt.block_on(store.delete(path)));
-        match done {
-            Ok(()) | Err(bucketload_store::object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(errors::store(object.map_error(e))),
+        match done.map_err(|e| object.map_error(e)) {
+            Ok(()) | Err(bucketload_store::Error::NotFound { what: "object", .. }) => Ok(()),
+            Err(e) => Err(errors::store(e)),
         }
     }
 
