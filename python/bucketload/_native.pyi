@@ -74,9 +74,6 @@ class NativeStore:
     def list_prefix(self, prefix: str) -> builtins.list[Object]:
         """The objects whose keys start with ``prefix`` (any string, relative to the store's
         prefix) as ``(key, size)``, in key order, keys as stored; folder markers left out."""
-    def list_level(self, prefix: str) -> tuple[builtins.list[Object], builtins.list[str]]:
-        """A delimiter listing of ``prefix``: the objects one level down and the folders
-        (``prefix`` + name + ``/``)."""
     def get(self, key: str) -> bytes:
         """Raises ``bucketload.ConfigError`` for a key object_store cannot address (``a//b``,
         a trailing ``/``), as ``get_range`` and ``size`` do."""

@@ -173,24 +173,6 @@ impl NativeStore {
         Ok(objects)
     }
 
-    /// One level below `prefix` (any string), as a delimiter listing shows it: the objects
-    /// whose keys start with `prefix` and hold no further `/`, as `(key, size)`, and the
-    /// folders one level down (`prefix` + name + `/`), each in key order.
-    fn list_level(&self, py: Python<'_>, prefix: &str) -> PyResult<(Vec<Object>, Vec<String>)> {
-        let this = self.store.get("store")?;
-        let pages = this.list_pages(prefix, true);
-        let listed = py.detach(|| self.rt.block_on(pages.try_collect::<Vec<_>>()));
-        let pages = listed.map_err(errors::store)?;
-        let (mut objects, mut folders) = (Vec::new(), Vec::new());
-        for page in pages {
-            objects.extend(page.objects.into_iter().map(|l| (l.key, l.size)));
-            folders.extend(page.prefixes);
-        }
-        objects.sort();
-        folders.sort();
-        Ok((objects, folders))
-    }
-
     /// The bytes of `key`, whole.
     fn get<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyBytes>> {
         let this = self.store.get("store")?;
