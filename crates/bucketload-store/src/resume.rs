@@ -49,18 +49,33 @@ pub(crate) fn explain_cut<S: ObjectStore>(
     let Some(etag) = etag else {
         return body;
     };
-    stream::unfold(Some(body), move |body| {
-        let (store, location, etag) = (Arc::clone(&store), location.clone(), etag.clone());
-        async move {
-            let mut body = body?; // nothing after the first error: the body is gone
-            match body.next().await? {
-                Ok(bytes) => Some((Ok(bytes), Some(body))),
-                Err(e) => Some((Err(explain(&*store, &location, etag, e).await), None)),
+    // The state moves from one poll to the next: nothing is cloned per chunk.
+    let cut = Cut {
+        body,
+        store,
+        location,
+        etag,
+    };
+    stream::unfold(Some(cut), |cut| async move {
+        let mut cut = cut?; // nothing after the first error: the body is gone
+        match cut.body.next().await? {
+            Ok(bytes) => Some((Ok(bytes), Some(cut))),
+            Err(e) => {
+                let err = explain(&*cut.store, &cut.location, cut.etag, e).await;
+                Some((Err(err), None))
             }
         }
     })
     .fuse() // readers may poll again after the end
     .boxed()
+}
+
+/// A body being read, and what explains its failure.
+struct Cut<S> {
+    body: BoxStream<'static, Result<Bytes>>,
+    store: Arc<S>,
+    location: Path,
+    etag: String,
 }
 
 /// `err`, or a [`Replaced`] error when `location` is no longer the version `etag`.
