@@ -32,7 +32,8 @@ MATURIN_PEP517_ARGS="--profile dev --locked" .venv/bin/python -m pip install --q
 BUCKETLOAD_BIN="$PWD/target/debug/bucketload" .venv/bin/python -m pytest -q tests/python
 echo "== fault matrix"
 # Every data path against `bucketload serve` injecting errors, resets and truncations at 0.15
-# each, three seeds; fails on any false success, false failure or crash (docs/SEMANTICS.md).
+# each, three seeds; fails on any false success, false failure, damage, crash or honest failure
+# (docs/SEMANTICS.md).
 BUCKETLOAD_BIN="$PWD/target/debug/bucketload" .venv/bin/python tests/faults/fault_matrix.py \
     --seeds 1 2 3 --rate 0.15
 echo "== cargo fuzz"

@@ -4,9 +4,16 @@ A ``torch.utils.data.DataLoader`` with worker processes iterates copies of the d
 default (``persistent_workers=False``) it makes new copies from the parent's object at every
 epoch, so a counter kept in the object never moves and every epoch would repeat epoch 0's
 order and augmentations. The counter therefore lives in shared memory made where the dataset
-is built: forked workers inherit it and spawned workers receive it while they are started
-(the only time :mod:`multiprocessing` lets shared memory be pickled). A pickle made at any
-other time (Ray, ``pickle.dumps``) carries the next epoch as a plain number.
+is built: forked workers inherit it and spawned (or forkserver) workers receive it while they
+are started, the only time :mod:`multiprocessing` can hand shared memory to another process.
+Whatever pickles the dataset then (the DataLoader itself, or torchdata's datapipes, which
+``pickle.dumps`` or ``dill.dumps`` their graph while the worker starts), the shared memory
+goes as bytes made by :mod:`multiprocessing`'s own pickler, which passes its file descriptor
+to the starting worker. Each counter has a mapping of its own (not :mod:`multiprocessing`'s
+shared heap, whose one descriptor other objects pass too), handed to each worker once however
+often it is pickled: a worker must receive each descriptor once. A pickle made at any other time (Ray, ``pickle.dumps``) carries the
+next epoch as a plain number. A copy in the same process (``copy.deepcopy``, as torchdata's
+``IterableWrapper`` makes at every iteration) is the same counter: it is the same dataset.
 
 The workers of one DataLoader iteration must read the same epoch (each reads its own part of
 that epoch's permutation), but they start in any order. The first to start claims the next
@@ -19,9 +26,12 @@ dataset can tell when only the workers know where the epoch stands."""
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
-from multiprocessing import RawArray
+import weakref
 from multiprocessing.context import get_spawning_popen
+from multiprocessing.heap import Arena
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from .errors import ConfigError
@@ -33,6 +43,11 @@ _CLAIMS = 64
 _NEXT = 0  # index of the next unclaimed epoch in the shared array
 _WRITE = 1  # index of the next claim slot to overwrite
 _FIRST_CLAIM = 2  # claims follow as (key, epoch) pairs
+_WORDS = _FIRST_CLAIM + 2 * _CLAIMS
+#: Bytes of a counter's mapping: the words, then a busy flag per worker.
+_SIZE = 8 * _WORDS + MAX_WORKERS
+#: What each starting worker was handed, by counter mapping: its bytes, made once.
+_HANDED: weakref.WeakKeyDictionary[Any, dict[int, bytes]] = weakref.WeakKeyDictionary()
 
 
 def _worker() -> tuple[int, int] | None:
@@ -54,26 +69,45 @@ class Epochs:
     """Which epoch the next iteration reads, in the building process and all its workers."""
 
     def __init__(self, epoch: int = 0) -> None:
-        self._shared: Any = RawArray("q", _FIRST_CLAIM + 2 * _CLAIMS)
-        self._busy: Any = RawArray("b", MAX_WORKERS)
         # A spawn-context lock can be handed to spawned and forkserver workers too; forked
         # ones inherit it.
-        self._lock: Any = multiprocessing.get_context("spawn").Lock()
+        self._map(Arena(_SIZE), multiprocessing.get_context("spawn").Lock())
         self._begun = 0  # iterations this copy began inside a worker
         self._pending: int | None = None  # an epoch a worker restored for its own next iteration
         self.set(epoch)
 
+    def _map(self, arena: Any, lock: Any) -> None:
+        """The counter's words and busy flags over ``arena``'s shared mapping."""
+        self._arena, self._lock = arena, lock
+        self._shared: Any = (ctypes.c_int64 * _WORDS).from_buffer(arena.buffer)
+        self._busy: Any = (ctypes.c_int8 * MAX_WORKERS).from_buffer(arena.buffer, 8 * _WORDS)
+
     def __getstate__(self) -> dict[str, Any]:
-        if get_spawning_popen() is not None:
-            # Pickled to start a DataLoader worker: share the counter.
-            return self.__dict__.copy()
+        popen = get_spawning_popen()
+        if popen is not None:
+            # Pickled to start a worker, by any pickler: multiprocessing's pickler turns the
+            # mapping and lock into bytes that hand them to that worker, once per worker.
+            handed = _HANDED.setdefault(popen, {})
+            shared = handed.get(id(self._arena))
+            if shared is None:
+                shared = bytes(ForkingPickler.dumps((self._arena, self._lock)))
+                handed[id(self._arena)] = shared
+            return {"shared": shared, "begun": self._begun, "pending": self._pending}
         return {"epoch": self.next()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if "epoch" in state:
             self.__init__(state["epoch"])  # type: ignore[misc]
-        else:
-            self.__dict__.update(state)
+            return
+        self._map(*ForkingPickler.loads(state["shared"]))
+        self._begun = state["begun"]
+        self._pending = state["pending"]
+
+    def __copy__(self) -> Epochs:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Epochs:
+        return self
 
     def set(self, epoch: int) -> None:
         """The next iteration reads ``epoch``: everywhere when called outside a DataLoader

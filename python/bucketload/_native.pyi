@@ -74,9 +74,6 @@ class NativeStore:
     def list_prefix(self, prefix: str) -> builtins.list[Object]:
         """The objects whose keys start with ``prefix`` (any string, relative to the store's
         prefix) as ``(key, size)``, in key order, keys as stored; folder markers left out."""
-    def list_level(self, prefix: str) -> tuple[builtins.list[Object], builtins.list[str]]:
-        """A delimiter listing of ``prefix``: the objects one level down and the folders
-        (``prefix`` + name + ``/``)."""
     def get(self, key: str) -> bytes:
         """Raises ``bucketload.ConfigError`` for a key object_store cannot address (``a//b``,
         a trailing ``/``), as ``get_range`` and ``size`` do."""
@@ -103,14 +100,19 @@ class NativeLoader:
                  jpeg_decode: JpegDecode = "region",
                  client: ClientConfig | None = None, transform: Transform | None = None,
                  use_manifest: bool = True, check_manifest: bool = False,
-                 decode_members: list[str] = ..., metadata_ttl: float = 0.0) -> None:
-        """``metadata_ttl``: seconds a streamed shard's version is trusted with a cache
+                 decode_members: list[str] = ..., metadata_ttl: float = 0.0,
+                 allow_incomplete: bool = False) -> None:
+        """``allow_incomplete``: read a dataset whose ``bucketload shard`` run never finished
+        (its run record without a manifest) instead of raising ``ConfigError``. ``metadata_ttl``: seconds a streamed shard's version is trusted with a cache
         (``math.inf``: for the loader's life). ``decode_members`` (with ``decode=False``): extensions of members that
         ``NativeEpoch.next_sample_batch`` also decodes and augments, as ``decode=True`` would
         (with ``transform``'s augmentation)."""
     def samples_per_epoch(self) -> int: ...
     def batches_per_epoch(self) -> int: ...
     def dataset_samples(self) -> int: ...
+    def check_state(self, state: str) -> None:
+        """Raises ``ConfigError`` naming what differs when ``state`` (a ``NativeEpoch.state()``)
+        does not continue this loader's dataset as it is built."""
     def epoch(self, epoch: int, state: str | None = None) -> NativeEpoch:
         """Epoch ``epoch`` from its start, or from a ``NativeEpoch.state()``."""
 

@@ -35,7 +35,12 @@ class S3Exception(BucketloadError):
 
 
 class NotFoundError(S3Exception, FileNotFoundError):
-    """An object, prefix or bucket does not exist."""
+    """An object, prefix or bucket does not exist. Raised by a request to the store, it names
+    what is missing: ``uri`` (the object's or the bucket's) and ``what`` (``"object"`` or
+    ``"bucket"``); otherwise both are ``None``."""
+
+    uri: str | None = None
+    what: str | None = None
 
 
 class ConfigError(BucketloadError, ValueError):

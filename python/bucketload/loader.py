@@ -3,6 +3,7 @@ samples for the user's own transform."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import pickle
@@ -60,6 +61,10 @@ class Loader(_Base):
     dataset once when the loader opens and raises :class:`CorruptDataError` naming what was
     added, removed or resized; ``use_manifest=False`` ignores the manifest (the dataset is
     listed, as one without a manifest). Both messages give the command that refreshes it.
+    A dataset whose ``bucketload shard`` run never finished (its run record
+    ``_bucketload/run.json`` without a manifest: shards are missing) raises
+    :class:`ConfigError` naming the record and how many shards and samples are missing;
+    ``allow_incomplete=True`` reads the shards that are there, with a warning in the log.
     With ``cache_dir``, streamed shards (which manifests list without an ETag) are checked
     against the store at every epoch, one ``HEAD`` per shard, so a shard rewritten in place is
     read anew; ``metadata_ttl`` (seconds, or ``"indefinite"``) trusts a shard's version that long
@@ -177,6 +182,7 @@ class Loader(_Base):
         ratio: tuple[float, float] = (3 / 4, 4 / 3),
         use_manifest: bool = True,
         check_manifest: bool = False,
+        allow_incomplete: bool = False,
         decode: bool = True,
         decode_members: Sequence[str] = (),
         metadata_ttl: float | Literal["indefinite"] | None = None,
@@ -215,6 +221,7 @@ class Loader(_Base):
             "transform": Transform(augment=augment, resize=resize, mean=mean, std=std,
                                    scale=scale, ratio=ratio),
             "use_manifest": use_manifest, "check_manifest": check_manifest,
+            "allow_incomplete": allow_incomplete,
             "weights": None if weights is None else [float(w) for w in weights],
             "samples_per_epoch": samples_per_epoch, "decode_members": list(decode_members),
             "metadata_ttl": ttl,
@@ -377,11 +384,47 @@ class Loader(_Base):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continues from a :meth:`state_dict`: the next iteration starts after the last
-        batch that was handed out when it was taken."""
-        self._epochs.set(int(state["epoch"]))
-        self._resume = state.get("state")
+        batch that was handed out when it was taken. A state that is not one (a missing or
+        unknown key, a wrong type, a negative epoch) or that another dataset, order, rank or
+        worker count saved raises :class:`ConfigError` naming what is wrong, and changes
+        nothing."""
+        epoch, resume = _checked_state(state)
+        if resume is not None:
+            self._open().check_state(resume)
+        self._epochs.set(epoch)
+        self._resume = resume
         self._current = None
         self._finished = None
+
+
+def _checked_state(state: Any) -> tuple[int, str | None]:
+    """``(epoch, engine state)`` of a :meth:`Loader.state_dict`, or :class:`ConfigError`
+    naming what is wrong with it."""
+    what = "Loader.load_state_dict(): not a Loader.state_dict()"
+    if not isinstance(state, dict):
+        raise ConfigError(f"{what}: a {type(state).__name__}, not a dict with 'epoch' and "
+                          "'state'")
+    missing = [key for key in ("epoch", "state") if key not in state]
+    unknown = sorted(str(key) for key in state if key not in ("epoch", "state"))
+    if missing or unknown:
+        problems = [f"no {key!r}" for key in missing] + [f"unknown key {k!r}" for k in unknown]
+        raise ConfigError(f"{what}: {', '.join(problems)} (it holds 'epoch' and 'state')")
+    epoch, resume = state["epoch"], state["state"]
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise ConfigError(f"{what}: 'epoch' is {epoch!r}, not an epoch number (an int >= 0)")
+    if resume is not None and not isinstance(resume, str):
+        raise ConfigError(f"{what}: 'state' is a {type(resume).__name__}, not the loader's "
+                          "state (a str) or None")
+    if resume is not None:
+        try:
+            inner = json.loads(resume)
+        except ValueError as e:
+            raise ConfigError(f"{what}: 'state' is not the loader's state ({e})") from e
+        inner_epoch = inner.get("epoch") if isinstance(inner, dict) else None
+        if inner_epoch != epoch:
+            raise ConfigError(f"{what}: 'epoch' is {epoch} but 'state' was taken in epoch "
+                              f"{inner_epoch}")
+    return epoch, resume
 
 
 def _columns(samples: list[dict[str, Any]], images: dict[str, Any]) -> dict[str, Any]:

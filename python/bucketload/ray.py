@@ -81,12 +81,13 @@ class BucketloadDatasource(Datasource):
     Every task opens the dataset: with a manifest (``bucketload manifest`` or ``bucketload
     shard`` wrote one) that is one GET, without one a listing. Tasks therefore get at least
     ``MIN_SAMPLES_PER_TASK`` samples each, unless ``tasks`` fixes their number.
-    ``use_manifest`` and ``check_manifest`` as for :class:`bucketload.Loader`."""
+    ``use_manifest``, ``check_manifest`` and ``allow_incomplete`` as for
+    :class:`bucketload.Loader`."""
 
     def __init__(self, uri: str, *, format: Format = "auto", shuffle: bool = False, seed: int = 0,
                  epoch: int = 0, concurrency: int | None = None, endpoint: str | None = None,
                  region: str | None = None, tasks: int | None = None, use_manifest: bool = True,
-                 check_manifest: bool = False) -> None:
+                 check_manifest: bool = False, allow_incomplete: bool = False) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         if tasks is not None and tasks < 1:
             raise ValueError("tasks must be at least 1")
@@ -96,6 +97,7 @@ class BucketloadDatasource(Datasource):
         self._settings: dict[str, Any] = {
             "format": format, "shuffle": shuffle, "seed": seed, "concurrency": concurrency,
             "endpoint": endpoint, "region": region, "use_manifest": use_manifest,
+            "allow_incomplete": allow_incomplete,
         }
         # The check lists the dataset once, here; the read tasks trust what it checked.
         self._samples = _native.NativeLoader(uri, decode=False, check_manifest=check_manifest,
@@ -124,7 +126,8 @@ class BucketloadDatasource(Datasource):
 def read_dataset(uri: str, *, format: Format = "auto", shuffle: bool = False, seed: int = 0,
                  epoch: int = 0, concurrency: int | None = None, endpoint: str | None = None,
                  region: str | None = None, override_num_blocks: int | None = None,
-                 use_manifest: bool = True, check_manifest: bool = False) -> ray.data.Dataset:
+                 use_manifest: bool = True, check_manifest: bool = False,
+                 allow_incomplete: bool = False) -> ray.data.Dataset:
     """A ``ray.data.Dataset`` of the samples of ``uri`` read by bucketload's engine; see
     :class:`BucketloadDatasource`. ``shuffle=True`` visits the permutation of ``(seed, epoch)``
     (each read task a slice of it). ``override_num_blocks`` sets the number of read tasks;
@@ -132,7 +135,8 @@ def read_dataset(uri: str, *, format: Format = "auto", shuffle: bool = False, se
     source = BucketloadDatasource(uri, format=format, shuffle=shuffle, seed=seed, epoch=epoch,
                                   concurrency=concurrency, endpoint=endpoint, region=region,
                                   tasks=override_num_blocks, use_manifest=use_manifest,
-                                  check_manifest=check_manifest)
+                                  check_manifest=check_manifest,
+                                  allow_incomplete=allow_incomplete)
     dataset: ray.data.Dataset = ray.data.read_datasource(
         source, override_num_blocks=override_num_blocks)
     return dataset

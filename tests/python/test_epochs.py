@@ -167,3 +167,146 @@ def test_stateful_dataloader_state_at_an_epoch_end_starts_the_next(dataset):  # 
     second = _indices(again)
     assert sorted(second) == list(range(SAMPLES)) and second != first
     assert torch.tensor(second).unique().numel() == SAMPLES
+
+
+def _datapipe_loader(data, context: str, sharding: bool) -> DataLoader:
+    """``data`` inside torchdata's ``IterableWrapper`` (which deep-copies it at every
+    iteration), behind a ``sharding_filter`` when the dataset yields everything in every
+    worker, read by two workers started by ``context``."""
+    from torchdata.datapipes.iter import IterableWrapper
+
+    pipe = IterableWrapper(data)
+    if sharding:
+        pipe = pipe.sharding_filter()
+    return DataLoader(pipe, batch_size=None, num_workers=2, multiprocessing_context=context,
+                      collate_fn=_keep)
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_s3iterabledataset_in_torchdata_sharding_filter(dataset, context):  # noqa: F811
+    """The connector's torchdata pattern with spawn and forkserver workers: every epoch reads
+    every object once and a new permutation, and the dataset's epoch moves."""
+    uri, _, keys = dataset
+    data = S3IterableDataset.from_prefix(uri + "/", shuffle=True, seed=3,
+                                         transform=operator.attrgetter("key"))
+    loader = _datapipe_loader(data, context, sharding=True)
+    epochs = [list(loader) for _ in range(EPOCHS)]
+    for order in epochs:
+        assert sorted(order) == keys
+    assert len({tuple(order) for order in epochs}) == EPOCHS
+    assert data._epochs.next() == EPOCHS
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_s3mapdataset_in_torchdata_sharding_filter(dataset, context):  # noqa: F811
+    from bucketload.s3torch import S3MapDataset
+
+    uri, _, keys = dataset
+    data = S3MapDataset.from_prefix(uri + "/", transform=operator.attrgetter("key"))
+    loader = _datapipe_loader(data, context, sharding=True)
+    assert sorted(loader) == keys
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_loader_in_torchdata_iterable_wrapper(dataset, context):  # noqa: F811
+    """``Loader`` shares its samples among DataLoader workers itself: wrapped as it is, each
+    epoch still reads every sample once, in a new order, and ``loader.epoch`` moves."""
+    uri = dataset[0]
+    data = _loader(uri)
+    loader = _datapipe_loader(data, context, sharding=False)
+    epochs = [_indices(loader) for _ in range(EPOCHS)]
+    for order in epochs:
+        assert sorted(order) == list(range(SAMPLES))
+    assert len({tuple(order) for order in epochs}) == EPOCHS
+    assert data.epoch == EPOCHS
+
+
+def test_torchdata_copies_in_one_process_move_the_epoch(dataset):  # noqa: F811
+    """``IterableWrapper`` iterates a deep copy of the dataset: without workers too, each
+    iteration reads the next epoch."""
+    from torchdata.datapipes.iter import IterableWrapper
+
+    uri, _, keys = dataset
+    data = S3IterableDataset.from_prefix(uri + "/", shuffle=True, seed=3,
+                                         transform=operator.attrgetter("key"))
+    pipe = IterableWrapper(data)
+    epochs = [list(pipe) for _ in range(EPOCHS)]
+    assert all(sorted(order) == keys for order in epochs)
+    assert len({tuple(order) for order in epochs}) == EPOCHS
+    assert data._epochs.next() == EPOCHS
+
+
+@pytest.fixture(scope="module")
+def other_dataset(bucketload_bin, env, s3):  # noqa: F811
+    """Another dataset (12 JPEGs), whose states must not resume the first."""
+    s3.create_bucket(Bucket="epochs-other")
+    ok(bucketload_bin, env, "gen", "s3://epochs-other/train", "--samples", "12", "--classes", "2",
+       "--size", "2KB", "--seed", "6")
+    return "s3://epochs-other/train"
+
+
+def _mid_epoch_state(data: bucketload.Loader) -> dict:
+    it = iter(data)
+    next(it)
+    return data.state_dict()
+
+
+def test_bad_states_raise_config_errors_naming_what_is_wrong(dataset, other_dataset):  # noqa: F811
+    uri = dataset[0]
+    good = _mid_epoch_state(_loader(uri))
+    assert good["epoch"] == 0 and isinstance(good["state"], str)
+    inner = good["state"]
+    later = _loader(uri)
+    later.set_epoch(2)
+    bad = [
+        ({}, "no 'epoch', no 'state'"),
+        ({"epoch": 0}, "no 'state'"),
+        ({"state": None}, "no 'epoch'"),
+        ({"epoch": 0, "state": None, "rank": 1}, "unknown key 'rank'"),
+        (None, "a NoneType, not a dict"),
+        ([0, None], "a list, not a dict"),
+        ({"epoch": "1", "state": None}, "'epoch' is '1'"),
+        ({"epoch": True, "state": None}, "'epoch' is True"),
+        ({"epoch": 1.0, "state": None}, "'epoch' is 1.0"),
+        ({"epoch": -1, "state": None}, "'epoch' is -1"),
+        ({"epoch": 0, "state": 7}, "'state' is a int"),
+        ({"epoch": 0, "state": "{not json"}, "'state' is not the loader's state"),
+        ({"epoch": 0, "state": "{}"}, "'state' was taken in epoch None"),
+        ({"epoch": 1, "state": inner}, "'epoch' is 1 but 'state' was taken in epoch 0"),
+        ({"epoch": 0, "state": inner.replace('"epoch":0', '"epoch":0,"version":"x"')},
+         "not a loader state"),
+        (_mid_epoch_state(_loader(other_dataset)), "plan"),
+        (good, "seed|order|shuffle"),  # loaded into a loader of another seed, below
+    ]
+    for n, (state, words) in enumerate(bad):
+        target = _loader(uri) if n < len(bad) - 1 else bucketload.Loader(
+            uri, batch_size=4, image_size=8, shuffle=True, seed=8, return_indices=True)
+        before = target.state_dict()
+        with pytest.raises(bucketload.ConfigError, match=words) as caught:
+            target.load_state_dict(state)
+        assert isinstance(caught.value, ValueError)
+        assert target.state_dict() == before, n  # nothing changed
+    # The good state still resumes, also after the refusals.
+    again = _loader(uri)
+    again.load_state_dict(good)
+    assert len(_indices(again)) == SAMPLES - 4
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_several_datasets_in_one_worker_start(dataset, context):
+    """Two datasets (and one of them twice) handed to the same spawned workers: each epoch
+    counter reaches them, and each moves."""
+    from torch.utils.data import ChainDataset
+
+    uri, _, keys = dataset
+    first = S3IterableDataset(uri, shuffle=True, seed=3, enable_sharding=True,
+                              transform=operator.attrgetter("key"))
+    second = S3IterableDataset(uri, shuffle=True, seed=4, enable_sharding=True,
+                               transform=operator.attrgetter("key"))
+    loader = DataLoader(ChainDataset([first, second, first]), batch_size=None, num_workers=2,
+                        multiprocessing_context=context, collate_fn=_keep)
+    epochs = [list(loader) for _ in range(2)]
+    for order in epochs:
+        assert sorted(order) == sorted(keys * 3)
+    assert epochs[0] != epochs[1]
+    assert first._epochs.next() >= 2 and second._epochs.next() == 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 import array
 import dataclasses
 import io
+import operator
 import os
 import subprocess
 import tarfile
@@ -163,6 +164,91 @@ def test_iterable_from_objects_takes_the_connectors_arguments(objects):
     assert sorted(seen) == sorted(keys)
 
 
+KEY_MISSING = "Service error: The key does not exist"
+BUCKET_MISSING = "Service error: The bucket does not exist"
+NOT_FOUND = "Service error: The object was not found"
+
+
+def _raises_connector_words(call, words: str, uri: str) -> None:
+    """``call()`` raises what the connector raises (the same words, an ``S3Exception``), which
+    is also a ``FileNotFoundError`` and names what is missing."""
+    from bucketload.s3torch import S3Exception
+
+    with pytest.raises(S3Exception) as caught:
+        call()
+    assert str(caught.value) == words
+    assert isinstance(caught.value, FileNotFoundError)
+    assert isinstance(caught.value, bucketload.NotFoundError)
+    assert caught.value.uri == uri
+    assert uri in str(caught.value.__cause__)
+
+
+def test_not_found_errors_carry_the_connectors_words(objects, tmp_path):
+    """Every request of the drop-in that finds nothing raises the connector's words, as its
+    `S3Exception`, for each operation: a GET, a HEAD (the ranged reader asks the size first),
+    a listing, a checkpoint read or write, a Lightning load or delete, a DCP rename."""
+    from bucketload.s3torch import (
+        S3Checkpoint,
+        S3IterableDataset,
+        S3MapDataset,
+        S3ReaderConstructor,
+    )
+    from bucketload.s3torch.dcp import S3FileSystem
+    from bucketload.s3torch.lightning import S3LightningCheckpoint
+
+    bucket, _ = objects
+    missing = f"s3://{bucket}/train/none.bin"
+    nobucket = "s3://no-such-bucket-dropin"
+    ranged = S3ReaderConstructor.range_based()
+    lightning = S3LightningCheckpoint("us-east-1")
+    cases = [
+        (lambda: S3MapDataset.from_objects(missing)[0].read(), KEY_MISSING, missing),
+        (lambda: S3MapDataset.from_objects(missing, reader_constructor=ranged)[0].read(),
+         NOT_FOUND, missing),
+        (lambda: list(S3IterableDataset.from_objects([missing], transform=lambda r: r.read())),
+         KEY_MISSING, missing),
+        (lambda: list(S3IterableDataset.from_objects(missing, reader_constructor=ranged,
+                                                     transform=lambda r: r.read())),
+         NOT_FOUND, missing),
+        (lambda: len(S3MapDataset.from_prefix(f"{nobucket}/x")), BUCKET_MISSING, nobucket),
+        (lambda: list(S3IterableDataset.from_prefix(f"{nobucket}/x/")), BUCKET_MISSING,
+         nobucket),
+        (lambda: S3MapDataset.from_objects(f"{nobucket}/k")[0].read(), BUCKET_MISSING,
+         nobucket),
+        (lambda: S3Checkpoint("us-east-1").reader(missing).read(), KEY_MISSING, missing),
+        (lambda: lightning.load_checkpoint(missing), KEY_MISSING, missing),
+        (lambda: lightning.remove_checkpoint(f"{nobucket}/k.ckpt"), BUCKET_MISSING, nobucket),
+        (lambda: S3FileSystem("us-east-1").rename(missing, f"s3://{bucket}/train/new.bin"),
+         NOT_FOUND, missing),
+    ]
+    for n, (call, words, uri) in enumerate(cases):
+        try:
+            _raises_connector_words(call, words, uri)
+        except (AssertionError, pytest.fail.Exception) as e:
+            raise AssertionError(f"case {n}: {e}") from e
+
+    def write() -> None:
+        writer = S3Checkpoint("us-east-1").writer(f"{nobucket}/ckpt.pt")
+        writer.write(b"x" * (20 << 20))  # more than a part: the upload starts
+        writer.close()
+
+    _raises_connector_words(write, BUCKET_MISSING, f"{nobucket}/ckpt.pt")
+
+
+def test_dcp_file_system_answers_missing_objects_as_the_connector(objects, caplog):
+    """`exists` is False for a missing object (the connector's own code compares the words),
+    `rm_file` of a missing object succeeds and in a missing bucket logs, as the connector."""
+    from bucketload.s3torch.dcp import S3FileSystem
+
+    bucket, _ = objects
+    fs = S3FileSystem("us-east-1")
+    assert not fs.exists(f"s3://{bucket}/train/none.bin")
+    assert fs.exists(f"s3://{bucket}/train/other.bin")
+    fs.rm_file(f"s3://{bucket}/train/none.bin")
+    fs.rm_file("s3://no-such-bucket-dropin/k")
+    assert "Failed to remove object from S3" in caplog.text
+
+
 def test_store_errors_are_s3exception_and_bucketload_errors(objects):
     from bucketload.s3torch import S3Exception, S3IterableDataset, S3MapDataset
 
@@ -175,8 +261,9 @@ def test_store_errors_are_s3exception_and_bucketload_errors(objects):
         missing[0].read()
     assert isinstance(caught.value, FileNotFoundError)
     gone = S3IterableDataset.from_objects([f"s3://{bucket}/train/none.bin"], region="us-east-1")
-    with pytest.raises(bucketload.NotFoundError, match="train/none.bin"):
+    with pytest.raises(bucketload.NotFoundError) as caught:
         list(gone)
+    assert caught.value.uri == f"s3://{bucket}/train/none.bin"
     with pytest.raises(S3Exception):
         len(S3MapDataset.from_prefix("s3://no-such-bucket-dropin/x", region="us-east-1"))
 
@@ -371,3 +458,48 @@ def test_checkpoint_writer_takes_the_client_configs_part_size(env, s3):  # noqa:
         etag = s3.head_object(Bucket="dropin-ckpt", Key=key)["ETag"].strip('"')
         assert (int(etag.split("-")[1]) if "-" in etag else 1) == parts, (key, etag)
         assert s3.get_object(Bucket="dropin-ckpt", Key=key)["Body"].read() == data
+
+
+@pytest.fixture(scope="module")
+def sharded(bucketload_bin, env, s3):  # noqa: F811
+    """A prefix made by `bucketload shard` (tars, their indexes, `_bucketload/*`), and the
+    keys of every object under it as boto3 lists them."""
+    bucket = "dropin-sharded"
+    s3.create_bucket(Bucket=bucket)
+    ok(bucketload_bin, env, "gen", f"s3://{bucket}/train", "--samples", "24", "--classes", "3",
+       "--size", "1KB")
+    ok(bucketload_bin, env, "shard", f"s3://{bucket}/train", f"s3://{bucket}/shards",
+       "--samples-per-shard", "4")
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="shards/")
+    keys = [o["Key"] for page in pages for o in page.get("Contents", [])]
+    assert any(k.startswith("shards/_bucketload/") for k in keys)
+    assert any(k.endswith(".tar") for k in keys) and any(not k.endswith(".tar") for k in keys)
+    return bucket, keys
+
+
+def test_every_way_of_listing_a_sharded_prefix_yields_what_s3_lists(sharded, s3):
+    """Every object under a prefix made by `bucketload shard`, in S3's listing order, however
+    the dataset is built and read, as the connector yields them (manifest or not)."""
+    from bucketload.s3torch import S3IterableDataset, S3MapDataset, S3ReaderConstructor
+
+    bucket, keys = sharded
+    key = operator.attrgetter("key")
+    for uri in (f"s3://{bucket}/shards/", f"s3://{bucket}/shards"):
+        mapped = S3MapDataset.from_prefix(uri)
+        assert [mapped[i].key for i in range(len(mapped))] == keys, uri
+        for constructor in (None, S3ReaderConstructor.sequential(),
+                            S3ReaderConstructor.range_based()):
+            stream = S3IterableDataset.from_prefix(uri, transform=key,
+                                                   reader_constructor=constructor)
+            assert list(stream) == keys, (uri, constructor)
+        for options in ({"use_manifest": False}, {"format": "files"}, {"shuffle": True}):
+            stream = S3IterableDataset.from_prefix(uri, transform=key, **options)
+            got = list(stream)
+            assert sorted(got) == keys if options.get("shuffle") else got == keys, options
+        # Split over DataLoader workers, the objects are the same.
+        sharded_stream = S3IterableDataset.from_prefix(uri, transform=key, enable_sharding=True)
+        seen = list(DataLoader(sharded_stream, batch_size=None, num_workers=2))
+        assert sorted(seen) == keys
+    readers = list(S3IterableDataset.from_prefix(f"s3://{bucket}/shards/"))
+    assert all(r.read() == s3.get_object(Bucket=bucket, Key=r.key)["Body"].read()
+               for r in readers)

@@ -13,6 +13,7 @@
 //! | 4    | permission denied or bad credentials |
 //! | 5    | endpoint unreachable, network failure, or throttled after retries |
 //! | 6    | invalid input or data: bad URI, bad size, bad range, corrupt object |
+//! | 7    | partial: `cp -r` copied what it could and named each object it could not |
 //! | 130  | interrupted by Ctrl-C |
 
 use std::io::Write;
@@ -32,12 +33,15 @@ pub const PERMISSION: u8 = 4;
 pub const NETWORK: u8 = 5;
 /// Invalid input or data.
 pub const INVALID: u8 = 6;
+/// Partial: some objects were done, the others named on stderr.
+pub const PARTIAL: u8 = 7;
 /// Interrupted.
 pub const INTERRUPTED: u8 = 130;
 
 /// Shown at the end of `--help`.
 pub const EXIT_CODES_HELP: &str = "Exit codes: 0 ok, 1 other error, 2 usage, 3 not found, \
-4 permission/credentials, 5 unreachable/network, 6 invalid input/data, 130 interrupted";
+4 permission/credentials, 5 unreachable/network, 6 invalid input/data, 7 partial (the objects \
+left out are named), 130 interrupted";
 
 /// Prints a clap error (help and version go to stdout with code 0).
 pub fn usage(err: clap::Error) -> ExitCode {
@@ -129,6 +133,7 @@ fn flag(setting: Setting) -> &'static str {
         Setting::Ratio => "--crop-ratio",
         Setting::UseManifest => "--no-manifest",
         Setting::CheckManifest => "--check-manifest",
+        Setting::AllowIncomplete => "--allow-incomplete",
     }
 }
 
@@ -210,6 +215,9 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 
 /// The exit code of the first error in the chain that has a meaning.
 pub fn code_of(err: &anyhow::Error) -> u8 {
+    if err.downcast_ref::<crate::cmd::cp::PartialCopy>().is_some() {
+        return PARTIAL;
+    }
     kind_of(err).map_or(OTHER, code)
 }
 
@@ -322,6 +330,8 @@ mod tests {
             code_of(&anyhow::Error::new(image).context("decoding")),
             INVALID
         );
+        let partial = crate::cmd::cp::PartialCopy { not_copied: 2 };
+        assert_eq!(code_of(&anyhow::Error::new(partial)), PARTIAL);
     }
 
     /// Hints come as data from the engine's crates and are printed in the CLI's words, also

@@ -384,3 +384,106 @@ fn a_rerun_aborts_the_uploads_a_killed_run_left() {
     assert_eq!(left, ["notes.txt"], "only the shards' uploads are aborted");
     assert_eq!(read_dataset(&fx, &dst).len(), 20);
 }
+
+#[test]
+fn a_run_file_whose_answer_was_lost_is_claimed_by_sending_it_again() {
+    use bucketload_server::FaultKind;
+    let fx = Fixture::start();
+    fx.generate("s3://shard-src/lost", 20, 2, "2KB");
+    // The first PutObject of a run is its run file; the server writes it, then resets the
+    // connection before answering.
+    fx.server()
+        .faults()
+        .fail_next("PutObject", 1, FaultKind::ResetMidBody);
+    let puts = fx.server().counters().get("PutObject");
+    let run = fx
+        .run(&[
+            "shard",
+            "s3://shard-src/lost",
+            "s3://shard-dst/lost",
+            "--samples-per-shard",
+            "10",
+        ])
+        .ok();
+    assert!(run.stdout.contains("wrote 2 of 2 shards"), "{run:#?}");
+    assert_eq!(fx.server().faults().pending("PutObject"), 0);
+    // The run file twice (the second answered "already exists"), two small shards, their
+    // indexes, the manifest.
+    assert_eq!(fx.server().counters().get("PutObject") - puts, 7);
+    fx.run(&["verify", "s3://shard-dst/lost"]).ok();
+}
+
+/// `shard --part 0/5` leaves what a killed run leaves: its run record, 4 of 20 shards and no
+/// manifest. Reading it fails naming the record and how much is missing, unless
+/// `--allow-incomplete` says to read what is there (with a warning); once every part is written
+/// and merged, it reads whole.
+#[test]
+fn an_unfinished_run_is_refused_until_finished() {
+    let fx = Fixture::start();
+    fx.generate("s3://shard-src/part", 100, 4, "1KB");
+    let shard = |part: &str| {
+        fx.run(&[
+            "shard",
+            "s3://shard-src/part",
+            "s3://shard-dst/part",
+            "--samples-per-shard",
+            "5",
+            "--part",
+            part,
+        ])
+        .ok();
+    };
+    shard("0/5");
+    let read = |extra: &[&str]| {
+        let mut args = vec!["read", "s3://shard-dst/part", "--json"];
+        args.extend_from_slice(extra);
+        fx.run(&args)
+    };
+    let refused = read(&[]);
+    assert_eq!(refused.code, 6, "{refused:#?}");
+    let line = refused.error_line();
+    assert!(
+        line.contains("s3://shard-dst/part/_bucketload/run.json"),
+        "{refused:#?}"
+    );
+    assert!(
+        line.contains("4 shards of 20 samples are here")
+            && line.contains("16 shards, 80 samples missing")
+            && line.contains("--allow-incomplete"),
+        "{refused:#?}"
+    );
+    let verify = fx.run(&["verify", "s3://shard-dst/part"]);
+    assert_ne!(verify.code, 0, "{verify:#?}");
+    assert!(
+        verify
+            .stdout
+            .contains("s3://shard-dst/part/_bucketload/run.json")
+            || verify
+                .stderr
+                .contains("s3://shard-dst/part/_bucketload/run.json"),
+        "{verify:#?}"
+    );
+    let stats = fx.run(&["stats", "s3://shard-dst/part"]).ok();
+    assert!(
+        stats.stderr.contains("16 shards, 80 samples missing"),
+        "stats describes what is there and warns: {stats:#?}"
+    );
+    let allowed = read(&["--allow-incomplete"]).ok();
+    assert!(allowed.stdout.contains("\"samples\": 20"), "{allowed:#?}");
+    assert!(
+        allowed.stderr.contains("16 shards, 80 samples missing"),
+        "the warning names what is missing: {allowed:#?}"
+    );
+    for part in ["1/5", "2/5", "3/5", "4/5"] {
+        shard(part);
+    }
+    assert_eq!(
+        read(&[]).code,
+        6,
+        "finished parts without merge are unfinished"
+    );
+    fx.run(&["merge", "s3://shard-dst/part"]).ok();
+    let whole = read(&[]).ok();
+    assert!(whole.stdout.contains("\"samples\": 100"), "{whole:#?}");
+    fx.run(&["verify", "s3://shard-dst/part"]).ok();
+}

@@ -106,28 +106,55 @@ fn words(hint: &Hint) -> Option<String> {
     })
 }
 
+/// `err` with what is missing when `e` is a store's not-found error: the exception's `uri`
+/// (the object's or the bucket's) and `what` (`"object"` or `"bucket"`), so that callers can
+/// tell them apart without reading the message.
+fn with_missing(err: PyErr, e: &bucketload_store::Error) -> PyErr {
+    if let bucketload_store::Error::NotFound { uri, what, .. } = e {
+        Python::attach(|py| {
+            let value = err.value(py);
+            // Attributes of a Python exception instance: setting them cannot fail.
+            let _ = value.setattr("uri", uri.as_str());
+            let _ = value.setattr("what", *what);
+        });
+    }
+    err
+}
+
 /// An engine error as a Python exception.
 pub(crate) fn engine(e: bucketload::Error) -> PyErr {
-    raise_from(e.kind(), &e)
+    let err = raise_from(e.kind(), &e);
+    match &e {
+        bucketload::Error::Store(store) => with_missing(err, store),
+        _ => err,
+    }
 }
 
 /// A store error as a Python exception.
 pub(crate) fn store(e: bucketload_store::Error) -> PyErr {
-    raise_from(e.kind(), &e)
+    with_missing(raise_from(e.kind(), &e), &e)
 }
 
 /// An I/O error as a Python exception; the engine's and the store's errors travel inside
 /// `io::Error` (checkpoint streams) and keep their kind.
 pub(crate) fn io(e: std::io::Error) -> PyErr {
     let inner = e.get_ref();
-    let kind = if let Some(engine) = inner.and_then(|i| i.downcast_ref::<bucketload::Error>()) {
-        engine.kind()
-    } else if let Some(store) = inner.and_then(|i| i.downcast_ref::<bucketload_store::Error>()) {
-        store.kind()
-    } else {
-        ErrorKind::of_io(&e).unwrap_or(ErrorKind::Store)
+    let engine = inner.and_then(|i| i.downcast_ref::<bucketload::Error>());
+    let store = inner.and_then(|i| i.downcast_ref::<bucketload_store::Error>());
+    let store = store.or(match engine {
+        Some(bucketload::Error::Store(store)) => Some(store),
+        _ => None,
+    });
+    let kind = match (engine, store) {
+        (Some(engine), _) => engine.kind(),
+        (None, Some(store)) => store.kind(),
+        (None, None) => ErrorKind::of_io(&e).unwrap_or(ErrorKind::Store),
     };
-    raise_from(kind, &e)
+    let err = raise_from(kind, &e);
+    match store {
+        Some(store) => with_missing(err, store),
+        None => err,
+    }
 }
 
 /// An image pipeline error as a Python exception.

@@ -184,7 +184,7 @@ impl NativeLoader {
         concurrency=None, decode_threads=None, rank=0, world_size=1, worker=0, num_workers=1,
         drop_last=false, pad=true, skip_corrupt=false, endpoint=None, region=None,
         jpeg_decode="region", client=None, transform=None, use_manifest=true,
-        check_manifest=false, decode_members=Vec::new(), metadata_ttl=0.0,
+        check_manifest=false, decode_members=Vec::new(), metadata_ttl=0.0, allow_incomplete=false,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -220,6 +220,7 @@ impl NativeLoader {
         check_manifest: bool,
         decode_members: Vec<String>,
         metadata_ttl: f64,
+        allow_incomplete: bool,
     ) -> PyResult<NativeLoader> {
         if batch_size == 0 {
             return Err(errors::raise(
@@ -283,6 +284,7 @@ impl NativeLoader {
                 .with_partition(Partition::new(rank, world_size).with_remainder(remainder))
                 .with_worker(worker, num_workers)
                 .with_manifest(manifest)
+                .with_allow_incomplete(allow_incomplete)
                 .with_metadata_ttl(metadata_ttl)
                 // Batches are checkpointed by count: samples must arrive in the worker's order.
                 .with_delivery(Delivery::Strict);
@@ -389,6 +391,22 @@ impl NativeLoader {
     /// Samples in the dataset.
     fn dataset_samples(&self) -> PyResult<u64> {
         Ok(self.parts.get("loader")?.loader.dataset_samples())
+    }
+
+    /// Checks that a state (JSON from [`NativeEpoch::state`]) continues this loader's dataset
+    /// as it is built (its plan, order, rank and workers), without reading: raises
+    /// `ConfigError` naming what differs. A mixture's state is checked when it resumes.
+    fn check_state(&self, state: &str) -> PyResult<()> {
+        let parts = self.parts.get("loader")?;
+        match &parts.loader {
+            Reader::One(loader) => {
+                let state = parse_state(state)?;
+                let (_, workers) = loader.config().worker();
+                let checked = loader.source().resume(&state, workers);
+                checked.map(drop).map_err(errors::engine)
+            }
+            Reader::Mix(_) => parse_state::<MixState>(state).map(drop),
+        }
     }
 
     /// Starts epoch `epoch`, or continues the one a state (JSON from

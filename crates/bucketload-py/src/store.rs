@@ -174,24 +174,6 @@ impl NativeStore {
         Ok(objects)
     }
 
-    /// One level below `prefix` (any string), as a delimiter listing shows it: the objects
-    /// whose keys start with `prefix` and hold no further `/`, as `(key, size)`, and the
-    /// folders one level down (`prefix` + name + `/`), each in key order.
-    fn list_level(&self, py: Python<'_>, prefix: &str) -> PyResult<(Vec<Object>, Vec<String>)> {
-        let this = self.store.get("store")?;
-        let pages = this.list_pages(prefix, true);
-        let listed = py.detach(|| self.rt.block_on(pages.try_collect::<Vec<_>>()));
-        let pages = listed.map_err(errors::store)?;
-        let (mut objects, mut folders) = (Vec::new(), Vec::new());
-        for page in pages {
-            objects.extend(page.objects.into_iter().map(|l| (l.key, l.size)));
-            folders.extend(page.prefixes);
-        }
-        objects.sort();
-        folders.sort();
-        Ok((objects, folders))
-    }
-
     /// The bytes of `key`, whole.
     fn get<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyBytes>> {
         let this = self.store.get("store")?;
@@ -234,15 +216,16 @@ impl NativeStore {
         Ok(meta.size)
     }
 
-    /// Deletes `key`; deleting a key that has no object succeeds, as in S3.
+    /// Deletes `key`; deleting a key that has no object succeeds, as in S3, and a bucket that
+    /// does not exist raises `NotFoundError` naming it, as S3 answers.
     fn delete(&self, py: Python<'_>, key: &str) -> PyResult<()> {
         let this = self.store.get("store")?;
         let object = object(this, key)?;
         let (store, path) = (object.store(), object.path());
         let done = py.detach(|| self.rt.block_on(store.delete(path)));
-        match done {
-            Ok(()) | Err(bucketload_store::object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(errors::store(object.map_error(e))),
+        match done.map_err(|e| object.map_error(e)) {
+            Ok(()) | Err(bucketload_store::Error::NotFound { what: "object", .. }) => Ok(()),
+            Err(e) => Err(errors::store(e)),
         }
     }
 

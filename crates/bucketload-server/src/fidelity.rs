@@ -194,10 +194,31 @@ pub(crate) fn header_precondition(headers: &http::HeaderMap) -> S3Result<Precond
     )
 }
 
-/// CopyObject's `x-amz-copy-source-if-*` conditions on the source (412 when one fails), with
-/// S3's precedence: a true If-Match wins over a false If-Unmodified-Since, a false
-/// If-None-Match over a true If-Modified-Since.
-pub(crate) fn check_copy_source(
+/// The `x-amz-copy-source-if-*` conditions of CopyObject and UploadPartCopy.
+pub(crate) struct CopySourceConditions {
+    pub(crate) if_match: Option<ETagCondition>,
+    pub(crate) if_none_match: Option<ETagCondition>,
+    pub(crate) if_modified_since: Option<Timestamp>,
+    pub(crate) if_unmodified_since: Option<Timestamp>,
+}
+
+impl CopySourceConditions {
+    /// Checks `source` (412 when a condition fails): see [`check_copy_source`].
+    pub(crate) fn check(&self, source: &ObjectMeta) -> S3Result<()> {
+        check_copy_source(
+            source,
+            self.if_match.as_ref(),
+            self.if_none_match.as_ref(),
+            self.if_modified_since.as_ref(),
+            self.if_unmodified_since.as_ref(),
+        )
+    }
+}
+
+/// The `x-amz-copy-source-if-*` conditions on the source (412 when one fails), with S3's
+/// precedence: a true If-Match wins over a false If-Unmodified-Since, a false If-None-Match
+/// over a true If-Modified-Since.
+fn check_copy_source(
     source: &ObjectMeta,
     if_match: Option<&ETagCondition>,
     if_none_match: Option<&ETagCondition>,

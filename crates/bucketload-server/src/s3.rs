@@ -1567,12 +1567,12 @@ impl S3 for Backend {
                 "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
             ));
         }
-        let source_conditions = (
-            input.copy_source_if_match,
-            input.copy_source_if_none_match,
-            input.copy_source_if_modified_since,
-            input.copy_source_if_unmodified_since,
-        );
+        let source_conditions = fidelity::CopySourceConditions {
+            if_match: input.copy_source_if_match,
+            if_none_match: input.copy_source_if_none_match,
+            if_modified_since: input.copy_source_if_modified_since,
+            if_unmodified_since: input.copy_source_if_unmodified_since,
+        };
         let new_attrs = attrs(
             input.content_type,
             input.metadata,
@@ -1596,16 +1596,7 @@ impl S3 for Backend {
         let (bucket, key) = (input.bucket, input.key);
         let (meta, source_version) = self
             .blocking(move |s| {
-                let (if_match, if_none_match, modified_since, unmodified_since) = source_conditions;
-                let check = |source: &ObjectMeta| {
-                    fidelity::check_copy_source(
-                        source,
-                        if_match.as_ref(),
-                        if_none_match.as_ref(),
-                        modified_since.as_ref(),
-                        unmodified_since.as_ref(),
-                    )
-                };
+                let check = |source: &ObjectMeta| source_conditions.check(source);
                 let src_version = src_version.as_deref();
                 let marker = |e: S3Error| match e.code() {
                     S3ErrorCode::MethodNotAllowed => s3_error!(
@@ -2008,12 +1999,12 @@ impl S3 for Backend {
             .transpose()?;
         fidelity::refuse_conditions(&req.headers, &["if-match", "if-none-match"])?;
         fidelity::refuse_conditions(&req.headers, &fidelity::TIME_CONDITIONS)?;
-        let conditions = (
-            input.copy_source_if_match,
-            input.copy_source_if_none_match,
-            input.copy_source_if_modified_since,
-            input.copy_source_if_unmodified_since,
-        );
+        let conditions = fidelity::CopySourceConditions {
+            if_match: input.copy_source_if_match,
+            if_none_match: input.copy_source_if_none_match,
+            if_modified_since: input.copy_source_if_modified_since,
+            if_unmodified_since: input.copy_source_if_unmodified_since,
+        };
         let target = (input.bucket, input.key, input.upload_id, input.part_number);
         let copied_version = src_version.clone();
         let (info, _) = self
@@ -2023,17 +2014,7 @@ impl S3 for Backend {
                     (bucket, key, id, *part),
                     (&src_bucket, &src_key, src_version.as_deref()),
                     range,
-                    |source| {
-                        let (if_match, if_none_match, modified_since, unmodified_since) =
-                            &conditions;
-                        fidelity::check_copy_source(
-                            source,
-                            if_match.as_ref(),
-                            if_none_match.as_ref(),
-                            modified_since.as_ref(),
-                            unmodified_since.as_ref(),
-                        )
-                    },
+                    |source| conditions.check(source),
                 )
             })
             .await?;

@@ -35,8 +35,11 @@ pub const DEFAULT_MAX_RETRIES: usize = usize::MAX;
 pub const DEFAULT_RETRY_TIMEOUT: Duration = Duration::from_secs(60);
 /// The first wait before retrying a failed request.
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
-/// The longest wait between two attempts of a request.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// The longest wait between two attempts of a request: short enough that the 60 s budget holds
+/// about 17 attempts (a store failing 40% of requests at random then fails one request in
+/// ten million, against one in a hundred thousand with 10 s), long enough to spread retries
+/// out during a restart or throttling (adaptive mode slows the sender itself).
+pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// Default TCP connect timeout (object_store's default).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Region used when nothing configures one.

@@ -256,6 +256,12 @@ impl Error {
                 message: format!("{uri}: {refused}"),
             };
         }
+        if let Some(replaced) = find_cause::<crate::resume::Replaced>(&err) {
+            return Error::Corrupt {
+                uri: uri.to_owned(),
+                detail: replaced.to_string(),
+            };
+        }
         if is_invalid_range(&err) {
             return Error::InvalidInput {
                 message: format!(
@@ -473,6 +479,18 @@ fn not_found(err: &object_store::Error, uri: &str, list_hint: &str) -> Error {
             listing: list_hint.into(),
         },
     }
+}
+
+/// The first cause of type `T` in `err`'s chain.
+fn find_cause<T: StdError + 'static>(err: &object_store::Error) -> Option<&T> {
+    let mut cause: Option<&(dyn StdError + 'static)> = Some(err);
+    while let Some(e) = cause {
+        if let Some(found) = e.downcast_ref::<T>() {
+            return Some(found);
+        }
+        cause = e.source();
+    }
+    None
 }
 
 /// Classifies an `object_store` error.

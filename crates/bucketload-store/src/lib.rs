@@ -48,6 +48,7 @@ mod metrics;
 mod multipart;
 mod pacing;
 mod parallel;
+mod resume;
 mod sigv4;
 mod size;
 mod store;

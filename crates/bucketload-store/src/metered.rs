@@ -164,7 +164,7 @@ impl<S: ObjectStore> ObjectStore for MeteredStore<S> {
             return Ok(r);
         }
         self.metrics.first_byte(start.elapsed());
-        Ok(self.meter_body(r, start))
+        Ok(self.meter_body(r, location, start))
     }
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
@@ -250,14 +250,23 @@ impl<S: ObjectStore> ObjectStore for MeteredStore<S> {
 impl<S: ObjectStore> MeteredStore<S> {
     /// Replaces the body of `r` with a stream that counts bytes, body-phase
     /// retries and total latency.
-    fn meter_body(&self, r: GetResult, start: Instant) -> GetResult {
+    /// A body that fails is checked against the version it was reading
+    /// ([`crate::resume`]).
+    fn meter_body(&self, r: GetResult, location: &Path, start: Instant) -> GetResult {
         let meta = r.meta.clone();
         let range = r.range.clone();
         let attributes = r.attributes.clone();
         let extensions = r.extensions.clone();
         let metrics = self.metrics.clone();
-        let body = MeteredStream::new(
+        let etag = meta.e_tag.clone();
+        let body = crate::resume::explain_cut(
             r.into_stream(),
+            Arc::clone(&self.inner),
+            location.clone(),
+            etag,
+        );
+        let body = MeteredStream::new(
+            body,
             self.metrics.clone(),
             Phase::Body { start },
             move |item: &Result<Bytes>| {

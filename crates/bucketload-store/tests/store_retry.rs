@@ -343,3 +343,50 @@ async fn an_upload_left_by_a_lost_create_answer_is_aborted() {
     let got = store.object_store().get(&Path::from("ckpt")).await.unwrap();
     assert_eq!(got.bytes().await.unwrap(), data);
 }
+
+/// An object replaced between a body cut off mid-stream and its resume: the resume's answer
+/// has another ETag, so the read fails naming the object as changed (never a splice of two
+/// versions, never a network error that a retry of the whole command would "fix" silently).
+#[tokio::test]
+async fn an_object_replaced_before_the_resume_fails_naming_it() {
+    let (server, store) = setup().await;
+    let key = Path::from("v");
+    let old = body(4 << 20);
+    let os = store.object_store();
+    os.put(&key, old.clone().into()).await.unwrap();
+    server
+        .faults()
+        .fail_next("GetObject", 1, FaultKind::ResetMidBody);
+    let mut stream = os.get(&key).await.unwrap().into_stream();
+    let first = stream.next().await.unwrap().unwrap();
+    assert_eq!(first, old.slice(..first.len()), "the first bytes arrive");
+    let new = Bytes::from(vec![255u8; 4 << 20]);
+    os.put(&key, new.into()).await.unwrap();
+    let mut rest = Vec::new();
+    let err = loop {
+        match stream.next().await {
+            Some(Ok(chunk)) => rest.extend_from_slice(&chunk),
+            Some(Err(e)) => break e,
+            None => panic!("the read ended without an error after the object was replaced"),
+        }
+    };
+    let spliced = rest.iter().position(|b| *b == 255);
+    assert!(
+        spliced.is_none(),
+        "no byte of the new version: first {} bytes, then {} more, a 7 at {spliced:?}, {} GETs: {err}",
+        first.len(),
+        rest.len(),
+        server.counters().get("GetObject")
+    );
+    let err = store.map_error(err, &key);
+    let text = err.to_string();
+    assert!(text.contains("changed while it was read"), "{text}");
+    assert!(text.contains(&store.object_uri(&key)), "{text}");
+    assert_eq!(server.counters().get("GetObject"), 2, "one resume");
+    assert_eq!(
+        server.counters().get("HeadObject"),
+        1,
+        "one check with If-Match"
+    );
+    assert_eq!(err.kind(), bucketload_store::ErrorKind::Corrupt);
+}

@@ -88,6 +88,33 @@ pub enum Error {
         /// Samples the epoch should have delivered.
         planned: u64,
     },
+    /// A dataset whose run record (`_bucketload/run.json`, written by `bucketload shard` before
+    /// its first shard) has no manifest beside it: the run that writes the manifest last never
+    /// finished, so shards (and samples) are missing.
+    #[error(
+        "{dataset} is unfinished: its run record {run} plans {planned_shards} shards of \
+         {planned_samples} samples, and {found_shards} shards of {found_samples} samples are \
+         here, without the manifest a finished run writes last ({} shards, {} samples missing); \
+         run the same `bucketload shard` again to finish it (after `--part` runs, each part, then \
+         `bucketload merge`), or set {} to read what is here",
+        planned_shards.saturating_sub(*found_shards),
+        planned_samples.saturating_sub(*found_samples),
+        Setting::AllowIncomplete
+    )]
+    Unfinished {
+        /// The dataset's URI.
+        dataset: String,
+        /// Full URI of the run record.
+        run: String,
+        /// Shards the run planned.
+        planned_shards: u64,
+        /// Samples the run planned.
+        planned_samples: u64,
+        /// Shards found.
+        found_shards: u64,
+        /// Samples in the shards found.
+        found_samples: u64,
+    },
     /// The dataset's manifest no longer describes what the store holds: objects were added,
     /// removed or rewritten since it was written.
     #[error("{manifest} is stale: {what}; {}", Hint::RefreshManifest { command: refresh.clone() })]
@@ -139,7 +166,7 @@ impl Error {
         match self {
             Error::Store(e) | Error::Copy { source: e, .. } => e.kind(),
             Error::Format(e) => format_kind(e),
-            Error::InvalidInput { .. } => ErrorKind::InvalidInput,
+            Error::InvalidInput { .. } | Error::Unfinished { .. } => ErrorKind::InvalidInput,
             Error::Corrupt { .. } => ErrorKind::Corrupt,
             Error::StaleManifest { kind, .. } => *kind,
             Error::Io { source, .. } => io_kind(source),

@@ -47,11 +47,13 @@ pub enum Setting {
     UseManifest,
     /// Compare a dataset's manifest with a listing before reading.
     CheckManifest,
+    /// Read a dataset whose own run record says it is unfinished.
+    AllowIncomplete,
 }
 
 impl Setting {
     /// Every setting.
-    pub const ALL: [Setting; 20] = [
+    pub const ALL: [Setting; 21] = [
         Setting::Format,
         Setting::LabelFrom,
         Setting::ShardSize,
@@ -72,6 +74,7 @@ impl Setting {
         Setting::Ratio,
         Setting::UseManifest,
         Setting::CheckManifest,
+        Setting::AllowIncomplete,
     ];
 
     /// The engine's name: `label_from`.
@@ -97,6 +100,7 @@ impl Setting {
             Setting::Ratio => "ratio",
             Setting::UseManifest => "use_manifest",
             Setting::CheckManifest => "check_manifest",
+            Setting::AllowIncomplete => "allow_incomplete",
         }
     }
 

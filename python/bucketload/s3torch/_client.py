@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _native
+from ._errors import connector_errors
 from .s3reader._types import ObjectInfo
 
 
@@ -72,24 +73,38 @@ class Stores:
 
     def list_prefix(self, bucket: str, prefix: str) -> list[ObjectInfo]:
         """The objects whose keys start with ``prefix`` (any string), in key order; folder
-        markers left out."""
-        return [ObjectInfo(key, size) for key, size in self.get(bucket).list_prefix(prefix)]
+        markers left out. Errors are the connector's (a missing bucket: "Service error: The
+        bucket does not exist"), as are those of the other requests here."""
+        with connector_errors("list"):
+            listed = self.get(bucket).list_prefix(prefix)
+        return [ObjectInfo(key, size) for key, size in listed]
+
+    def fetch(self, bucket: str, key: str) -> bytes:
+        """The bytes of an object (a GET)."""
+        with connector_errors("get"):
+            data: bytes = self.get(bucket).get(key)
+        return data
 
     def object_info(self, bucket: str, key: str) -> Callable[[], ObjectInfo]:
         """The ``get_object_info`` of a reader: a HEAD, when called."""
-        return lambda: ObjectInfo(key, self.get(bucket).size(key))
+        def head() -> ObjectInfo:
+            with connector_errors("head"):
+                return ObjectInfo(key, self.get(bucket).size(key))
+        return head
 
     def get_stream(self, bucket: str, key: str) -> Callable[..., Iterator[bytes]]:
         """The ``get_stream(start=None, end=None)`` of a reader: the object whole, or bytes
         ``start..end``, fetched when the stream is first advanced."""
         def get_stream(start: int | None = None, end: int | None = None) -> Iterator[bytes]:
-            store = self.get(bucket)
             if start is None and end is None:
-                yield store.get(key)
+                yield self.fetch(bucket, key)
                 return
-            lo = start or 0
-            hi = end if end is not None else store.size(key)
-            yield store.get_range(key, lo, hi)
+            store = self.get(bucket)
+            with connector_errors("get"):  # one ranged GET for the connector
+                lo = start or 0
+                hi = end if end is not None else store.size(key)
+                data = store.get_range(key, lo, hi)
+            yield data
         return get_stream
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _env, _native
 from .._epochs import Epochs
 from .._types import DatasetFormat, Format
+from ..errors import ConfigError
 from ._client import S3ClientConfig, Stores, parse_s3_uri, prefetched
 from .map_dataset import _from_objects, _from_prefix, identity
 from .s3reader import S3Reader, S3ReaderConstructor
@@ -26,8 +27,8 @@ else:
     except ImportError:
         _IterBase = object
 
-# Objects fetched ahead per DataLoader worker when the dataset lists objects itself (from_objects,
-# a partial key prefix): GETs release the GIL, so this many are in flight at once.
+# Objects fetched ahead per DataLoader worker by the sequential reader: GETs release the GIL, so
+# this many are in flight at once (``concurrency=`` sets it).
 _READ_AHEAD = 32
 # What ``format`` may be: the default yields one reader per object, as the connector does.
 _OBJECTS = ("objects", "files")
@@ -55,10 +56,10 @@ class S3IterableDataset(_IterBase):
     ``reader_constructor`` (the connector's ``S3IterableDataset``).
 
     Build it with :meth:`from_prefix` or :meth:`from_objects` (connector style), or
-    ``S3IterableDataset(s3_uri, ...)``. With the default (sequential) reader over a folder
-    prefix, bucketload's engine reads ahead with many requests in flight and checks objects
-    against the dataset's manifest; other readers fetch when read (ranged GETs for
-    ``range_based``).
+    ``S3IterableDataset(s3_uri, ...)``. Every object under the prefix is an item, as S3 lists
+    it (``_bucketload/*`` and index files too, whatever manifest the prefix holds). The
+    default (sequential) reader fetches objects ahead, ``concurrency`` (32) in flight; other
+    readers fetch when read (ranged GETs for ``range_based``).
 
     ``enable_sharding=True`` splits the objects across torch.distributed ranks (equal
     counts) and DataLoader workers (disjoint); otherwise every worker reads everything, as
@@ -85,6 +86,10 @@ class S3IterableDataset(_IterBase):
             raise ValueError(f"format {format!r} is not one of {', '.join(_OBJECTS + _SAMPLES)}")
         if object_uris is not None and format not in _OBJECTS:
             raise ValueError(f"format={format!r} reads a prefix; from_objects yields objects")
+        if check_manifest and format in _OBJECTS:
+            raise ConfigError("check_manifest=True checks the manifest of a tar-shard dataset "
+                              "(format='shards', 'indexed' or 'auto'); objects are listed as "
+                              "S3 lists them, never read from a manifest")
         self.s3_uri = s3_uri
         self.region = region
         self.endpoint = endpoint
@@ -100,7 +105,6 @@ class S3IterableDataset(_IterBase):
         self._reader_constructor = reader_constructor or S3ReaderConstructor.default()
         self._objects = _from_objects(object_uris) if object_uris is not None else None
         self._stores = Stores(endpoint, region, s3client_config)
-        self._folder: bool | None = None
         self._epochs = Epochs()
         # The process group of the process building the dataset: DataLoader workers never
         # have torch.distributed initialised, so they use this.
@@ -117,10 +121,9 @@ class S3IterableDataset(_IterBase):
                     **bucketload_options: Any) -> S3IterableDataset:
         """Every object whose key starts with the URI's key prefix (``s3://b/train/class_0``
         matches ``train/class_0/a.jpg`` and ``train/class_01.jpg``), in key order, folder
-        markers left out. Extra keywords: ``shuffle``, ``seed``, ``format``,
-        ``concurrency``, and ``use_manifest``/``check_manifest`` as for
-        :class:`bucketload.Loader` (a folder read by the engine with a bucketload manifest is
-        read through it)."""
+        markers left out, whatever manifest the prefix holds. Extra keywords: ``shuffle``,
+        ``seed``, ``format``, ``concurrency``, and, for the tar-shard formats,
+        ``use_manifest``/``check_manifest`` as for :class:`bucketload.Loader`."""
         return cls(s3_uri, region=region, endpoint=endpoint, transform=transform,
                    enable_sharding=enable_sharding, s3client_config=s3client_config,
                    reader_constructor=reader_constructor, **bucketload_options)
@@ -178,26 +181,11 @@ class S3IterableDataset(_IterBase):
         )
 
     def _engine_uri(self) -> str | None:
-        """The folder URI the engine reads, or ``None`` when the objects are listed here: a list
-        of URIs, a reader other than the sequential one, or a key prefix that is not a
-        folder."""
-        if self._objects is not None:
-            return None
-        if self._format in _SAMPLES:
-            return self.s3_uri
-        sequential = S3ReaderConstructor.get_reader_type_string(self._reader_constructor)
-        if sequential != "sequential":
-            return None
-        prefix = self._key_prefix
-        if "//" in prefix or prefix.startswith("/") or any(c < " " or c == "\x7f" for c in prefix):
-            return None  # the engine cannot list below such a prefix; listed here, read exactly
-        if prefix == "" or prefix.endswith("/"):
-            return self.s3_uri
-        if self._folder is None:
-            # `s3://b/d` names the folder `d/` when nothing else starts with `d`.
-            objects, folders = self._stores.get(self._bucket).list_level(prefix)
-            self._folder = not objects and folders == [prefix + "/"]
-        return f"s3://{self._bucket}/{prefix}/" if self._folder else None
+        """The folder URI the engine reads, for the tar-shard formats; ``None`` for objects,
+        which are listed here: every object under the prefix, as S3 lists it and the connector
+        yields it (``_bucketload/*`` and index files included, whatever manifest the prefix
+        holds)."""
+        return self.s3_uri if self._format in _SAMPLES else None
 
     def __iter__(self) -> Iterator[Any]:
         """Starts the next epoch (each iteration reads a new one, also through DataLoader
@@ -284,7 +272,7 @@ class _ListedEpoch:
             for n, (bucket, info) in enumerate(self.objects):
                 while len(ahead) < in_flight and n + len(ahead) < len(self.objects):
                     b, i = self.objects[n + len(ahead)]
-                    ahead.append(pool.submit(ds._stores.get(b).get, i.key))
+                    ahead.append(pool.submit(ds._stores.fetch, b, i.key))
                 data = ahead.pop(0).result()
                 got = ObjectInfo(info.key, len(data))
                 yield ds._reader_constructor(bucket, info.key, _constant(got), prefetched(data))

@@ -22,13 +22,15 @@ from lightning.pytorch.plugins.io import CheckpointIO
 from .. import _native
 from .. import checkpoint as _checkpoint
 from .._util import split_uri
+from ._errors import connector_errors
 from .dcp.s3_file_system import _bucket_and_key
 
 
 class S3LightningCheckpoint(CheckpointIO):
     """A Lightning ``CheckpointIO`` for ``s3://`` paths, with the connector's arguments
     (``region``, ``s3client_config``, ``endpoint``). ``s3client_config`` is accepted and not
-    applied; ``remove_checkpoint`` deletes the object."""
+    applied; ``remove_checkpoint`` deletes the object. A missing object or bucket raises the
+    connector's words ("Service error: The key does not exist")."""
 
     def __init__(self, region: str | None, s3client_config: Any = None,
                  endpoint: str | None = None) -> None:
@@ -40,7 +42,8 @@ class S3LightningCheckpoint(CheckpointIO):
                         storage_options: Any | None = None) -> None:
         """``torch.save`` of ``checkpoint`` to the S3 URI ``path``; visible only when whole."""
         self._validate_path(path)
-        _checkpoint.save(checkpoint, path, endpoint=self.endpoint, region=self.region)
+        with connector_errors("put"):
+            _checkpoint.save(checkpoint, path, endpoint=self.endpoint, region=self.region)
 
     def load_checkpoint(self, path: str, map_location: Any | None = None,  # type: ignore[override]
                         weights_only: bool | None = None) -> dict[str, Any]:
@@ -49,16 +52,18 @@ class S3LightningCheckpoint(CheckpointIO):
         self._validate_path(path)
         if weights_only is None and _lightning_before_2_6():
             weights_only = False
-        loaded: dict[str, Any] = _checkpoint.load(
-            path, endpoint=self.endpoint, region=self.region, map_location=map_location,
-            weights_only=weights_only)
+        with connector_errors("get"):
+            loaded: dict[str, Any] = _checkpoint.load(
+                path, endpoint=self.endpoint, region=self.region, map_location=map_location,
+                weights_only=weights_only)
         return loaded
 
     def remove_checkpoint(self, path: str) -> None:  # type: ignore[override]
         """Deletes the checkpoint object at ``path``."""
         self._validate_path(path)
         prefix, name = split_uri(path)
-        _native.NativeStore(prefix, endpoint=self.endpoint, region=self.region).delete(name)
+        with connector_errors("delete"):
+            _native.NativeStore(prefix, endpoint=self.endpoint, region=self.region).delete(name)
 
     def teardown(self) -> None:
         """Nothing to release: saves are complete when ``save_checkpoint`` returns."""

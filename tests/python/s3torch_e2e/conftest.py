@@ -266,8 +266,10 @@ def _kept(item) -> bool:
     builder = params["dataset_builder"].__name__
     if name == "test_distributed_training":
         return _kept_distributed(params, start, builder, reader, unbuffered)
-    if start == "fork":
-        return True  # every dataset builder and reader
+    if start == "fork" or name == "test_s3iterable_dataset_multiprocess_torchdata":
+        # every dataset builder and reader; torchdata's datapipes with every start method (a
+        # spawned worker receives the datapipe graph pickled by torch, not by multiprocessing)
+        return True
     # spawn, once per dataset (forkserver: as fork, once started)
     return start == "spawn" and reader == "sequential" and (
         (name == "test_s3iterable_dataset_multiprocess" and builder == "from_prefix")

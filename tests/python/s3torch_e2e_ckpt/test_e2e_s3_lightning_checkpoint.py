@@ -1,11 +1,13 @@
 #  Copyright Amazon.com, Inc. or its affiliates. All Rights Reserved.
 #  // SPDX-License-Identifier: BSD
+import pytest
 import torch
 
 from typing import Dict, Any
 
 from bucketload.s3torch import S3Checkpoint
 from bucketload.s3torch.lightning import S3LightningCheckpoint
+from bucketload.s3torch import S3Exception
 
 from s3torch_e2e_ckpt.models.net import Net
 
@@ -41,6 +43,19 @@ def test_save_compatibility_with_s3_checkpoint(checkpoint_directory):
     checkpoint = S3Checkpoint(region=checkpoint_directory.region)
     loaded_checkpoint = torch.load(checkpoint.reader(s3_uri), weights_only=True)
     assert torch.equal(tensor, loaded_checkpoint)
+
+
+def test_delete_checkpoint(checkpoint_directory):
+    tensor = torch.rand(3, 10, 10)
+    checkpoint_name = "lightning_checkpoint.ckpt"
+    s3_lightning_checkpoint = S3LightningCheckpoint(region=checkpoint_directory.region)
+    s3_uri = f"{checkpoint_directory.s3_uri}{checkpoint_name}"
+    s3_lightning_checkpoint.save_checkpoint(tensor, s3_uri)
+    loaded_checkpoint = s3_lightning_checkpoint.load_checkpoint(s3_uri)
+    assert torch.equal(tensor, loaded_checkpoint)
+    s3_lightning_checkpoint.remove_checkpoint(s3_uri)
+    with pytest.raises(S3Exception, match="Service error: The key does not exist"):
+        s3_lightning_checkpoint.load_checkpoint(s3_uri)
 
 
 def test_nn_checkpointing(checkpoint_directory):

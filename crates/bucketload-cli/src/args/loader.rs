@@ -67,6 +67,11 @@ pub struct LoaderArgs {
     /// ETag, CRC32C), counted and reported, instead of failing
     #[arg(long)]
     pub skip_changed: bool,
+    /// Read a dataset whose `bucketload shard` run never finished (a run record without a
+    /// manifest): the shards that are there, with a warning naming how much is missing, instead
+    /// of failing
+    #[arg(long)]
+    pub allow_incomplete: bool,
     /// List the dataset (and read its shard indexes) even when it has a bucketload manifest:
     /// objects added since the manifest was written are read, removed ones are not missed
     #[arg(long)]
@@ -157,6 +162,7 @@ pub fn loader_config(
         .with_concurrency(concurrency)
         .with_epochs(epochs)
         .with_skip_changed(a.skip_changed)
+        .with_allow_incomplete(a.allow_incomplete)
         .with_manifest(a.manifest())
         .with_order(order)
         .with_partition(Partition::new(a.rank, a.world_size).with_remainder(remainder));

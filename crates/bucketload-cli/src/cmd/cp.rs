@@ -63,8 +63,38 @@ pub async fn cp(args: &StoreArgs, a: CpArgs) -> anyhow::Result<()> {
             objects(report.skipped)
         )?;
     }
-    Ok(())
+    if report.not_copied.is_empty() {
+        return Ok(());
+    }
+    let mut stderr = std::io::stderr().lock();
+    for not in &report.not_copied {
+        writeln!(stderr, "error: cannot copy {}: {}", not.uri, not.reason)?;
+    }
+    Err(PartialCopy {
+        not_copied: report.not_copied.len() as u64,
+    }
+    .into())
 }
+
+/// A copy that copied what it could and left out objects it named: exit code
+/// [`PARTIAL`](crate::exit::PARTIAL).
+#[derive(Debug)]
+pub struct PartialCopy {
+    /// Objects left out.
+    pub not_copied: u64,
+}
+
+impl std::fmt::Display for PartialCopy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} could not be copied (named above); everything else was copied",
+            objects(self.not_copied)
+        )
+    }
+}
+
+impl std::error::Error for PartialCopy {}
 
 /// The destination of a single-object copy: `dst/<name of src>` when `dst` ends with `/` or is a
 /// local folder, else `dst` itself.

@@ -6,8 +6,8 @@
 //! objects move at once. A failed transfer aborts its multipart upload (local files are written to
 //! a temporary name and renamed), so no partial object is ever visible. Errors name the object.
 
+use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
@@ -61,7 +61,7 @@ impl CopyOptions {
 }
 
 /// What a copy did.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct CopyReport {
     /// Objects copied.
     pub objects: u64,
@@ -72,6 +72,18 @@ pub struct CopyReport {
     /// Objects left out because their key cannot name a file in the destination folder (a
     /// `.` or `..` segment), each logged as a warning naming it.
     pub skipped: u64,
+    /// Objects that cannot be copied to a local folder (a file and a folder of one name), in
+    /// key order; everything else was copied.
+    pub not_copied: Vec<NotCopied>,
+}
+
+/// An object a copy left out, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NotCopied {
+    /// The object's URI.
+    pub uri: String,
+    /// Why it cannot be copied, and what to do.
+    pub reason: String,
 }
 
 /// Makes the local folder of the folder marker `folder` (a key ending in `/`, relative to
@@ -113,45 +125,67 @@ pub async fn copy_tree(
 ) -> Result<CopyReport> {
     let started = Instant::now();
     let big = Arc::new(Semaphore::new(BIG_TRANSFERS));
-    let skipped = AtomicU64::new(0);
-    let skipped = &skipped;
-    let result = list(src, None, true)
-        .try_filter_map(|entry| async move {
-            Ok(match entry {
-                Entry::Object(meta) => Some((DataKey::Path(meta.location), meta.size)),
-                Entry::Dir(folder) => {
-                    make_folder(src, dst, &folder).await?;
-                    None
-                }
-                // Read and written as the store holds it, as boto3 copies it.
-                Entry::Unaddressable(listed) => match copyable(src, dst, &listed.key) {
-                    true => Some((DataKey::new(&listed.key), listed.size)),
-                    false => {
-                        skipped.fetch_add(1, Ordering::Relaxed);
-                        None
-                    }
-                },
-            })
-        })
+    let entries: Vec<Entry> = match list(src, None, true).try_collect().await {
+        Ok(entries) => entries,
+        Err(e) => {
+            progress.finish();
+            return Err(e);
+        }
+    };
+    let mut report = CopyReport::default();
+    let mut objects = Vec::new();
+    let mut markers = Vec::new();
+    for entry in entries {
+        match entry {
+            Entry::Object(meta) => objects.push((DataKey::Path(meta.location), meta.size)),
+            Entry::Dir(folder) => {
+                make_folder(src, dst, &folder).await?;
+                markers.push(folder);
+            }
+            // Read and written as the store holds it, as boto3 copies it.
+            Entry::Unaddressable(listed) => match copyable(src, dst, &listed.key) {
+                true => objects.push((DataKey::new(&listed.key), listed.size)),
+                false => report.skipped += 1,
+            },
+        }
+    }
+    let local = dst.handle().and_then(|s| s.uri().local_dir());
+    let (objects, shadowed) = match &local {
+        Some(_) => shadowed_files(src, objects, &markers),
+        None => (objects, Vec::new()),
+    };
+    let result = futures::stream::iter(objects.into_iter().map(Ok::<_, Error>))
         .map_ok(|(key, size)| {
             let big = Arc::clone(&big);
+            let local = local.as_deref();
             async move {
+                if let Some(reason) = local_conflict(local, key.as_str()).await {
+                    let uri = src.uri_of_data_key(&key);
+                    return Ok(Err(NotCopied { uri, reason }));
+                }
                 let size =
                     copy_one(src, &key, dst, &key, Some(size), options, &big, progress).await?;
                 progress.advance(1, 0);
-                Ok(size)
+                Ok(Ok(size))
             }
         })
         .try_buffer_unordered(options.concurrency)
-        .try_fold(CopyReport::default(), |mut report, size| async move {
-            report.objects += 1;
-            report.bytes += size;
+        .try_fold(report, |mut report, copied| async move {
+            match copied {
+                Ok(size) => {
+                    report.objects += 1;
+                    report.bytes += size;
+                }
+                Err(not) => report.not_copied.push(not),
+            }
             Ok(report)
         })
         .await;
     progress.finish();
     let mut report = result?;
-    if report.objects == 0 {
+    report.not_copied.extend(shadowed);
+    report.not_copied.sort_by(|a, b| a.uri.cmp(&b.uri));
+    if report.objects == 0 && report.not_copied.is_empty() {
         let uri = src.to_string();
         return Err(bucketload_store::Error::NotFound {
             what: if uri.starts_with("file://") {
@@ -167,8 +201,76 @@ pub async fn copy_tree(
         .into());
     }
     report.seconds = started.elapsed().as_secs_f64();
-    report.skipped = skipped.load(Ordering::Relaxed);
     Ok(report)
+}
+
+/// Splits the objects of a copy to a local folder into those that can become files and those
+/// that cannot because a folder of the same name is needed (an object `d/a` beside objects
+/// below `d/a/`, or a folder marker `d/a/`). The folder always wins, whatever the listing order:
+/// it holds the more objects, and the outcome must not depend on which write comes first.
+fn shadowed_files(
+    src: &Location,
+    objects: Vec<(DataKey, u64)>,
+    markers: &[String],
+) -> (Vec<(DataKey, u64)>, Vec<NotCopied>) {
+    let mut folders: HashSet<&str> = markers
+        .iter()
+        .map(|m| m.trim_end_matches('/'))
+        .filter(|m| !m.is_empty())
+        .collect();
+    for (key, _) in &objects {
+        let key = key.as_str();
+        folders.extend(key.match_indices('/').map(|(i, _)| &key[..i]));
+    }
+    let shadowed: HashSet<String> = objects
+        .iter()
+        .map(|(key, _)| key.as_str())
+        .filter(|key| folders.contains(key))
+        .map(str::to_owned)
+        .collect();
+    let (blocked, copyable): (Vec<_>, Vec<_>) = objects
+        .into_iter()
+        .partition(|(key, _)| shadowed.contains(key.as_str()));
+    let not_copied = blocked.iter().map(|(data_key, _)| {
+        let key = data_key.as_str();
+        NotCopied {
+            uri: src.uri_of_data_key(data_key),
+            reason: format!(
+                "`{key}/` holds objects too, and a local folder and file cannot share the name \
+                 `{key}`: the folder is copied; copy this object on its own to another name"
+            ),
+        }
+    });
+    (copyable, not_copied.collect())
+}
+
+/// Why `key` cannot be written below the local folder `root` as it is now: a local file where
+/// one of its folders must be, or a local folder where the file must be. `None` for other
+/// destinations, and when nothing is in the way.
+async fn local_conflict(root: Option<&std::path::Path>, key: &str) -> Option<String> {
+    let root = root?;
+    let mut path = root.to_path_buf();
+    let segments: Vec<&str> = key.split('/').collect();
+    for (i, segment) in segments.iter().enumerate() {
+        path.push(segment);
+        let Ok(meta) = tokio::fs::metadata(&path).await else {
+            return None; // nothing there yet: the rest of the path is created
+        };
+        let last = i + 1 == segments.len();
+        if !last && !meta.is_dir() {
+            return Some(format!(
+                "the local file {} is where its folder must be; move it away and copy again",
+                path.display()
+            ));
+        }
+        if last && meta.is_dir() {
+            return Some(format!(
+                "the local folder {} is where the file must be; move it away and copy again",
+                path.display()
+            ));
+        }
+    }
+    None
 }
 
 /// Copies one object; returns its size.
@@ -197,6 +299,7 @@ pub async fn copy_object(
         bytes: bytes?,
         seconds: started.elapsed().as_secs_f64(),
         skipped: 0,
+        not_copied: Vec::new(),
     })
 }
 

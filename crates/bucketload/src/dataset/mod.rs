@@ -24,7 +24,7 @@ pub mod jpeg;
 mod stats;
 pub mod synth;
 
-pub use copy::{CopyOptions, CopyReport, copy_object, copy_tree};
+pub use copy::{CopyOptions, CopyReport, NotCopied, copy_object, copy_tree};
 pub use generate::{GenReport, GenSpec, class_name, generate, sample_key};
 pub use stats::{
     ClassesFrom, CostEstimate, DatasetStats, RandomAccessCost, SampledImages, ShardStats,

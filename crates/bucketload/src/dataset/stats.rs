@@ -247,7 +247,7 @@ pub async fn stats(
             DatasetKind::Shards => shards_from_manifest(location, manifest, options).await,
         };
     }
-    let objects = list_dataset(location, progress).await?;
+    let (objects, unfinished) = list_dataset(location, progress).await?;
     // Shards are read in ranges through object_store's paths: only keys they spell.
     let paths: Vec<(Path, u64)> = objects
         .iter()
@@ -257,10 +257,33 @@ pub async fn stats(
         })
         .collect();
     let shards = shards_in(&paths);
-    if is_shard_dataset(objects.len(), &shards) {
-        return shards_from_indexes(location, &paths, shards, options).await;
+    let found = shards.len() as u64;
+    let stats = match is_shard_dataset(objects.len(), &shards) {
+        true => shards_from_indexes(location, &paths, shards, options).await?,
+        false => files_from_listing(location, objects, options).await?,
+    };
+    if unfinished {
+        warn_unfinished(location, found, stats.samples).await?;
     }
-    files_from_listing(location, objects, options).await
+    Ok(stats)
+}
+
+/// Warns that the `bucketload shard` run whose run record is at the root of `location` never
+/// finished (there is no manifest), with how much is missing: the figures describe only the
+/// `found` shards.
+async fn warn_unfinished(location: &Location, found: u64, samples: u64) -> Result<()> {
+    if let Some(planned) = crate::shards::planned(location).await? {
+        let unfinished = crate::Error::Unfinished {
+            dataset: location.to_string(),
+            run: location.uri_of(&Path::from(crate::shards::RUN_PATH)),
+            planned_shards: planned.shards,
+            planned_samples: planned.samples,
+            found_shards: found,
+            found_samples: samples,
+        };
+        tracing::warn!("{unfinished}");
+    }
+    Ok(())
 }
 
 /// Shards and their indexes make more than half of the objects.
@@ -390,15 +413,23 @@ fn shard_cost(
 }
 
 /// Keys (as the store holds them) and sizes of every object below `location` but bucketload's
-/// own.
-async fn list_dataset(location: &Location, progress: &dyn Progress) -> Result<Vec<(DataKey, u64)>> {
+/// own, and whether a run record is there without a manifest (a `bucketload shard` run that
+/// never finished).
+async fn list_dataset(
+    location: &Location,
+    progress: &dyn Progress,
+) -> Result<(Vec<(DataKey, u64)>, bool)> {
     let mut objects = Vec::new();
+    let (mut run, mut manifest) = (false, false);
     let mut listing = list(location, None, true);
     while let Some(entry) = listing.try_next().await? {
         match entry {
             Entry::Object(meta) => {
                 progress.advance(1, meta.size);
-                if !meta.location.as_ref().starts_with(RESERVED) {
+                let key = meta.location.as_ref();
+                run |= key == crate::shards::RUN_PATH;
+                manifest |= key == bucketload_format::MANIFEST_PATH;
+                if !key.starts_with(RESERVED) {
                     objects.push((DataKey::Path(meta.location), meta.size));
                 }
             }
@@ -411,7 +442,7 @@ async fn list_dataset(location: &Location, progress: &dyn Progress) -> Result<Ve
         }
     }
     progress.finish();
-    Ok(objects)
+    Ok((objects, run && !manifest))
 }
 
 async fn files_from_listing(

@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 use super::config::{Format, ManifestUse};
 use crate::base::{DataKey, KeyedObject, Location, list_all_keys};
 use crate::shards::{
-    IndexOptions, SHARD_EXT, ShardObject, index_key, index_shard, read_all_indexes, shards_in,
+    IndexOptions, RUN_PATH, SHARD_EXT, ShardObject, index_key, index_shard, planned,
+    read_all_indexes, shards_in,
 };
 use crate::source::Plan;
 use crate::{Error, ErrorKind, Result, Setting};
@@ -69,6 +70,7 @@ impl Catalog {
         location: &Location,
         format: Format,
         manifest: ManifestUse,
+        allow_incomplete: bool,
     ) -> Result<(Catalog, Option<ManifestOrigin>)> {
         let found = match manifest {
             ManifestUse::Ignore => None,
@@ -82,7 +84,10 @@ impl Catalog {
                 }
                 (from_manifest(location, &found, format)?, Some(origin))
             }
-            None => (from_listing(location, format).await?, None),
+            None => (
+                from_listing(location, format, allow_incomplete).await?,
+                None,
+            ),
         };
         Ok((catalog.read_indexes(location).await?, origin))
     }
@@ -174,9 +179,68 @@ fn mismatch(location: &Location, kind: DatasetKind, format: Format) -> Error {
     ))
 }
 
-async fn from_listing(location: &Location, format: Format) -> Result<Catalog> {
+async fn from_listing(
+    location: &Location,
+    format: Format,
+    allow_incomplete: bool,
+) -> Result<Catalog> {
     let mut objects: Vec<KeyedObject> = list_all_keys(location).await?;
+    let has = |key: &str| objects.iter().any(|o| o.key.as_str() == key);
+    let unfinished = has(RUN_PATH) && !has(bucketload_format::MANIFEST_PATH);
     objects.retain(|o| !o.key.as_str().starts_with(RESERVED));
+    if unfinished && objects.is_empty() {
+        let nothing = Catalog::Shards {
+            shards: Vec::new(),
+            indexed: false,
+        };
+        refuse_unfinished(location, &nothing, false).await?; // nothing to read, even if allowed
+    }
+    let catalog = catalog_of(location, format, objects).await?;
+    if unfinished {
+        refuse_unfinished(location, &catalog, allow_incomplete).await?;
+    }
+    Ok(catalog)
+}
+
+/// Fails naming the run record of an unfinished `bucketload shard` run and how much is missing,
+/// or, when `allow` says so, logs that as a warning.
+async fn refuse_unfinished(location: &Location, catalog: &Catalog, allow: bool) -> Result<()> {
+    let Some(planned) = planned(location).await? else {
+        return Ok(()); // deleted since the listing
+    };
+    let (found_shards, found_samples) = match catalog {
+        Catalog::Shards { shards, .. } => (
+            shards.len() as u64,
+            shards.iter().map(|s| s.samples).sum::<u64>(),
+        ),
+        Catalog::Files(files) => (
+            files
+                .iter()
+                .filter(|f| f.key.as_ref().ends_with(SHARD_EXT))
+                .count() as u64,
+            0,
+        ),
+    };
+    let error = Error::Unfinished {
+        dataset: location.to_string(),
+        run: location.uri_of(&Path::from(RUN_PATH)),
+        planned_shards: planned.shards,
+        planned_samples: planned.samples,
+        found_shards,
+        found_samples,
+    };
+    if !allow {
+        return Err(error);
+    }
+    tracing::warn!("{error}");
+    Ok(())
+}
+
+async fn catalog_of(
+    location: &Location,
+    format: Format,
+    objects: Vec<KeyedObject>,
+) -> Result<Catalog> {
     if objects.is_empty() {
         return Err(Error::invalid_input(format!(
             "no objects below {location}; check the URI"

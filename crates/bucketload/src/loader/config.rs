@@ -125,6 +125,7 @@ pub struct LoaderConfig {
     pub(crate) cache: Option<Arc<Cache>>,
     pub(crate) skip_changed: bool,
     pub(crate) manifest: ManifestUse,
+    pub(crate) allow_incomplete: bool,
     pub(crate) metadata_ttl: Duration,
 }
 
@@ -159,6 +160,11 @@ impl LoaderConfig {
     /// Whether changed objects are skipped (see [`LoaderBuilder::with_skip_changed`]).
     pub fn skip_changed(&self) -> bool {
         self.skip_changed
+    }
+
+    /// Whether an unfinished dataset is read (see [`LoaderBuilder::with_allow_incomplete`]).
+    pub fn allow_incomplete(&self) -> bool {
+        self.allow_incomplete
     }
 
     /// How the dataset's manifest is used (see [`LoaderBuilder::with_manifest`]).
@@ -199,6 +205,7 @@ impl LoaderBuilder {
                 cache: None,
                 skip_changed: false,
                 manifest: ManifestUse::Trust,
+                allow_incomplete: false,
                 metadata_ttl: Duration::ZERO,
             },
         }
@@ -312,6 +319,16 @@ impl LoaderBuilder {
     /// shards are checked against the listing or manifest the loader opened with, at any time.
     pub fn with_metadata_ttl(mut self, ttl: Duration) -> Self {
         self.config.metadata_ttl = ttl;
+        self
+    }
+
+    /// Whether a dataset that its own run record says is unfinished is read (default `false`):
+    /// a `bucketload shard` run writes `_bucketload/run.json` before its first shard and the
+    /// manifest after its last, so a run record without a manifest means shards are missing.
+    /// By default opening such a dataset fails naming the record and how many shards and samples
+    /// are missing; `true` reads the shards that are there and logs that as a warning.
+    pub fn with_allow_incomplete(mut self, allow: bool) -> Self {
+        self.config.allow_incomplete = allow;
         self
     }
 

@@ -290,7 +290,13 @@ impl Loader {
             );
         }
         let location = Location::from_store(&store);
-        let (catalog, manifest) = Catalog::open(&location, config.format, config.manifest).await?;
+        let (catalog, manifest) = Catalog::open(
+            &location,
+            config.format,
+            config.manifest,
+            config.allow_incomplete,
+        )
+        .await?;
         let source = Source::new(catalog.plan(), config.order, config.partition)?;
         // Budget in KiB permits: a semaphore counts at most `usize::MAX >> 3` permits.
         let budget_kib = u32::try_from(config.memory_budget.div_ceil(1024)).unwrap_or(u32::MAX);

@@ -47,6 +47,7 @@ use futures::StreamExt;
 use crate::base::{Location, Progress};
 use crate::error::{Error, Result};
 
+pub(crate) use build::planned;
 pub use build::{
     Cut, DEFAULT_GETS_IN_FLIGHT, DEFAULT_SHARD_SIZE, LABEL_EXT, LabelFrom, MergeReport, PARTS_DIR,
     Plan, PlannedSample, RUN_PATH, ShardOptions, ShardOptionsBuilder, ShardReport, SourceObject,

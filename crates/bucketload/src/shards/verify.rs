@@ -239,6 +239,27 @@ async fn read_crc(location: &Location, key: &DataKey) -> Result<Read> {
     Ok(Read { size, etag, crc })
 }
 
+/// A problem naming the run record of a `bucketload shard` run that never finished (a run
+/// record without a manifest), with the shards it plans and the `found` ones.
+async fn unfinished(store: &Store, found: u64) -> Result<Option<Problem>> {
+    let location = Location::from_store(store);
+    let Some(planned) = crate::shards::planned(&location).await? else {
+        return Ok(None);
+    };
+    let uri = location.uri_of(&bucketload_store::object_store::path::Path::from(
+        crate::shards::RUN_PATH,
+    ));
+    let message = format!(
+        "the `bucketload shard` run it records never finished: it plans {} shards of {} samples, \
+         {found} shards are here and there is no {MANIFEST_PATH} ({} shards missing); run it \
+         again to finish it (after `--part` runs, each part, then `bucketload merge`)",
+        planned.shards,
+        planned.samples,
+        planned.shards.saturating_sub(found)
+    );
+    Ok(Some(problem(uri, message)))
+}
+
 async fn verify_shards(
     store: &Store,
     manifest: Option<Manifest>,
@@ -253,6 +274,11 @@ async fn verify_shards(
             store.uri()
         );
         return Err(Error::invalid_input(message));
+    }
+    if manifest.is_none() {
+        report
+            .problems
+            .extend(unfinished(store, shards.len() as u64).await?);
     }
     let names: HashSet<&str> = shards.iter().map(|s| s.key.as_ref()).collect();
     let entries: HashMap<&str, &ShardEntry> = manifest

@@ -10,7 +10,10 @@ multipart uploads, visible whole), so ``.metadata`` is written in place rather t
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,11 @@ from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.planner import LoadPlan, SavePlan
 
 from ...dcp import _ObjectFileSystem, _ObjectWriter
+from ...errors import S3Exception
+from .._errors import connector_errors
 from .s3_prefix_strategy import DefaultPrefixStrategy, S3PrefixStrategyBase
+
+logger = logging.getLogger(__name__)
 
 
 def _bucket_and_key(uri: str) -> tuple[str, str]:
@@ -39,7 +46,9 @@ class S3FileSystem(_ObjectFileSystem):
     ``s3client_config`` and ``reader_constructor`` are accepted for compatibility and not
     applied (bucketload's part size, parallelism and retries apply); ``endpoint`` (not in the
     connector) defaults to ``AWS_ENDPOINT_URL``, then AWS. ``rename`` is a server-side copy
-    and a delete; ``rm_file`` deletes."""
+    and a delete; ``rm_file`` deletes, and logs a failure as the connector does. A missing
+    object or bucket raises the connector's words ("Service error: The object was not found"
+    from ``rename``, "The key does not exist" from a read)."""
 
     def __init__(self, region: str | None, s3_client: Any = None, s3client_config: Any = None,
                  reader_constructor: Any = None, *, endpoint: str | None = None) -> None:
@@ -54,6 +63,25 @@ class S3FileSystem(_ObjectFileSystem):
     def init_path(self, path: str | os.PathLike[str]) -> str | os.PathLike[str]:
         self._path = path
         return path
+
+    @contextmanager
+    def create_stream(self, path: Any, mode: str) -> Iterator[Any]:
+        with connector_errors("get" if mode == "rb" else "put"), \
+                super().create_stream(path, mode) as stream:
+            yield stream
+
+    def rename(self, path: Any, new_path: Any) -> None:
+        """A server-side copy, then a delete of the source."""
+        with connector_errors("copy"):
+            super().rename(path, new_path)
+
+    def rm_file(self, path: Any) -> None:
+        """Deletes the object; a failure is logged, not raised, as the connector does."""
+        try:
+            with connector_errors("delete"):
+                super().rm_file(path)
+        except S3Exception:
+            logger.exception("Failed to remove object from S3")
 
     def concat_path(self, path: str | os.PathLike[str], suffix: str) -> str:
         return os.path.join(os.fspath(path), suffix)

@@ -238,6 +238,19 @@ def _test_rename_internal(checkpoint_directory, src_path):
     print("Test passed: Rename was successful.")
 
 
+def test_rename_non_existing_s3_uri(checkpoint_directory):
+    region = checkpoint_directory.region
+    non_existing_s3_uri = f"{checkpoint_directory.s3_uri}non-existing-object"
+    storage_writer = S3StorageWriter(region, non_existing_s3_uri, overwrite=True)
+
+    with pytest.raises(Exception, match="Service error: The object was not found"):
+        storage_writer.fs.rename(
+            f"{non_existing_s3_uri}/.metadata", f"{non_existing_s3_uri}/.metadata2"
+        )
+
+    print("Test passed: Raised object not found error.")
+
+
 def test_rm_file_non_existing_s3_uri(checkpoint_directory):
     region = checkpoint_directory.region
     non_existing_s3_uri = f"{checkpoint_directory.s3_uri}non-existing-object-hooo"

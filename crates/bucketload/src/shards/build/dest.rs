@@ -162,6 +162,32 @@ async fn read_run(dst: &Store) -> Result<Option<RunFile>> {
         })
 }
 
+/// What a run record plans: shards and samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Planned {
+    pub(crate) shards: u64,
+    pub(crate) samples: u64,
+}
+
+/// The plan of the run record at the root of `location`, if there is one.
+pub(crate) async fn planned(location: &Location) -> Result<Option<Planned>> {
+    let key = Path::from(RUN_PATH);
+    let get = match location.store().get(&key).await {
+        Ok(get) => get,
+        Err(bucketload_store::object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(location.error(&key, e)),
+    };
+    let bytes = get.bytes().await.map_err(|e| location.error(&key, e))?;
+    let run: RunFile = serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
+        uri: location.uri_of(&key),
+        reason: format!("{e}; it is the record of a `bucketload shard` run"),
+    })?;
+    Ok(Some(Planned {
+        shards: run.shards,
+        samples: run.samples,
+    }))
+}
+
 fn other_plan(dst: &Store, run: Option<&RunFile>, digest: &str) -> Error {
     let what = match run {
         Some(r) => format!(
@@ -203,6 +229,29 @@ async fn clear(dst: &Store, listing: &HashMap<String, u64>) -> Result<()> {
     Ok(())
 }
 
+/// Sends of the run file's conditional write whose connection broke. object_store sends a
+/// conditional PUT again only when it was not sent; one whose answer was lost may have taken
+/// effect, and sending it again is safe here: "already exists" is then checked against the run
+/// file like a concurrent run's. Five: a lost answer is rare, five in a row is a broken link.
+const CLAIM_ATTEMPTS: u32 = 5;
+
+/// Whether a write failed in transit (its connection broke or timed out, so its answer is lost,
+/// maybe after it took effect), rather than being refused.
+fn lost_answer(e: &bucketload_store::object_store::Error) -> bool {
+    use bucketload_store::object_store::client::{HttpError, HttpErrorKind};
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(http) = c.downcast_ref::<HttpError>() {
+            return matches!(
+                http.kind(),
+                HttpErrorKind::Interrupted | HttpErrorKind::Timeout | HttpErrorKind::Request
+            );
+        }
+        cause = c.source();
+    }
+    false
+}
+
 /// Creates the run file only if there is none: a run file that appeared since the listing
 /// belongs to a run that started at the same time — fine if it has this plan, else an error.
 /// A store that cannot write conditionally gets the run file unconditionally (with a warning).
@@ -215,11 +264,21 @@ async fn claim(dst: &Store, run: &RunFile) -> Result<()> {
         ..PutOptions::default()
     };
     let location = Location::from_store(dst);
-    match dst
-        .object_store()
-        .put_opts(&key, json.clone(), create)
-        .await
-    {
+    let mut attempt = 1;
+    let answer = loop {
+        let answer = dst
+            .object_store()
+            .put_opts(&key, json.clone(), create.clone())
+            .await;
+        match answer {
+            Err(e) if attempt < CLAIM_ATTEMPTS && lost_answer(&e) => {
+                tracing::info!("the run file's write lost its answer ({e}); sending it again");
+                attempt += 1;
+            }
+            answer => break answer,
+        }
+    };
+    match answer {
         Ok(_) => Ok(()),
         Err(StoreError::AlreadyExists { .. } | StoreError::Precondition { .. }) => {
             match read_run(dst).await? {

@@ -35,6 +35,7 @@ use crate::Setting;
 use crate::base::{Location, Progress, list_all};
 use crate::error::{Error, Result};
 
+pub(crate) use dest::planned;
 pub use plan::{LABEL_EXT, Plan, PlannedSample, SourceObject, make_plan};
 
 /// Folder of the slices' manifests at the destination root.
