@@ -22,6 +22,24 @@ struct Backend {
 }
 
 impl Backend {
+    fn embedded(fx: &Fixture) -> Backend {
+        Backend {
+            endpoint: fx.endpoint(),
+            key: DEFAULT_ACCESS_KEY,
+            secret: DEFAULT_SECRET_KEY,
+            work: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn moto(moto: &MotoServer) -> Backend {
+        Backend {
+            endpoint: moto.endpoint().to_string(),
+            key: "testing",
+            secret: "testing",
+            work: tempfile::tempdir().unwrap(),
+        }
+    }
+
     fn bucketload(&self, args: &[&str]) -> Run {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_bucketload"));
         for (key, _) in std::env::vars() {
@@ -265,24 +283,14 @@ fn every_command_sees_folders_not_samples(b: &Backend) -> String {
 #[test]
 fn folder_markers_are_folders_on_the_embedded_server() {
     let fx = Fixture::start();
-    let b = Backend {
-        endpoint: fx.endpoint(),
-        key: DEFAULT_ACCESS_KEY,
-        secret: DEFAULT_SECRET_KEY,
-        work: tempfile::tempdir().unwrap(),
-    };
+    let b = Backend::embedded(&fx);
     every_command_sees_folders_not_samples(&b);
 }
 
 #[test]
 fn folder_markers_and_empty_segments_on_moto() {
     let moto = MotoServer::start();
-    let b = Backend {
-        endpoint: moto.endpoint().to_string(),
-        key: "testing",
-        secret: "testing",
-        work: tempfile::tempdir().unwrap(),
-    };
+    let b = Backend::moto(&moto);
     let bucket = every_command_sees_folders_not_samples(&b);
     let uri = format!("s3://{bucket}/data");
 
@@ -411,23 +419,13 @@ fn unspellable_keys_are_samples(b: &Backend) {
 #[test]
 fn unspellable_keys_are_samples_on_the_embedded_server() {
     let fx = Fixture::start();
-    let b = Backend {
-        endpoint: fx.endpoint(),
-        key: DEFAULT_ACCESS_KEY,
-        secret: DEFAULT_SECRET_KEY,
-        work: tempfile::tempdir().unwrap(),
-    };
+    let b = Backend::embedded(&fx);
     unspellable_keys_are_samples(&b);
 }
 
 #[test]
 fn unspellable_keys_are_samples_on_moto() {
     let moto = MotoServer::start();
-    let b = Backend {
-        endpoint: moto.endpoint().to_string(),
-        key: "testing",
-        secret: "testing",
-        work: tempfile::tempdir().unwrap(),
-    };
+    let b = Backend::moto(&moto);
     unspellable_keys_are_samples(&b);
 }
