@@ -173,6 +173,23 @@ def test_upload_part_content_md5_is_verified(server):
     assert s3.list_parts(Bucket=bucket, Key="k", UploadId=upload).get("Parts", []) == []
 
 
+_PAST = datetime.datetime(2001, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def _tomorrow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)
+
+
+def _failing_source_conditions(etag: str) -> list[dict]:
+    """One `x-amz-copy-source-if-*` condition each, every one false for the source `etag`."""
+    return [
+        {"CopySourceIfMatch": '"' + "0" * 32 + '"'},
+        {"CopySourceIfNoneMatch": etag},
+        {"CopySourceIfUnmodifiedSince": _PAST},
+        {"CopySourceIfModifiedSince": _tomorrow()},
+    ]
+
+
 def test_copy_source_conditions(store):
     name, s3, bucket = store
     if name == "moto":
@@ -180,14 +197,8 @@ def test_copy_source_conditions(store):
     etag = s3.put_object(Bucket=bucket, Key="src", Body=b"source")["ETag"]
     s3.put_object(Bucket=bucket, Key="dst", Body=b"kept")
     source = {"Bucket": bucket, "Key": "src"}
-    past = datetime.datetime(2001, 1, 1, tzinfo=datetime.timezone.utc)
-    future = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)
-    failing = [
-        {"CopySourceIfMatch": '"' + "0" * 32 + '"'},
-        {"CopySourceIfNoneMatch": etag},
-        {"CopySourceIfUnmodifiedSince": past},
-        {"CopySourceIfModifiedSince": future},
-    ]
+    past = _PAST
+    failing = _failing_source_conditions(etag)
     for condition in failing:
         assert _error(s3.copy_object, Bucket=bucket, Key="dst", CopySource=source,
                       **condition) == (412, "PreconditionFailed"), condition
@@ -711,14 +722,8 @@ def test_upload_part_copy_checks_every_source_condition(store):
     etag = s3.put_object(Bucket=bucket, Key="src", Body=b"source")["ETag"]
     upload = s3.create_multipart_upload(Bucket=bucket, Key="dst")["UploadId"]
     source = {"Bucket": bucket, "Key": "src"}
-    past = datetime.datetime(2001, 1, 1, tzinfo=datetime.timezone.utc)
-    future = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)
-    failing = [
-        {"CopySourceIfMatch": '"' + "0" * 32 + '"'},
-        {"CopySourceIfNoneMatch": etag},
-        {"CopySourceIfUnmodifiedSince": past},
-        {"CopySourceIfModifiedSince": future},
-    ]
+    past, future = _PAST, _tomorrow()
+    failing = _failing_source_conditions(etag)
     for condition in failing:
         assert _error(s3.upload_part_copy, Bucket=bucket, Key="dst", UploadId=upload,
                       PartNumber=1, CopySource=source, **condition) == \
