@@ -82,6 +82,9 @@ struct Report {
     weights: Option<Vec<f64>>,
     format: String,
     samples_per_epoch: u64,
+    /// Seconds to open the dataset (its manifest or listing, and what planning needs), before
+    /// the first epoch starts.
+    open_s: f64,
     epochs: Vec<EpochReport>,
     loader: LoaderStats,
 }
@@ -93,8 +96,10 @@ pub async fn read(store: &StoreArgs, a: ReadArgs) -> anyhow::Result<()> {
         .iter()
         .map(|uri| local_to_absolute(uri))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let opening = std::time::Instant::now();
     let loader = Datasets::open(store, &a.loader, &uris, a.epochs).await?;
     let samples_per_epoch = loader.samples_per_epoch()?;
+    let open_s = opening.elapsed().as_secs_f64();
     let decoder = crate::decode::decoder(&a.decode, a.loader.seed)?;
     let mut epochs = Vec::new();
     for epoch in 0..a.epochs {
@@ -115,6 +120,7 @@ pub async fn read(store: &StoreArgs, a: ReadArgs) -> anyhow::Result<()> {
         weights,
         format: loader.format(),
         samples_per_epoch,
+        open_s,
         epochs,
         loader: loader.stats(),
     };
