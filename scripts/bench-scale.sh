@@ -18,6 +18,9 @@
 # ROOT (default /var/tmp/bucketload-scale) keeps the server's root between runs, so datasets are
 # built once; KEEP=0 removes it at the end. SKIP_BUILD=1 uses BUCKETLOAD_BIN and BENCH_PYTHON
 # (a python with bucketload installed) instead of a release build installed into .venv.
+# MosaicML Streaming and LitData open the same shard counts (their own formats, hard links too,
+# from a local directory; PEERS=0 leaves them out). They open as one rank of one: more ranks need
+# a torch.distributed process group in both.
 # TIMEOUT (default 600 s) bounds each measurement; one that runs out is reported as such.
 # JSON lines go to OUT/results.jsonl and the table to OUT/table.md. docs/BENCHMARKS.md records
 # the table with this command.
@@ -125,5 +128,23 @@ for n in $files_counts; do
         "$bin" read "s3://scale/$prefix" --format files --rank 0 --world-size "$world" --json
 done
 
+# The peers open the same shard counts, each in its own format, from a local directory:
+# benchmarks/scale/peers_open.py in .venv-peers (benchmarks/peers/setup-streaming.sh).
+if [ "${PEERS:-1}" = 1 ]; then
+    peers="$(benchmarks/peers/setup-streaming.sh | tail -n 1)"
+    peer_root="$root-peers"
+    mkdir -p "$peer_root"
+    [ -e "$peer_root/lit-one/index.json" ] ||
+        "$peers" benchmarks/scale/peers_open.py make "$peer_root" "$root/scale/src" >/dev/null 2>&1
+    for n in $shards_counts; do
+        [ -e "$peer_root/lit-$n/index.json" ] ||
+            "$peers" benchmarks/scale/peers_open.py build "$peer_root" "$n"
+        for peer in mosaicml-streaming litdata; do
+            measure "$peer $((n * 1000)) samples, $n shards, one rank of one" \
+                "$peers" benchmarks/scale/peers_open.py open "$peer_root" "$peer" "$n"
+        done
+    done
+fi
+
 "$python" benchmarks/scale/table.py "$out/results.jsonl" | tee "$out/table.md"
-if [ "${KEEP:-1}" = 0 ]; then rm -rf "$root"; fi
+if [ "${KEEP:-1}" = 0 ]; then rm -rf "$root" "$root-peers"; fi

@@ -5,7 +5,8 @@ of a files dataset a hard link to one real JPEG, made directly in the embedded s
 directory together with the server's sidecar (which records the shared inode, so the server
 serves each link as an object of its own). Only the manifest is written through S3 (boto3), so
 the server indexes it as any upload. 10^9 samples in 10^6 shards cost one shard of data and
-2 x 10^6 directory entries.
+2 x 10^6 directory entries
+(and a copy every 60,000 links, as ext4 allows 65,000 links to one file).
 
     build.py shards ROOT BUCKET PREFIX SHARDS --source one/shard-000000.tar
     build.py files ROOT BUCKET PREFIX OBJECTS --source src/class_000/000000.jpg [--classes 1000]
@@ -30,10 +31,35 @@ def meta(root: Path, bucket: str, key: str) -> Path:
     return root / ".bucketload" / "meta" / bucket / key
 
 
-def link(root: Path, bucket: str, source: str, key: str) -> None:
-    data = root / bucket / key
-    os.link(root / bucket / source, data)
-    os.link(meta(root, bucket, source), meta(root, bucket, key))
+# ext4 allows 65,000 links to one inode: every this many links start from a fresh copy.
+LINKS_PER_COPY = 60_000
+
+
+class Linker:
+    """Makes `key` an object with the bytes of `source`: a hard link to the source, or, every
+    LINKS_PER_COPY links, a real copy (with its own sidecar) that the next links share."""
+
+    def __init__(self, root: Path, bucket: str, source: str) -> None:
+        self.root, self.bucket = root, bucket
+        self.source = source
+        self.links = (root / bucket / source).stat().st_nlink
+
+    def link(self, key: str) -> None:
+        if self.links >= LINKS_PER_COPY:
+            self.copy(key)
+            return
+        os.link(self.root / self.bucket / self.source, self.root / self.bucket / key)
+        os.link(meta(self.root, self.bucket, self.source), meta(self.root, self.bucket, key))
+        self.links += 1
+
+    def copy(self, key: str) -> None:
+        data = self.root / self.bucket / key
+        shutil.copyfile(self.root / self.bucket / self.source, data)
+        sidecar = json.loads(meta(self.root, self.bucket, self.source).read_text())
+        st = data.stat()
+        sidecar.update(inode=st.st_ino, mtime_ns=st.st_mtime_ns, size=st.st_size)
+        meta(self.root, self.bucket, key).write_text(json.dumps(sidecar))
+        self.source, self.links = key, 1
 
 
 def progress(done: int, total: int, started: float) -> None:
@@ -86,9 +112,10 @@ def shards(a: argparse.Namespace) -> None:
         d.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     names = [f"shard-{i:07d}.tar" for i in range(a.count)]
+    shard, idx = Linker(root, bucket, a.source), Linker(root, bucket, index)
     for i, name in enumerate(names, 1):
-        link(root, bucket, a.source, f"{a.prefix}/{name}")
-        link(root, bucket, index, f"{a.prefix}/{name}.idx")
+        shard.link(f"{a.prefix}/{name}")
+        idx.link(f"{a.prefix}/{name}.idx")
         progress(i, a.count, started)
     samples = entry["samples"]
     classes = [{"name": c["name"], "count": c["count"] * a.count} for c in one["classes"]]
@@ -112,6 +139,7 @@ def files(a: argparse.Namespace) -> None:
     per_class = -(-a.count // a.classes)
     keys = [f"train/class_{i // per_class:03d}/sample_{i:07d}.jpg" for i in range(a.count)]
     started = time.monotonic()
+    jpeg = Linker(root, bucket, a.source)
     made: set[str] = set()
     for i, key in enumerate(keys, 1):
         folder = key.rsplit("/", 1)[0]
@@ -122,7 +150,7 @@ def files(a: argparse.Namespace) -> None:
             ):
                 d.mkdir(parents=True, exist_ok=True)
             made.add(folder)
-        link(root, bucket, a.source, f"{a.prefix}/{key}")
+        jpeg.link(f"{a.prefix}/{key}")
         progress(i, a.count, started)
     crc = a.crc32c
     counts: dict[str, int] = {}
