@@ -109,10 +109,8 @@ def open_peer(out: Path, peer: str, n: int) -> None:
         ds = LitDataset(input_dir=f"local:{out / f'lit-{n}'}", shuffle=True)
     length = len(ds)
     opened = time.monotonic()
-    got = 0
-    for sample in iter(ds):
+    for got, sample in enumerate(iter(ds), 1):
         assert sample is not None
-        got += 1
         if got == 64:
             break
     first = time.monotonic()
