@@ -20,12 +20,14 @@
 
 mod copy;
 mod generate;
+mod inventory;
 pub mod jpeg;
 mod stats;
 pub mod synth;
 
 pub use copy::{CopyOptions, CopyReport, NotCopied, copy_object, copy_tree};
 pub use generate::{GenReport, GenSpec, class_name, generate, sample_key};
+pub use inventory::{InventoryObject, InventorySummary, read_inventory};
 pub use stats::{
     ClassesFrom, CostEstimate, DatasetStats, RandomAccessCost, SampledImages, ShardStats,
     SizePercentiles, StatsFrom, StatsOptions, stats,
