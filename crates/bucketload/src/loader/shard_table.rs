@@ -94,7 +94,7 @@ impl ShardTable {
     /// Appends `name` as the key object_store reads it by: the name itself when it is a valid
     /// [`Path`] (nearly always), else its encoding.
     fn push_name(&mut self, name: &str) {
-        if self.ends.len() % BLOCK == 0 {
+        if self.ends.len().is_multiple_of(BLOCK) {
             self.bases.push(self.names.len() as u64);
         }
         match Path::parse(name) {
