@@ -359,10 +359,11 @@ async fn scanned(
     };
     tracing::info!(shards = without.len(), %location, "counting the samples of shards without an index");
     let options = IndexOptions::builder().build()?;
-    futures::stream::iter(without)
-        .map(|&i| {
+    let shards = without.iter().map(|&i| (i, found[i].clone()));
+    let shards: Vec<(usize, ShardObject)> = shards.collect();
+    futures::stream::iter(shards)
+        .map(|(i, shard)| {
             let options = &options;
-            let shard = &found[i];
             async move {
                 let index = index_shard(store, &shard.key, shard.size, options, &|_| {}).await?;
                 Ok::<_, Error>((i, index))

@@ -73,7 +73,7 @@ use bucketload_cache::ObjectVersion;
 use bucketload_store::Store;
 use bytes::Bytes;
 use futures::stream::BoxStream;
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use bucketload_cache::{Cache, CacheBuilder, CacheStats};
@@ -306,6 +306,8 @@ impl Loader {
         }
         let location = Location::from_store(&store);
         let indexes = IndexCache::new(config.index_cache);
+        // Boxed as `Send` here, where its lifetimes are concrete: callers that need a `Send`
+        // future (Python's detached threads) could not prove it through the borrows inside.
         let (catalog, manifest) = Catalog::open(
             &location,
             config.format,
@@ -313,6 +315,7 @@ impl Loader {
             config.allow_incomplete,
             &indexes,
         )
+        .boxed()
         .await?;
         let source = Source::new(catalog.plan(), config.order, config.partition)?;
         // Budget in KiB permits: a semaphore counts at most `usize::MAX >> 3` permits.
