@@ -57,6 +57,10 @@ pub struct LoaderArgs {
     /// Bytes of fetched samples held in memory at most, e.g. 1GiB [default: 1GiB]
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub memory_budget: Option<u64>,
+    /// Bytes of shard indexes held in memory at most (indexed reads), e.g. 256MiB [default:
+    /// 256MiB]
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub index_cache: Option<u64>,
     /// Bytes each shard stream requests ahead of the parser at most [default: 64MiB]
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub max_window: Option<u64>,
@@ -171,6 +175,9 @@ pub fn loader_config(
     }
     if let Some(bytes) = a.memory_budget {
         builder = builder.with_memory_budget(bytes);
+    }
+    if let Some(bytes) = a.index_cache {
+        builder = builder.with_index_cache(bytes);
     }
     if let Some(n) = a.shards_in_flight {
         builder = builder.with_shards_in_flight(n);

@@ -1,22 +1,28 @@
 //! What a dataset holds: its files or shards, read once when a loader opens (the manifest, one
-//! GET; else one listing), and the shard indexes an indexed loader needs (one GET each, many in
-//! flight). A manifest can be stale: [`ManifestUse::Check`] compares it with one listing before
-//! use, and [`ManifestOrigin::explain`] turns an object it lists that is gone into an error
-//! that says so.
+//! GET; else one listing). A manifest can be stale: [`ManifestUse::Check`] compares it with one
+//! listing before use, and [`ManifestOrigin::explain`] turns an object it lists that is gone
+//! into an error that says so.
+//!
+//! Shards are kept in a [`ShardTable`] (tens of bytes per shard). Their indexes are not read
+//! here when a manifest gives the sample counts: an indexed loader fetches each when its shard
+//! comes up (`indexes.rs`). A listing without a manifest reads every index once for its count
+//! (many in flight), keeps the count and drops the index.
 
 use std::sync::Arc;
 
-use bucketload_format::{DatasetKind, Manifest, ShardIndex, class_of_key};
+use bucketload_format::{DatasetKind, Manifest, class_of_key};
+use bucketload_store::ETag;
 use bucketload_store::object_store::path::Path;
-use bucketload_store::{ETag, key_path};
 
 use std::collections::BTreeMap;
 
 use super::config::{Format, ManifestUse};
+use super::indexes::{IndexCache, checked};
+use super::shard_table::{ShardRow, ShardTable};
 use crate::base::{DataKey, KeyedObject, Location, list_all_keys};
 use crate::shards::{
-    IndexOptions, RUN_PATH, SHARD_EXT, ShardObject, index_key, index_shard, planned,
-    read_all_indexes, shards_in,
+    IndexOptions, RUN_PATH, SHARD_EXT, ShardObject, index_key, index_shard, planned, read_indexes,
+    shards_in,
 };
 use crate::source::Plan;
 use crate::{Error, ErrorKind, Result, Setting};
@@ -25,7 +31,7 @@ use futures::{StreamExt, TryStreamExt};
 /// Prefix of bucketload's own objects at a dataset root (never samples).
 const RESERVED: &str = "_bucketload/";
 
-/// Indexes read at once when an indexed loader opens.
+/// Indexes read at once when a loader counts the samples of a listing's shards.
 const INDEX_READS_IN_FLIGHT: usize = 64;
 
 /// One object of a files dataset.
@@ -41,68 +47,41 @@ pub(crate) struct FileObject {
     pub(crate) label: Option<u32>,
 }
 
-/// One shard of a shards dataset.
-#[derive(Debug, Clone)]
-pub(crate) struct DataShard {
-    pub(crate) key: Path,
-    pub(crate) size: u64,
-    pub(crate) samples: u64,
-    pub(crate) has_index: bool,
-    /// Read up front by indexed loaders only.
-    pub(crate) index: Option<Arc<ShardIndex>>,
-}
-
 /// A dataset's contents and the format it is read in.
 #[derive(Debug)]
 pub(crate) enum Catalog {
     Files(Vec<FileObject>),
-    Shards {
-        shards: Vec<DataShard>,
-        indexed: bool,
-    },
+    Shards { shards: ShardTable, indexed: bool },
 }
 
 impl Catalog {
     /// Reads the manifest (unless `manifest` ignores it; checked against a listing when it
-    /// asks), else lists the dataset, then the indexes when `format` needs them. Returns the
-    /// manifest's origin when the catalog came from one.
+    /// asks), else lists the dataset and counts its shards' samples (plain tars scanned for an
+    /// indexed read leave their indexes in `indexes`). Returns the manifest's origin when the
+    /// catalog came from one. No index is read when a manifest gives the counts.
     pub(crate) async fn open(
         location: &Location,
         format: Format,
         manifest: ManifestUse,
         allow_incomplete: bool,
+        indexes: &IndexCache,
     ) -> Result<(Catalog, Option<ManifestOrigin>)> {
         let found = match manifest {
             ManifestUse::Ignore => None,
             ManifestUse::Trust | ManifestUse::Check => location.manifest().await?,
         };
-        let (catalog, origin) = match found {
+        match found {
             Some(found) => {
                 let origin = ManifestOrigin::new(location, &found);
                 if manifest == ManifestUse::Check {
                     origin.check(location, &found).await?;
                 }
-                (from_manifest(location, &found, format)?, Some(origin))
+                Ok((from_manifest(location, &found, format)?, Some(origin)))
             }
-            None => (
-                from_listing(location, format, allow_incomplete).await?,
-                None,
-            ),
-        };
-        Ok((catalog.read_indexes(location).await?, origin))
-    }
-
-    /// The catalog with the indexes an indexed read needs.
-    async fn read_indexes(self, location: &Location) -> Result<Catalog> {
-        match self {
-            Catalog::Shards {
-                shards,
-                indexed: true,
-            } => Ok(Catalog::Shards {
-                shards: with_indexes(location, shards).await?,
-                indexed: true,
-            }),
-            other => Ok(other),
+            None => {
+                let catalog = from_listing(location, format, allow_incomplete, indexes).await?;
+                Ok((catalog, None))
+            }
         }
     }
 
@@ -111,10 +90,10 @@ impl Catalog {
         match self {
             Catalog::Files(files) => Plan::files(files.len() as u64),
             Catalog::Shards { shards, indexed } => {
-                let counts: Vec<u64> = shards.iter().map(|s| s.samples).collect();
+                let counts = Arc::clone(shards.counts());
                 match indexed {
-                    true => Plan::indexed(&counts),
-                    false => Plan::shards(&counts),
+                    true => Plan::indexed_shared(counts),
+                    false => Plan::shards_shared(counts),
                 }
             }
         }
@@ -152,17 +131,22 @@ fn from_manifest(location: &Location, manifest: &Manifest, format: Format) -> Re
             Ok(Catalog::Files(files.collect()))
         }
         (DatasetKind::Shards, Format::Auto | Format::Shards | Format::Indexed) => {
-            let shards = manifest.shards.iter().map(|s| DataShard {
-                key: key_path(&s.name),
-                size: s.bytes,
+            let rows = manifest.shards.iter().map(|s| ShardRow {
+                name: &s.name,
+                bytes: s.bytes,
                 samples: s.samples,
                 has_index: !s.index.is_empty(),
-                index: None,
             });
-            Ok(Catalog::Shards {
-                shards: shards.collect(),
-                indexed: format == Format::Indexed,
-            })
+            let shards = ShardTable::from_rows(rows);
+            let indexed = format == Format::Indexed;
+            if indexed && let Some(bare) = shards.first_unindexed() {
+                return Err(Error::invalid_input(format!(
+                    "{} has no index, so it cannot be read sample by sample; run `bucketload \
+                     index` or use --format shards",
+                    location.uri_of(&shards.key(bare))
+                )));
+            }
+            Ok(Catalog::Shards { shards, indexed })
         }
         (kind, format) => Err(mismatch(location, kind, format)),
     }
@@ -183,6 +167,7 @@ async fn from_listing(
     location: &Location,
     format: Format,
     allow_incomplete: bool,
+    indexes: &IndexCache,
 ) -> Result<Catalog> {
     let mut objects: Vec<KeyedObject> = list_all_keys(location).await?;
     let has = |key: &str| objects.iter().any(|o| o.key.as_str() == key);
@@ -190,12 +175,12 @@ async fn from_listing(
     objects.retain(|o| !o.key.as_str().starts_with(RESERVED));
     if unfinished && objects.is_empty() {
         let nothing = Catalog::Shards {
-            shards: Vec::new(),
+            shards: ShardTable::default(),
             indexed: false,
         };
         refuse_unfinished(location, &nothing, false).await?; // nothing to read, even if allowed
     }
-    let catalog = catalog_of(location, format, objects).await?;
+    let catalog = catalog_of(location, format, objects, indexes).await?;
     if unfinished {
         refuse_unfinished(location, &catalog, allow_incomplete).await?;
     }
@@ -209,10 +194,9 @@ async fn refuse_unfinished(location: &Location, catalog: &Catalog, allow: bool) 
         return Ok(()); // deleted since the listing
     };
     let (found_shards, found_samples) = match catalog {
-        Catalog::Shards { shards, .. } => (
-            shards.len() as u64,
-            shards.iter().map(|s| s.samples).sum::<u64>(),
-        ),
+        Catalog::Shards { shards, .. } => {
+            (shards.len() as u64, shards.counts().iter().sum::<u64>())
+        }
         Catalog::Files(files) => (
             files
                 .iter()
@@ -240,6 +224,7 @@ async fn catalog_of(
     location: &Location,
     format: Format,
     objects: Vec<KeyedObject>,
+    indexes: &IndexCache,
 ) -> Result<Catalog> {
     if objects.is_empty() {
         return Err(Error::invalid_input(format!(
@@ -251,7 +236,7 @@ async fn catalog_of(
         (Format::Files, _) | (Format::Auto, false) => Ok(files_of(objects)),
         (Format::Shards | Format::Indexed | Format::Auto, true) => {
             let metas = shard_objects(location, objects);
-            shards_of(location, &metas, format == Format::Indexed).await
+            shards_of(location, &metas, format == Format::Indexed, indexes).await
         }
         (format, false) => Err(mismatch(location, DatasetKind::Files, format)),
     }
@@ -293,122 +278,100 @@ fn files_of(objects: Vec<KeyedObject>) -> Catalog {
     Catalog::Files(files.collect())
 }
 
-/// Shards of a listing without a manifest: their sample counts come from their indexes, or,
-/// for plain tars without one, from reading them once (see [`scanned`]).
-async fn shards_of(location: &Location, objects: &[(Path, u64)], indexed: bool) -> Result<Catalog> {
+/// Shards of a listing without a manifest: their sample counts come from their indexes (read
+/// many at once, each checked, then dropped), or, for plain tars without one, from reading them
+/// once (see [`scanned`]).
+async fn shards_of(
+    location: &Location,
+    objects: &[(Path, u64)],
+    indexed: bool,
+    indexes: &IndexCache,
+) -> Result<Catalog> {
     let found = shards_in(objects);
-    let (with, without): (Vec<_>, Vec<_>) = found
-        .into_iter()
-        .map(|s| DataShard {
-            key: s.key,
-            size: s.size,
-            samples: 0,
-            has_index: s.has_index,
-            index: None,
-        })
-        .partition(|s| s.has_index);
-    let mut shards = with_indexes(location, with).await?;
-    shards.extend(scanned(location, without).await?);
-    shards.sort_by(|a, b| a.key.cmp(&b.key));
-    let shards = shards.into_iter().map(|mut s| {
-        if !indexed {
-            s.index = None;
+    let mut counts = vec![0u64; found.len()];
+    let (with, without): (Vec<usize>, Vec<usize>) =
+        (0..found.len()).partition(|&i| found[i].has_index);
+    count_indexed(location, &found, &with, &mut counts).await?;
+    for (i, index) in scanned(location, &found, &without).await? {
+        counts[i] = index.samples.len() as u64;
+        if indexed {
+            indexes.insert(i, Arc::new(index));
         }
-        s
+    }
+    let rows = found.iter().zip(&counts).map(|(s, &samples)| ShardRow {
+        name: s.key.as_ref(),
+        bytes: s.size,
+        samples,
+        has_index: s.has_index,
     });
     Ok(Catalog::Shards {
-        shards: shards.collect(),
+        shards: ShardTable::from_rows(rows),
         indexed,
     })
+}
+
+/// Sets `counts[i]` for each shard `found[i]` of `with` (those with an index) from its index,
+/// [`INDEX_READS_IN_FLIGHT`] at once; each index is checked against its shard, then dropped.
+async fn count_indexed(
+    location: &Location,
+    found: &[ShardObject],
+    with: &[usize],
+    counts: &mut [u64],
+) -> Result<()> {
+    let objects = with.iter().map(|&i| found[i].clone()).collect();
+    let mut read = read_indexes(location, objects, INDEX_READS_IN_FLIGHT);
+    let mut positions = with.iter();
+    while let Some(got) = read.try_next().await? {
+        let Some(&i) = positions.next() else { break };
+        let Some(index) = got.index else {
+            return Err(Error::invalid_input(format!(
+                "{} is missing; run `bucketload index` on the dataset",
+                location.uri_of(&index_key(&got.key))
+            )));
+        };
+        checked(location, &got.key, got.size, &index)?;
+        counts[i] = index.samples.len() as u64;
+    }
+    Ok(())
 }
 
 /// Plain tar shards (no index, no manifest) read whole at once, several in flight.
 const SCANS_IN_FLIGHT: usize = 4;
 
-/// Counts the samples of plain tar shards, which have neither an index nor a manifest entry:
-/// each is read once, front to back, and indexed in memory as `bucketload index` would (nothing
-/// is written). Planning needs every shard's sample count (equal counts per rank, `len()`);
-/// `bucketload index` saves this read on every later open.
-async fn scanned(location: &Location, shards: Vec<DataShard>) -> Result<Vec<DataShard>> {
-    let Some(bare) = shards.first() else {
-        return Ok(shards);
+/// Indexes plain tar shards `found[i]` for each `i` of `without`, which have neither an index
+/// nor a manifest entry: each is read once, front to back, and indexed in memory as `bucketload
+/// index` would (nothing is written). Planning needs every shard's sample count (equal counts
+/// per rank, `len()`); `bucketload index` saves this read on every later open.
+async fn scanned(
+    location: &Location,
+    found: &[ShardObject],
+    without: &[usize],
+) -> Result<Vec<(usize, bucketload_format::ShardIndex)>> {
+    let Some(&bare) = without.first() else {
+        return Ok(Vec::new());
     };
     let Some(store) = location.handle() else {
         return Err(Error::invalid_input(format!(
             "{} has no index and the dataset no manifest, so its samples cannot be planned; \
              run `bucketload index {location}` first",
-            location.uri_of(&bare.key)
+            location.uri_of(&found[bare].key)
         )));
     };
-    tracing::info!(shards = shards.len(), %location, "counting the samples of shards without an index");
+    tracing::info!(shards = without.len(), %location, "counting the samples of shards without an index");
     let options = IndexOptions::builder().build()?;
+    let shards = without.iter().map(|&i| (i, found[i].clone()));
+    let shards: Vec<(usize, ShardObject)> = shards.collect();
     futures::stream::iter(shards)
-        .map(|mut shard| {
+        .map(|(i, shard)| {
             let options = &options;
             async move {
                 let index = index_shard(store, &shard.key, shard.size, options, &|_| {}).await?;
-                shard.samples = index.samples.len() as u64;
-                shard.index = Some(Arc::new(index));
-                Ok::<_, Error>(shard)
+                Ok::<_, Error>((i, index))
             }
         })
         .buffered(SCANS_IN_FLIGHT)
         .try_collect()
         .await
-}
-
-/// Reads every shard's index (many in flight); sample counts are taken from them.
-async fn with_indexes(location: &Location, shards: Vec<DataShard>) -> Result<Vec<DataShard>> {
-    if shards.iter().all(|s| s.index.is_some()) {
-        return Ok(shards); // read (or scanned) already, from a listing
-    }
-    if let Some(bare) = shards.iter().find(|s| !s.has_index) {
-        return Err(Error::invalid_input(format!(
-            "{} has no index, so it cannot be read sample by sample; run `bucketload index` \
-             or use --format shards",
-            location.uri_of(&bare.key)
-        )));
-    }
-    let objects = shards.iter().map(|s| ShardObject {
-        key: s.key.clone(),
-        size: s.size,
-        has_index: true,
-    });
-    let read = read_all_indexes(location, objects.collect(), INDEX_READS_IN_FLIGHT).await?;
-    shards
-        .into_iter()
-        .zip(read)
-        .map(|(mut shard, got)| {
-            let Some(index) = got.index else {
-                return Err(Error::invalid_input(format!(
-                    "{} is missing; run `bucketload index` on the dataset",
-                    location.uri_of(&index_key(&shard.key))
-                )));
-            };
-            checked(location, &shard, &index)?;
-            let samples = index.samples.len() as u64;
-            if shard.samples != 0 && shard.samples != samples {
-                return Err(Error::Corrupt {
-                    uri: location.uri_of(&index_key(&shard.key)),
-                    reason: format!(
-                        "lists {samples} samples, the manifest {}; rebuild the manifest",
-                        shard.samples
-                    ),
-                });
-            }
-            shard.samples = samples;
-            shard.index = Some(Arc::new(index));
-            Ok(shard)
-        })
-        .collect()
-}
-
-/// Checks that `index` describes `shard` as the manifest or listing sized it, before any of its
-/// offsets is used: a bad index is an error naming it, never a panic or a wrong sample.
-pub(crate) fn checked(location: &Location, shard: &DataShard, index: &ShardIndex) -> Result<()> {
-    let index_uri = location.uri_of(&index_key(&shard.key));
-    let shard_uri = location.uri_of(&shard.key);
-    Ok(index.validate(&index_uri, &shard_uri, shard.size)?)
 }
 
 /// The manifest a catalog was read from: where it is and the command that writes it again.

@@ -33,6 +33,12 @@ pub const DEFAULT_COALESCE_WINDOW: usize = 64;
 /// under 1 ms of transfer at 100 MB/s, far less than the 50 ms first byte of a second GET.
 pub const DEFAULT_COALESCE_GAP: u64 = 64 << 10;
 
+/// Default bound of the shard indexes an indexed loader holds in memory: 256 MiB, about a
+/// thousand indexes of 1,000 samples (some 260 KB each in memory) — the indexes of the chunks
+/// being planned and the units in flight many times over, and every index of a dataset of up to
+/// a million samples, so that its later epochs fetch none again.
+pub const DEFAULT_INDEX_CACHE: u64 = 256 << 20;
+
 /// Largest coalesced ranged GET (8 MiB, the prefetcher's part size): bigger reads gain
 /// nothing over parallel ones and delay every sample in them.
 pub const MAX_COALESCED_BYTES: u64 = 8 << 20;
@@ -122,6 +128,7 @@ pub struct LoaderConfig {
     pub(crate) memory_budget: u64,
     pub(crate) coalesce_window: usize,
     pub(crate) coalesce_gap: u64,
+    pub(crate) index_cache: u64,
     pub(crate) cache: Option<Arc<Cache>>,
     pub(crate) skip_changed: bool,
     pub(crate) manifest: ManifestUse,
@@ -150,6 +157,11 @@ impl LoaderConfig {
     /// Requests in flight.
     pub fn concurrency(&self) -> usize {
         self.concurrency
+    }
+
+    /// Bytes of shard indexes held in memory (see [`LoaderBuilder::with_index_cache`]).
+    pub fn index_cache(&self) -> u64 {
+        self.index_cache
     }
 
     /// Epochs [`super::Loader::epochs`] runs.
@@ -202,6 +214,7 @@ impl LoaderBuilder {
                 memory_budget: DEFAULT_MEMORY_BUDGET,
                 coalesce_window: DEFAULT_COALESCE_WINDOW,
                 coalesce_gap: DEFAULT_COALESCE_GAP,
+                index_cache: DEFAULT_INDEX_CACHE,
                 cache: None,
                 skip_changed: false,
                 manifest: ManifestUse::Trust,
@@ -293,8 +306,19 @@ impl LoaderBuilder {
         self
     }
 
+    /// Bytes of shard indexes held in memory (default [`DEFAULT_INDEX_CACHE`]): an indexed
+    /// loader fetches a shard's index when the shard comes up in its order and keeps it until
+    /// the indexes held exceed this bound, least recently used first; an index evicted and met
+    /// again is fetched again. The index in use is kept whatever the bound (0 keeps only that).
+    pub fn with_index_cache(mut self, bytes: u64) -> Self {
+        self.config.index_cache = bytes;
+        self
+    }
+
     /// A local disk cache of object bytes (default none): files are cached whole, indexed
-    /// samples by byte range, streamed shards by the byte ranges their prefetcher reads.
+    /// samples by byte range and shard indexes whole (validated against the index object's
+    /// ETag and size, asked with one HEAD), streamed shards by the byte ranges their
+    /// prefetcher reads.
     pub fn with_cache(mut self, cache: Arc<Cache>) -> Self {
         self.config.cache = Some(cache);
         self

@@ -1,7 +1,7 @@
 //! The loader: turns a dataset into a stream of samples, fetched ahead of the consumer.
 //!
 //! Reach for [`Loader`]: [`Loader::open`] reads the dataset's manifest (one GET; else one
-//! listing, and shard indexes when needed) as a [`LoaderConfig`] says, then
+//! listing, and shard indexes for a listing's sample counts) as a [`LoaderConfig`] says, then
 //! [`Loader::epoch`] gives a [`SampleStream`] of this rank's and worker's [`Sample`]s for one
 //! epoch, in the order of [`crate::source`]. [`SampleStream::state`] is the
 //! [`SourceState`] to checkpoint; [`Loader::resume`] continues from it.
@@ -22,9 +22,10 @@
 //!                                                    SampleStream ──► consumer
 //! ```
 //!
-//! Where each part lives: `catalog.rs` (manifest, listing or indexes → the files or shards and
-//! their [`Plan`](crate::source::Plan)); `random_access.rs` (files and indexed shards: fetch
-//! units, coalescing, delivery order), with `file_bytes.rs` (one file through the cache, checked
+//! Where each part lives: `catalog.rs` (manifest or listing → the files or the shards, packed in
+//! `shard_table.rs`, and their [`Plan`](crate::source::Plan)); `indexes.rs` (shard indexes
+//! fetched when their shard comes up, in a bounded cache); `random_access.rs` (files and
+//! indexed shards: fetch units, coalescing, delivery order), with `file_bytes.rs` (one file through the cache, checked
 //! against the manifest); `streamed_shards.rs` (a worker's shards streamed several at once and
 //! reordered), each stream a `shard_stream.rs` ([`shard_samples`]: the tar of one shard span
 //! parsed as bytes arrive from [`read_range`](crate::io::read_range)). The cache is a
@@ -53,9 +54,11 @@
 mod catalog;
 mod config;
 mod file_bytes;
+mod indexes;
 mod mixture;
 mod random_access;
 mod shard_stream;
+mod shard_table;
 mod stats;
 mod streamed_shards;
 
@@ -70,12 +73,12 @@ use bucketload_cache::ObjectVersion;
 use bucketload_store::Store;
 use bytes::Bytes;
 use futures::stream::BoxStream;
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use bucketload_cache::{Cache, CacheBuilder, CacheStats};
 pub use config::{
-    DEFAULT_COALESCE_GAP, DEFAULT_COALESCE_WINDOW, DEFAULT_LOADER_CONCURRENCY,
+    DEFAULT_COALESCE_GAP, DEFAULT_COALESCE_WINDOW, DEFAULT_INDEX_CACHE, DEFAULT_LOADER_CONCURRENCY,
     DEFAULT_MEMORY_BUDGET, DEFAULT_SHARDS_IN_FLIGHT, Delivery, Format, LoaderBuilder, LoaderConfig,
     MAX_COALESCED_BYTES, ManifestUse,
 };
@@ -83,8 +86,10 @@ pub use mixture::{MixState, MixStream, MixTracker, Mixture};
 pub use shard_stream::{ShardSample, ShardSpan, shard_samples};
 pub use stats::{InFlight, LoaderStats, RequestStats, StageTime};
 
-use catalog::{Catalog, DataShard, FileObject, ManifestOrigin};
+use catalog::{Catalog, FileObject, ManifestOrigin};
 use config::Dataset;
+use indexes::IndexCache;
+use shard_table::ShardTable;
 use stats::Counters;
 
 use crate::Result;
@@ -222,6 +227,9 @@ pub(crate) struct Inner {
     pub(crate) store: Store,
     pub(crate) store_uri: String,
     pub(crate) catalog: Catalog,
+    /// Shard indexes fetched so far, bounded (indexed shards; streamed shards that start
+    /// mid-shard).
+    pub(crate) indexes: IndexCache,
     /// The manifest the catalog was read from, if it was.
     pub(crate) manifest: Option<ManifestOrigin>,
     pub(crate) source: Source,
@@ -244,11 +252,17 @@ impl Inner {
         }
     }
 
-    pub(crate) fn shards(&self) -> &[DataShard] {
-        match &self.catalog {
-            Catalog::Shards { shards, .. } => shards,
-            Catalog::Files(_) => &[],
-        }
+    pub(crate) fn shards(&self) -> &ShardTable {
+        inner_shards(&self.catalog)
+    }
+}
+
+/// The shards of `catalog` (none for files).
+fn inner_shards(catalog: &Catalog) -> &ShardTable {
+    static NONE: std::sync::LazyLock<ShardTable> = std::sync::LazyLock::new(ShardTable::default);
+    match catalog {
+        Catalog::Shards { shards, .. } => shards,
+        Catalog::Files(_) => &NONE,
     }
 }
 
@@ -259,8 +273,9 @@ pub struct Loader {
 }
 
 impl Loader {
-    /// Opens the dataset: the store, then its manifest (or a listing, and the shard indexes an
-    /// indexed loader needs).
+    /// Opens the dataset: the store, then its manifest (or a listing, and the shard indexes
+    /// that give a listing's sample counts). With a manifest, no shard index is read: an indexed
+    /// loader fetches each when its shard comes up.
     pub async fn open(config: LoaderConfig) -> Result<Loader> {
         Loader::open_counted(config, None).await
     }
@@ -290,12 +305,17 @@ impl Loader {
             );
         }
         let location = Location::from_store(&store);
+        let indexes = IndexCache::new(config.index_cache);
+        // Boxed as `Send` here, where its lifetimes are concrete: callers that need a `Send`
+        // future (Python's detached threads) could not prove it through the borrows inside.
         let (catalog, manifest) = Catalog::open(
             &location,
             config.format,
             config.manifest,
             config.allow_incomplete,
+            &indexes,
         )
+        .boxed()
         .await?;
         let source = Source::new(catalog.plan(), config.order, config.partition)?;
         // Budget in KiB permits: a semaphore counts at most `usize::MAX >> 3` permits.
@@ -304,12 +324,16 @@ impl Loader {
             dataset = %location,
             format = ?catalog.format(),
             samples = source.plan().samples(),
+            shards = inner_shards(&catalog).len(),
+            shard_table_bytes = inner_shards(&catalog).resident_bytes(),
             "loader: dataset opened"
         );
         let cache = config.cache.clone().map(DiskCache::new);
         let shard_versions = match &catalog {
             Catalog::Shards { shards, .. } if cache.is_some() && !config.metadata_ttl.is_zero() => {
-                shards.iter().map(|_| std::sync::Mutex::new(None)).collect()
+                (0..shards.len())
+                    .map(|_| std::sync::Mutex::new(None))
+                    .collect()
             }
             _ => Box::default(),
         };
@@ -323,6 +347,7 @@ impl Loader {
                 location,
                 store,
                 catalog,
+                indexes,
                 manifest,
                 source,
                 cache,

@@ -3,7 +3,11 @@
 //!
 //! The worker's [`WorkerIter`] gives the samples in order. They become fetch *units* — one file,
 //! or a run of samples of one shard whose byte ranges lie within `coalesce_gap` of each other
-//! among the next `coalesce_window` samples — and units run `concurrency` at a time. Each unit
+//! among the next `coalesce_window` samples — and units run `concurrency` at a time. Indexed
+//! shards: each chunk of `coalesce_window` samples is planned on its own task once the indexes
+//! of its shards are at hand ([`index_of`]: from the index cache, else fetched, all of the
+//! chunk's at once); [`lookahead_chunks`] chunks are planned ahead of the units running, so in
+//! the steady state the indexes are there before their samples' turn. Each unit
 //! first takes its bytes from the memory budget (a semaphore, released when the consumer takes
 //! the sample), so fetched-but-unconsumed bytes never exceed the budget. Completion delivery
 //! yields units as they finish; strict delivery runs them in order and restores the exact order
@@ -13,15 +17,16 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bucketload_cache::{CacheKey, ObjectVersion};
-use bucketload_format::{IndexSample, ShardIndex, split_key};
+use bucketload_format::{IndexSample, split_key};
 use bucketload_store::object_store::{GetOptions, GetRange};
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::catalog::{Catalog, DataShard};
+use super::catalog::Catalog;
 use super::config::{Delivery, MAX_COALESCED_BYTES};
+use super::indexes::index_of;
 use super::{Inner, Item, Sample};
 use crate::shards::index_key;
 use crate::source::{SampleRef, WorkerIter};
@@ -44,9 +49,12 @@ pub(crate) fn samples(inner: Arc<Inner>, iter: WorkerIter) -> BoxStream<'static,
         Catalog::Shards { .. } => {
             let window = inner.config.coalesce_window;
             let chunks = Chunks { refs, window };
+            let lookahead = lookahead_chunks(concurrency, window);
             let inner = inner.clone();
             stream::iter(chunks)
-                .flat_map(move |chunk| stream::iter(plan_units(&inner, chunk)))
+                .map(move |chunk| planned(inner.clone(), chunk))
+                .buffered(lookahead)
+                .flat_map(stream::iter)
                 .boxed()
         }
     };
@@ -78,6 +86,42 @@ impl<I: Iterator<Item = (u64, SampleRef)>> Iterator for Chunks<I> {
     fn next(&mut self) -> Option<Self::Item> {
         let chunk: Vec<_> = self.refs.by_ref().take(self.window).collect();
         (!chunk.is_empty()).then_some(chunk)
+    }
+}
+
+/// Chunks planned ahead of the units running: enough to cover the units in flight
+/// (`concurrency` of them, at least one per `window` samples) and two more, so that the next
+/// chunks' index fetches overlap the running units' sample fetches.
+fn lookahead_chunks(concurrency: usize, window: usize) -> usize {
+    concurrency.div_ceil(window.max(1)) + 2
+}
+
+/// A chunk's units, planned on its own task, started now (so that its index fetches go on
+/// while the units ahead of it run); dropping the future aborts the task.
+fn planned(
+    inner: Arc<Inner>,
+    chunk: Vec<(u64, SampleRef)>,
+) -> impl std::future::Future<Output = Vec<Unit>> {
+    let what = format!("planning samples of {}", inner.location);
+    let mut task = AbortOnDrop(tokio::spawn(plan_units(inner, chunk)));
+    async move {
+        let error = match (&mut task.0).await {
+            Ok(units) => return units,
+            Err(e) if e.is_panic() => crate::panics::error(what, e.into_panic().as_ref()),
+            Err(e) => Error::Task {
+                reason: format!("{what}: {e}"),
+            },
+        };
+        vec![futures::future::ready(Err(error)).boxed()]
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -155,25 +199,45 @@ async fn fetch_file(inner: Arc<Inner>, position: u64, sref: SampleRef) -> Result
     }])
 }
 
-/// One sample of an indexed shard with its place in the order.
+/// One sample of an indexed shard with its place in the order and its index entry.
 #[derive(Debug, Clone)]
 struct Wanted {
     position: u64,
     sref: SampleRef,
     shard: usize,
     range: (u64, u64),
+    entry: IndexSample,
 }
 
-/// Groups a chunk's samples by shard and merges close ranges; units come in order of their
-/// first position.
-fn plan_units(inner: &Arc<Inner>, chunk: Vec<(u64, SampleRef)>) -> Vec<Unit> {
+/// Groups a chunk's samples by shard and merges close ranges, once the indexes of the chunk's
+/// shards are at hand (fetched together); units come in order of their first position.
+async fn plan_units(inner: Arc<Inner>, chunk: Vec<(u64, SampleRef)>) -> Vec<Unit> {
+    match locate_all(&inner, chunk).await {
+        Ok(wanted) => units_of(&inner, wanted),
+        Err(e) => vec![futures::future::ready(Err(e)).boxed()],
+    }
+}
+
+/// Every sample of `chunk` located in its shard's index.
+async fn locate_all(inner: &Arc<Inner>, chunk: Vec<(u64, SampleRef)>) -> Result<Vec<Wanted>> {
+    let mut shards: Vec<usize> = Vec::with_capacity(chunk.len());
+    for (_, sref) in &chunk {
+        shards.push(shard_of(*sref)?);
+    }
+    shards.sort_unstable();
+    shards.dedup();
+    let fetches = shards.iter().map(|&s| index_of(inner, s));
+    let indexes = futures::future::try_join_all(fetches).await?;
     let mut wanted = Vec::with_capacity(chunk.len());
     for (position, sref) in chunk {
-        match locate(inner, position, sref) {
-            Ok(w) => wanted.push(w),
-            Err(e) => return vec![futures::future::ready(Err(e)).boxed()],
-        }
+        let shard = shard_of(sref)?;
+        let at = shards.binary_search(&shard).unwrap_or_default();
+        wanted.push(locate(inner, &indexes[at], position, sref)?);
     }
+    Ok(wanted)
+}
+
+fn units_of(inner: &Arc<Inner>, mut wanted: Vec<Wanted>) -> Vec<Unit> {
     wanted.sort_by_key(|w| (w.shard, w.range.0));
     let mut groups: Vec<Vec<Wanted>> = Vec::new();
     for w in wanted {
@@ -198,19 +262,40 @@ fn mergeable(group: &[Wanted], next: &Wanted, gap: u64) -> bool {
         && next.range.1.saturating_sub(first.range.0) <= MAX_COALESCED_BYTES
 }
 
-fn locate(inner: &Inner, position: u64, sref: SampleRef) -> Result<Wanted> {
+fn shard_of(sref: SampleRef) -> Result<usize> {
+    match sref {
+        SampleRef::Shard { shard, .. } => Ok(usize::try_from(shard).unwrap_or(usize::MAX)),
+        SampleRef::File { .. } => Err(Error::invalid_input(
+            "an indexed loader was given a file sample",
+        )),
+    }
+}
+
+fn locate(
+    inner: &Inner,
+    index: &bucketload_format::ShardIndex,
+    position: u64,
+    sref: SampleRef,
+) -> Result<Wanted> {
     let SampleRef::Shard { shard, sample } = sref else {
         return Err(Error::invalid_input(
             "an indexed loader was given a file sample",
         ));
     };
     let s = usize::try_from(shard).unwrap_or(usize::MAX);
-    let entry = index_sample(inner, s, sample)?;
+    let key = || inner.shards().key(s);
+    let entry = usize::try_from(sample)
+        .ok()
+        .and_then(|i| index.samples.get(i))
+        .ok_or_else(|| Error::Corrupt {
+            uri: inner.location.uri_of(&key()),
+            reason: format!("its index has no sample {sample}; rebuild the index"),
+        })?;
     let range = entry
         .byte_range()
         .filter(|(start, end)| start <= end)
         .ok_or_else(|| Error::Corrupt {
-            uri: inner.location.uri_of(&index_key(&inner.shards()[s].key)),
+            uri: inner.location.uri_of(&index_key(&key())),
             reason: format!(
                 "sample {sample} has no members or its members are out of order; rebuild the \
                  index with `bucketload index`"
@@ -221,18 +306,8 @@ fn locate(inner: &Inner, position: u64, sref: SampleRef) -> Result<Wanted> {
         sref,
         shard: s,
         range,
+        entry: entry.clone(),
     })
-}
-
-fn index_sample(inner: &Inner, shard: usize, sample: u64) -> Result<&IndexSample> {
-    let entry: &DataShard = &inner.shards()[shard];
-    let index: Option<&ShardIndex> = entry.index.as_deref();
-    index
-        .and_then(|i| i.samples.get(usize::try_from(sample).ok()?))
-        .ok_or_else(|| Error::Corrupt {
-            uri: inner.location.uri_of(&entry.key),
-            reason: format!("its index has no sample {sample}; rebuild the index"),
-        })
 }
 
 /// Fetches a group: cached samples from disk, the others with one ranged GET covering them.
@@ -297,7 +372,7 @@ fn cut(inner: &Inner, w: &Wanted, body: &Bytes, start: u64) -> Result<Bytes> {
     match (offset(w.range.0), offset(w.range.1)) {
         (Some(from), Some(to)) if from <= to && to <= body.len() => Ok(body.slice(from..to)),
         _ => Err(Error::Corrupt {
-            uri: inner.location.uri_of(&inner.shards()[w.shard].key),
+            uri: inner.location.uri_of(&inner.shards().key(w.shard)),
             reason: format!(
                 "bytes {}..{} of a sample are not within the {} bytes read from byte {start}; \
                  rebuild the index with `bucketload index`",
@@ -310,15 +385,15 @@ fn cut(inner: &Inner, w: &Wanted, body: &Bytes, start: u64) -> Result<Bytes> {
 }
 
 fn range_key(inner: &Inner, w: &Wanted) -> (CacheKey, ObjectVersion) {
-    let shard = &inner.shards()[w.shard];
-    let key =
-        CacheKey::new(inner.store_uri.clone(), shard.key.as_ref()).with_range(w.range.0..w.range.1);
-    (key, ObjectVersion::size_only(shard.size))
+    let shards = inner.shards();
+    let key = CacheKey::new(inner.store_uri.clone(), shards.name(w.shard))
+        .with_range(w.range.0..w.range.1);
+    (key, ObjectVersion::size_only(shards.size(w.shard)))
 }
 
 async fn get_range(inner: &Inner, shard: usize, range: std::ops::Range<u64>) -> Result<Bytes> {
     let loc = &inner.location;
-    let key = &inner.shards()[shard].key;
+    let key = &inner.shards().key(shard);
     let _request = inner.counters.request(true);
     let options = GetOptions {
         range: Some(GetRange::Bounded(range.clone())),
@@ -342,13 +417,8 @@ async fn get_range(inner: &Inner, shard: usize, range: std::ops::Range<u64>) -> 
 
 /// Cuts a sample's members out of its byte range by the index, checking each member's CRC32C.
 fn parse_sample(inner: &Inner, w: &Wanted, bytes: Bytes) -> Result<Sample> {
-    let SampleRef::Shard { sample, .. } = w.sref else {
-        return Err(Error::invalid_input(
-            "an indexed loader was given a file sample",
-        ));
-    };
-    let entry = index_sample(inner, w.shard, sample)?;
-    let uri = || inner.location.uri_of(&inner.shards()[w.shard].key);
+    let entry = &w.entry;
+    let uri = || inner.location.uri_of(&inner.shards().key(w.shard));
     let mut members = Vec::with_capacity(entry.members.len());
     for m in &entry.members {
         let at = m.data_offset.checked_sub(w.range.0);
@@ -401,6 +471,10 @@ mod tests {
             },
             shard,
             range: (start, end),
+            entry: IndexSample {
+                key: String::new(),
+                members: Vec::new(),
+            },
         }
     }
 

@@ -26,6 +26,7 @@ pub(crate) struct Counters {
     pub(crate) bytes: AtomicU64,
     pub(crate) gets: AtomicU64,
     pub(crate) ranged_gets: AtomicU64,
+    pub(crate) index_gets: AtomicU64,
     pub(crate) coalesced: AtomicU64,
     pub(crate) in_flight: AtomicU64,
     pub(crate) max_in_flight: AtomicU64,
@@ -110,6 +111,7 @@ impl Counters {
             requests: RequestStats {
                 get: get(&self.gets),
                 ranged_get: get(&self.ranged_gets),
+                index_get: get(&self.index_gets),
                 shard_ranged_get: prefetch.requests,
                 samples_coalesced: get(&self.coalesced),
             },
@@ -208,6 +210,10 @@ pub struct RequestStats {
     pub get: u64,
     /// Ranged GETs of samples (indexed; one may carry several samples).
     pub ranged_get: u64,
+    /// GETs of shard indexes when their shard came up (indexed shards, and streamed shards
+    /// that start mid-shard); those a listing's open reads for its sample counts are not
+    /// counted.
+    pub index_get: u64,
     /// Ranged GETs of the shard streams' prefetchers.
     pub shard_ranged_get: u64,
     /// Samples that shared a ranged GET with an earlier sample.

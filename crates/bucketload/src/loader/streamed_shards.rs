@@ -25,7 +25,6 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use super::shard_stream::{ShardSample, ShardSpan, shard_samples_with};
 use super::{Inner, Item, Sample};
 use crate::io::Blocks;
-use crate::shards::read_index;
 use crate::source::{SampleRef, WorkItem, WorkerIter};
 use crate::{Error, Result};
 use bucketload_cache::ObjectVersion;
@@ -142,7 +141,7 @@ impl<I: Iterator<Item = (u64, SampleRef)>> Reorder<I> {
                 }));
             }
             let Some(arrived) = self.arrivals.next().await else {
-                let uri = self.inner.location.uri_of(&self.inner.shards()[want.0].key);
+                let uri = self.inner.location.uri_of(&self.inner.shards().key(want.0));
                 return Err(Error::Corrupt {
                     uri,
                     reason: format!(
@@ -176,8 +175,11 @@ fn spawn_span(
     let (tx, rx) = mpsc::channel::<Parsed>(SPAN_CHANNEL);
     let share = (inner.budget_kib / inner.config.shards_in_flight.max(1) as u32).max(1);
     let shard = usize::try_from(item.shard).ok();
-    let what = match shard.and_then(|s| inner.shards().get(s)) {
-        Some(shard) => format!("reading {}", inner.location.uri_of(&shard.key)),
+    let what = match shard.filter(|&s| s < inner.shards().len()) {
+        Some(shard) => format!(
+            "reading {}",
+            inner.location.uri_of(&inner.shards().key(shard))
+        ),
         None => format!("reading shard {} of {}", item.shard, inner.location),
     };
     let report = tx.clone();
@@ -256,7 +258,8 @@ async fn open_span(
     item: &WorkItem,
 ) -> Result<BoxStream<'static, Result<ShardSample>>> {
     let number = usize::try_from(item.shard).unwrap_or(usize::MAX);
-    let shard = &inner.shards()[number];
+    let shards = inner.shards();
+    let key = shards.key(number);
     let first = item.samples.start;
     let offset = match first {
         0 => 0,
@@ -264,7 +267,7 @@ async fn open_span(
     };
     let span = ShardSpan {
         shard: number,
-        size: shard.size,
+        size: shards.size(number),
         first,
         count: Some(item.samples.end - first),
         offset,
@@ -275,13 +278,13 @@ async fn open_span(
         Some(cache) => Some(Blocks {
             cache: cache.clone(),
             store_uri: inner.store_uri.clone(),
-            key: shard.key.to_string(),
+            key: key.to_string(),
             version: shard_version(inner, number).await?,
         }),
     };
     let stream = shard_samples_with(
         inner.location.clone(),
-        shard.key.clone(),
+        key,
         span,
         inner.config.prefetch,
         counters,
@@ -298,22 +301,23 @@ async fn open_span(
 /// ([`LoaderBuilder::with_metadata_ttl`](super::LoaderBuilder::with_metadata_ttl)), a version
 /// asked less than the TTL ago is used without asking again (a failed HEAD keeps nothing).
 async fn shard_version(inner: &Inner, number: usize) -> Result<ObjectVersion> {
-    let shard = &inner.shards()[number];
+    let key = inner.shards().key(number);
+    let size = inner.shards().size(number);
     let ask = || async {
         let meta = inner
             .location
             .store()
-            .head(&shard.key)
+            .head(&key)
             .await
-            .map_err(|e| inner.location.error(&shard.key, e))?;
-        if meta.size != shard.size {
+            .map_err(|e| inner.location.error(&key, e))?;
+        if meta.size != size {
             return Err(Error::Corrupt {
-                uri: inner.location.uri_of(&shard.key),
+                uri: inner.location.uri_of(&key),
                 reason: format!(
-                    "the shard has {} bytes in the store but {} in the dataset's manifest: it \
-                     changed since the manifest was written; rebuild the dataset with \
+                    "the shard has {} bytes in the store but {size} in the dataset's manifest: \
+                     it changed since the manifest was written; rebuild the dataset with \
                      `bucketload shard`",
-                    meta.size, shard.size
+                    meta.size
                 ),
             });
         }
@@ -335,20 +339,13 @@ async fn shard_version(inner: &Inner, number: usize) -> Result<ObjectVersion> {
     Ok(version)
 }
 
-/// Byte offset of sample `sample`'s first header, from the shard's index (0 without one: the
-/// stream then reads from the start and skips).
+/// Byte offset of sample `sample`'s first header, from the shard's index (from the loader's
+/// index cache, else fetched; 0 without one: the stream then reads from the start and skips).
 async fn first_header(inner: &Inner, shard: usize, sample: u64) -> Result<u64> {
-    let entry = &inner.shards()[shard];
-    if let Some(index) = &entry.index {
-        return Ok(offset_in(index, sample));
-    }
-    if !entry.has_index {
+    if !inner.shards().has_index(shard) {
         return Ok(0);
     }
-    let Some(index) = read_index(&inner.location, &entry.key).await? else {
-        return Ok(0);
-    };
-    super::catalog::checked(&inner.location, entry, &index)?;
+    let index = super::indexes::index_of(inner, shard).await?;
     Ok(offset_in(&index, sample))
 }
 

@@ -164,15 +164,20 @@ impl Plan {
 
     /// Indexed shards holding `samples_per_shard[i]` samples each, read sample by sample.
     pub fn indexed(samples_per_shard: &[u64]) -> Plan {
-        let mut starts = Vec::with_capacity(samples_per_shard.len());
+        Plan::indexed_shared(samples_per_shard.into())
+    }
+
+    /// [`Plan::indexed`] keeping `counts` itself (a loader's shard table shares it).
+    pub(crate) fn indexed_shared(counts: Arc<[u64]>) -> Plan {
+        let mut starts = Vec::with_capacity(counts.len());
         let mut total = 0u64;
-        for &count in samples_per_shard {
+        for &count in counts.iter() {
             starts.push(total);
             total = total.saturating_add(count);
         }
         Plan {
             kind: Kind::Indexed,
-            counts: samples_per_shard.into(),
+            counts,
             starts: starts.into(),
             total,
         }
@@ -180,12 +185,15 @@ impl Plan {
 
     /// Shards holding `samples_per_shard[i]` samples each, streamed front to back.
     pub fn shards(samples_per_shard: &[u64]) -> Plan {
-        let total = samples_per_shard
-            .iter()
-            .fold(0u64, |t, &c| t.saturating_add(c));
+        Plan::shards_shared(samples_per_shard.into())
+    }
+
+    /// [`Plan::shards`] keeping `counts` itself (a loader's shard table shares it).
+    pub(crate) fn shards_shared(counts: Arc<[u64]>) -> Plan {
+        let total = counts.iter().fold(0u64, |t, &c| t.saturating_add(c));
         Plan {
             kind: Kind::Shards,
-            counts: samples_per_shard.into(),
+            counts,
             starts: Arc::new([]),
             total,
         }
