@@ -313,3 +313,25 @@ impl DirCache {
         inner.map.insert(id, cached);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_settled_directory_is_read_once() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..2000 {
+            fs::write(dir.path().join(format!("s{i:08}.jpg")), b"x").unwrap();
+        }
+        std::thread::sleep(SETTLE + Duration::from_millis(50));
+        let cache = DirCache::default();
+        let first = cache.sorted(dir.path()).unwrap();
+        let again = cache.sorted(dir.path()).unwrap();
+        assert_eq!(cache.hits(), 1, "{cache:?}");
+        assert!(Arc::ptr_eq(&first, &again));
+        assert_eq!(first.len(), 2000);
+        assert_eq!(first.sort_name(1999), "s00001999.jpg");
+        assert_eq!(first.name(5), "s00000005.jpg");
+    }
+}
