@@ -100,6 +100,42 @@ def test_list_with_delimiter_and_pagination(s3, bucket):
     assert all_keys == sorted(keys)
 
 
+def test_pagination_sees_keys_added_and_deleted_between_pages(s3, bucket):
+    """The server keeps a directory's sorted listing between pages once the directory has
+    settled (two seconds without a change); a put or delete between pages must show at once."""
+    import time
+
+    keys = [f"d/k{i:05d}" for i in range(0, 3000, 2)]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda k: s3.put_object(Bucket=bucket, Key=k, Body=b"x"), keys))
+    time.sleep(2.5)
+    listed, added, token, round_ = [], [], None, 0
+    while True:
+        args = {"Bucket": bucket, "Prefix": "d/", "MaxKeys": 100}
+        if token:
+            args["ContinuationToken"] = token
+        page = s3.list_objects_v2(**args)
+        got = [o["Key"] for o in page.get("Contents", [])]
+        assert got == sorted(got)
+        assert not listed or not got or got[0] > listed[-1]
+        listed += got
+        if not page["IsTruncated"]:
+            break
+        token = page["NextContinuationToken"]
+        # Between pages: a key just past this page, one at the end, and one deleted ahead.
+        last = int(got[-1][3:])
+        ahead = [f"d/k{last + 1:05d}", f"d/z{round_:04d}"]
+        for key in ahead:
+            s3.put_object(Bucket=bucket, Key=key, Body=b"y")
+        added += ahead
+        gone = f"d/k{last + 102:05d}"
+        if gone in keys:
+            s3.delete_object(Bucket=bucket, Key=gone)
+            keys.remove(gone)
+        round_ += 1
+    assert listed == sorted(set(keys) | set(added))
+
+
 def test_multipart_upload(s3, bucket):
     parts = [os.urandom(5 * 1024 * 1024), os.urandom(5 * 1024 * 1024), os.urandom(1234)]
     up = s3.create_multipart_upload(Bucket=bucket, Key="big")

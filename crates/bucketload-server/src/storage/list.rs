@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 
 use s3s::S3Error;
 
-use super::keys::{self, Decoded};
+use super::dirs::Sorted;
+use super::keys;
 use super::{ObjectMeta, PATH_MAX, Storage, internal};
 
 /// One ListObjectsV2 request, resolved.
@@ -42,22 +43,6 @@ pub(crate) enum ListItem {
 pub(crate) struct ListPage {
     pub(crate) items: Vec<ListItem>,
     pub(crate) truncated: bool,
-}
-
-struct Entry {
-    /// The key segment, with '/' appended for directories.
-    sort_name: String,
-    /// The name on disk.
-    name: String,
-    is_dir: bool,
-}
-
-impl Entry {
-    /// The key segment of a directory whose own object (`.bl%self`) it may hold.
-    fn own_segment(&self) -> Option<&str> {
-        let segment = self.sort_name.strip_suffix('/')?;
-        (self.is_dir && !segment.is_empty()).then_some(segment)
-    }
 }
 
 struct Walk<'a> {
@@ -107,7 +92,7 @@ impl Walk<'_> {
         dir_key: &str,
         name_start: &str,
     ) -> std::io::Result<ControlFlow<()>> {
-        let entries = match read_sorted(&self.bucket_dir.join(rel)) {
+        let entries = match self.storage.listings.sorted(&self.bucket_dir.join(rel)) {
             Ok(entries) => entries,
             Err(e) if super::is_missing(&e) => return Ok(ControlFlow::Continue(())),
             Err(e) => return Err(e),
@@ -120,26 +105,29 @@ impl Walk<'_> {
             }
         }
         let first = self.first_index(&entries, dir_key, name_start);
-        let mut own_done = vec![false; entries.len()];
-        for (i, entry) in entries.iter().enumerate().skip(first) {
-            if !entry.sort_name.starts_with(name_start) {
+        // Directories whose own object was visited (a page visits few: no per-entry state).
+        let mut own_done = std::collections::HashSet::new();
+        for i in first..entries.len() {
+            let sort_name = entries.sort_name(i);
+            if !sort_name.starts_with(name_start) {
                 break;
             }
             for j in owners_before(&entries, i) {
-                if std::mem::replace(&mut own_done[j], true) {
+                if !own_done.insert(j) {
                     continue;
                 }
-                let flow = self.visit_own(rel, dir_key, name_start, &entries[j])?;
+                let flow = self.visit_own(rel, dir_key, name_start, &entries, j)?;
                 if flow.is_break() {
                     return Ok(flow);
                 }
             }
-            let key = format!("{dir_key}{}", entry.sort_name);
-            if self.skipped(&key, entry.is_dir) {
+            let key = format!("{dir_key}{sort_name}");
+            let is_dir = entries.is_dir(i);
+            if self.skipped(&key, is_dir) {
                 continue;
             }
-            let child = rel.join(&entry.name);
-            let flow = if entry.is_dir {
+            let child = rel.join(entries.name(i));
+            let flow = if is_dir {
                 self.visit_dir(&child, &key)?
             } else {
                 self.visit_file(child.clone(), &child, key)?
@@ -157,13 +145,14 @@ impl Walk<'_> {
         rel: &Path,
         dir_key: &str,
         name_start: &str,
-        entry: &Entry,
+        entries: &Sorted,
+        i: usize,
     ) -> std::io::Result<ControlFlow<()>> {
-        let Some(segment) = entry.own_segment().filter(|s| s.starts_with(name_start)) else {
+        let Some(segment) = entries.own_segment(i).filter(|s| s.starts_with(name_start)) else {
             return Ok(ControlFlow::Continue(()));
         };
         let key = format!("{dir_key}{segment}");
-        let key_rel = rel.join(&entry.name);
+        let key_rel = rel.join(entries.name(i));
         let data = key_rel.join(keys::SELF);
         if self.skipped(&key, false) || !is_file(&self.bucket_dir.join(&data)) {
             return Ok(ControlFlow::Continue(()));
@@ -172,8 +161,8 @@ impl Walk<'_> {
     }
 
     /// Index of the first entry that may hold keys past the start marker and the prefix.
-    fn first_index(&self, entries: &[Entry], dir_key: &str, name_start: &str) -> usize {
-        let by_prefix = entries.partition_point(|e| e.sort_name.as_str() < name_start);
+    fn first_index(&self, entries: &Sorted, dir_key: &str, name_start: &str) -> usize {
+        let by_prefix = entries.partition_point(|i| entries.sort_name(i) < name_start);
         let by_marker = match self
             .query
             .after
@@ -182,8 +171,9 @@ impl Walk<'_> {
         {
             // Entries sorting before the marker hold only smaller keys, except a directory
             // the marker lies in (the last such entry: see the module docs).
-            Some(rest) => entries.partition_point(|e| {
-                e.sort_name.as_str() < rest && !(e.is_dir && rest.starts_with(e.sort_name.as_str()))
+            Some(rest) => entries.partition_point(|i| {
+                let name = entries.sort_name(i);
+                name < rest && !(entries.is_dir(i) && rest.starts_with(name))
             }),
             None => 0,
         };
@@ -291,7 +281,7 @@ impl Walk<'_> {
 
     /// True if the subtree `rel` (keys starting with `dir_key`) holds a key not skipped.
     fn has_key(&self, rel: &Path, dir_key: &str) -> std::io::Result<bool> {
-        let entries = match read_sorted(&self.bucket_dir.join(rel)) {
+        let entries = match self.storage.listings.sorted(&self.bucket_dir.join(rel)) {
             Ok(entries) => entries,
             Err(e) if super::is_missing(&e) => return Ok(false),
             Err(e) => return Err(e),
@@ -299,19 +289,20 @@ impl Walk<'_> {
         if !self.skipped(dir_key, false) && self.storage.has_marker(self.bucket, dir_key) {
             return Ok(true);
         }
-        for entry in &entries[self.first_index(&entries, dir_key, "")..] {
-            let child = rel.join(&entry.name);
-            if let Some(segment) = entry.own_segment()
+        for i in self.first_index(&entries, dir_key, "")..entries.len() {
+            let child = rel.join(entries.name(i));
+            if let Some(segment) = entries.own_segment(i)
                 && !self.skipped(&format!("{dir_key}{segment}"), false)
                 && is_file(&self.bucket_dir.join(&child).join(keys::SELF))
             {
                 return Ok(true);
             }
-            let key = format!("{dir_key}{}", entry.sort_name);
-            if self.skipped(&key, entry.is_dir) {
+            let key = format!("{dir_key}{}", entries.sort_name(i));
+            let is_dir = entries.is_dir(i);
+            if self.skipped(&key, is_dir) {
                 continue;
             }
-            if !entry.is_dir || self.has_key(&child, &key)? {
+            if !is_dir || self.has_key(&child, &key)? {
                 return Ok(true);
             }
         }
@@ -332,8 +323,8 @@ impl Walk<'_> {
 /// Indexes of the directories (at `i` or after) whose own object (`d` of `d/`) sorts before
 /// entry `i` or is its own, in key order: `d` is a prefix of entry `i` followed by a byte
 /// below '/', since every name between `d` and `d/` starts with `d`.
-fn owners_before(entries: &[Entry], i: usize) -> Vec<usize> {
-    let name = &entries[i].sort_name;
+fn owners_before(entries: &Sorted, i: usize) -> Vec<usize> {
+    let name = entries.sort_name(i);
     let mut owners = Vec::new();
     for (at, byte) in name.bytes().enumerate().skip(1) {
         if byte >= b'/' {
@@ -341,13 +332,13 @@ fn owners_before(entries: &[Entry], i: usize) -> Vec<usize> {
         }
         // `at` is a character boundary: bytes below '/' are ASCII.
         let dir = format!("{}/", &name[..at]);
-        if let Ok(j) = entries[i + 1..].binary_search_by(|e| e.sort_name.as_str().cmp(&dir))
-            && entries[i + 1 + j].is_dir
+        if let Some(j) = entries.find(i + 1, &dir)
+            && entries.is_dir(j)
         {
-            owners.push(i + 1 + j);
+            owners.push(j);
         }
     }
-    if entries[i].is_dir {
+    if entries.is_dir(i) {
         owners.push(i);
     }
     owners
@@ -355,48 +346,6 @@ fn owners_before(entries: &[Entry], i: usize) -> Vec<usize> {
 
 fn is_file(path: &Path) -> bool {
     fs::metadata(path).is_ok_and(|m| m.is_file())
-}
-
-/// Entries of a directory sorted by key segment; names that are not UTF-8, internal names
-/// and hashed segments whose name cannot be read are skipped.
-fn read_sorted(dir: &Path) -> std::io::Result<Vec<Entry>> {
-    let mut entries = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        let Ok(name) = entry.file_name().into_string() else {
-            continue;
-        };
-        let file_type = entry.file_type()?;
-        let is_dir = if file_type.is_symlink() {
-            fs::metadata(dir.join(&name))
-                .map(|m| m.is_dir())
-                .unwrap_or(false)
-        } else {
-            file_type.is_dir()
-        };
-        let segment = match keys::decode_name(&name) {
-            Decoded::Segment(segment) => segment.into_owned(),
-            Decoded::Hashed if is_dir => {
-                match fs::read(dir.join(&name).join(keys::NAME)).map(String::from_utf8) {
-                    Ok(Ok(segment)) if !segment.contains('/') => segment,
-                    _ => continue,
-                }
-            }
-            Decoded::Hashed | Decoded::Internal => continue,
-        };
-        let sort_name = if is_dir {
-            format!("{segment}/")
-        } else {
-            segment
-        };
-        entries.push(Entry {
-            sort_name,
-            name,
-            is_dir,
-        });
-    }
-    entries.sort_unstable_by(|a, b| a.sort_name.cmp(&b.sort_name));
-    Ok(entries)
 }
 
 #[cfg(test)]
@@ -666,6 +615,50 @@ mod tests {
                 let page = s.list("b", &q).unwrap();
                 assert_eq!(names(&page), expected, "after {after:?} {delimiter:?}");
                 assert_eq!(page.truncated, truncated, "after {after:?} {delimiter:?}");
+            }
+        }
+    }
+
+    fn put(s: &Storage, key: &str) {
+        let mut temp = s.begin_write().unwrap();
+        temp.write(key.as_bytes()).unwrap();
+        let etag = hex::encode(temp.md5());
+        s.commit("b", key, temp, etag, ObjectAttrs::default())
+            .unwrap();
+    }
+
+    #[test]
+    fn a_cached_directory_listing_sees_every_change() {
+        let keys: Vec<String> = (0..300).map(|i| format!("d/k{i:04}")).collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let (_d, s) = storage_with(&refs);
+        for round in 0..2 {
+            // Once the directory has settled, its sorted listing is kept between pages.
+            std::thread::sleep(super::super::dirs::SETTLE + std::time::Duration::from_millis(50));
+            let hits = s.listings.hits();
+            let all = s.list("b", &query("d/", None, None, 1000)).unwrap();
+            assert_eq!(names(&all), keys, "round {round}");
+            let page = s.list("b", &query("d/", None, Some("d/k0100"), 2)).unwrap();
+            assert_eq!(names(&page), ["d/k0101", "d/k0102"]);
+            assert!(
+                s.listings.hits() > hits,
+                "round {round}: the listing was not kept"
+            );
+            for i in 0..100 {
+                // Sorts between two kept keys, and after the last one.
+                for key in [format!("d/k0100-{round}-{i}"), format!("d/z{round}-{i}")] {
+                    put(&s, &key);
+                    let after = Some("d/k0100");
+                    let page = s.list("b", &query("d/", None, after, 1)).unwrap();
+                    let last = s.list("b", &query("d/", None, Some("d/k0299"), 5)).unwrap();
+                    let seen = names(&page).contains(&key) || names(&last).contains(&key);
+                    assert!(seen, "round {round}: {key} put but not listed");
+                    s.delete("b", &key).unwrap();
+                    let page = s.list("b", &query("d/", None, after, 1)).unwrap();
+                    assert_eq!(names(&page), ["d/k0101"], "round {round}: {key} deleted");
+                    let last = s.list("b", &query("d/", None, Some("d/k0299"), 5)).unwrap();
+                    assert!(last.items.is_empty(), "round {round}: {key} deleted");
+                }
             }
         }
     }

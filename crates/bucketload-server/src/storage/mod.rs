@@ -51,6 +51,7 @@
 mod assembly;
 mod bucket_config;
 mod cleanup;
+mod dirs;
 mod keys;
 mod list;
 mod multipart;
@@ -231,6 +232,8 @@ pub(crate) struct Storage {
     /// Sidecars by the key's path (a folder marker's: its data path), checked against the
     /// data file's size and mtime before use.
     cache: Mutex<HashMap<PathBuf, ObjectMeta>>,
+    /// Sorted listings of directories, kept between the pages of a listing (see `dirs`).
+    listings: dirs::DirCache,
     /// Held while the tree changes: a write checks the object it replaces and takes its
     /// place, a delete removes an object and prunes its directories, versions are archived,
     /// promoted or removed.
@@ -260,6 +263,7 @@ impl Storage {
             fsync,
             unique: AtomicU64::new(0),
             cache: Mutex::new(HashMap::new()),
+            listings: dirs::DirCache::default(),
             commits: Mutex::new(()),
             moves: AtomicU64::new(0),
             versioning: Mutex::new(HashMap::new()),

@@ -105,13 +105,13 @@ fn warn_full_marker(location: &Location, listed: &Listed) {
 
 /// Logs that an object whose key object_store's paths cannot spell is left out by a command
 /// that reads through them (the shard tools), saying why.
-fn warn_unaddressable(location: &Location, listed: &Listed) {
-    let why = bucketload_store::unspellable(&listed.key).unwrap_or("cannot be spelled");
+pub(crate) fn warn_unaddressable(location: &Location, key: &str) {
+    let why = bucketload_store::unspellable(key).unwrap_or("cannot be spelled");
     tracing::warn!(
         "{}: the key {why}, which this command cannot read (the loader, `read`, `stats`, \
          `manifest`, `verify` and `cp -r` can), so the object is left out; copy it to a key without it (e.g. with \
          `aws s3 cp`) to include it",
-        location.uri_of_key(&listed.key)
+        location.uri_of_key(key)
     );
 }
 
@@ -176,6 +176,16 @@ fn key_of(entry: &Entry) -> &str {
     }
 }
 
+/// True if a recursive listing of `location` comes in key order (UTF-8 byte order), as S3's
+/// does; local folders list in directory order, and S3 directory buckets (`…--x-s3`) in no
+/// particular order.
+pub(crate) fn lists_in_key_order(location: &Location) -> bool {
+    location.handle().is_some_and(|store| {
+        let uri = store.uri();
+        uri.scheme() == bucketload_store::Scheme::S3 && !uri.bucket().ends_with("--x-s3")
+    })
+}
+
 /// Listing requests in flight in [`list_all`].
 const LIST_FAN_OUT: usize = 32;
 
@@ -196,7 +206,7 @@ pub async fn list_all(location: &Location) -> Result<Vec<ObjectMeta>> {
         .filter_map(|l| match entry(location, l) {
             Entry::Object(meta) => Some(meta),
             Entry::Unaddressable(l) => {
-                warn_unaddressable(location, &l);
+                warn_unaddressable(location, &l.key);
                 None
             }
             Entry::Dir(_) => None,
@@ -240,6 +250,112 @@ pub async fn list_all_keys(location: &Location) -> Result<Vec<KeyedObject>> {
         .collect();
     objects.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(objects)
+}
+
+/// Every object below the location's root as [`list_all_keys`] gives them (keys as the store
+/// holds them, folder markers left out), but streamed, in no particular order: folders are
+/// listed in parallel as [`list_all`] does, and pages are yielded as they arrive, so memory
+/// holds a few pages (and the names of the folders) however many objects there are.
+pub fn list_each(location: &Location) -> BoxStream<'static, Result<KeyedObject>> {
+    let location = location.clone();
+    listed_pages(&location)
+        .map_ok(move |objects| {
+            let location = location.clone();
+            let keyed = objects.into_iter().filter_map(move |l| keyed(&location, l));
+            futures::stream::iter(keyed.map(Ok))
+        })
+        .try_flatten()
+        .boxed()
+}
+
+/// The [`KeyedObject`] of a listed key; `None` for a folder marker.
+fn keyed(location: &Location, listed: Listed) -> Option<KeyedObject> {
+    match entry(location, listed) {
+        Entry::Object(meta) => Some(KeyedObject {
+            key: DataKey::Path(meta.location),
+            size: meta.size,
+            e_tag: meta.e_tag,
+        }),
+        Entry::Unaddressable(l) => Some(KeyedObject {
+            key: DataKey::new(&l.key),
+            size: l.size,
+            e_tag: l.e_tag,
+        }),
+        Entry::Dir(_) => None,
+    }
+}
+
+/// Where [`listed_pages`] is.
+enum Walk {
+    /// Listing one level with a delimiter, gathering its folders.
+    Level {
+        pages: BoxStream<'static, Result<ListPage>>,
+        folders: Vec<String>,
+        /// Nothing but folder markers listed at this level so far.
+        markers_only: bool,
+    },
+    /// Listing the folders of the last level, in parallel.
+    Folders(BoxStream<'static, Result<ListPage>>),
+}
+
+/// The keys below the location's root, folder markers included, page by page: the root (and
+/// the levels that hold a single folder and nothing else) with a delimiter, then every folder
+/// found there, [`LIST_FAN_OUT`] at a time (see [`list_all`]).
+fn listed_pages(location: &Location) -> BoxStream<'static, Result<Vec<Listed>>> {
+    let location = location.clone();
+    let start = Walk::Level {
+        pages: pages(&location, "", true),
+        folders: Vec::new(),
+        markers_only: true,
+    };
+    futures::stream::try_unfold(start, move |mut walk| {
+        let location = location.clone();
+        async move {
+            loop {
+                walk = match walk {
+                    Walk::Level {
+                        mut pages,
+                        mut folders,
+                        mut markers_only,
+                    } => match pages.try_next().await? {
+                        Some(page) => {
+                            markers_only &= page
+                                .objects
+                                .iter()
+                                .all(|o| matches!(o.kind(), ListedKind::Folder));
+                            folders.extend(page.prefixes);
+                            let walk = Walk::Level {
+                                pages,
+                                folders,
+                                markers_only,
+                            };
+                            return Ok(Some((page.objects, walk)));
+                        }
+                        // The level's own folder marker does not make it hold anything.
+                        None if folders.len() == 1 && markers_only => Walk::Level {
+                            pages: self::pages(&location, &folders[0], true),
+                            folders: Vec::new(),
+                            markers_only: true,
+                        },
+                        None => {
+                            let at = location.clone();
+                            let below = futures::stream::iter(folders)
+                                .map(move |folder| self::pages(&at, &folder, false))
+                                .flatten_unordered(LIST_FAN_OUT);
+                            Walk::Folders(below.boxed())
+                        }
+                    },
+                    Walk::Folders(mut below) => {
+                        return Ok(below
+                            .try_next()
+                            .await?
+                            .map(|page| (page.objects, Walk::Folders(below))));
+                    }
+                };
+            }
+        }
+    })
+    .boxed()
 }
 
 /// Every key below the location's root, folder markers included, listed in parallel (see
@@ -327,6 +443,13 @@ mod tests {
                 .map(|m| (m.location.to_string(), m.size))
                 .collect();
             assert_eq!(got, flat(&store).await, "{keys:?}");
+            let mut each: Vec<(String, u64)> = list_each(&loc)
+                .map_ok(|o| (o.key.as_str().to_owned(), o.size))
+                .try_collect()
+                .await
+                .unwrap();
+            each.sort();
+            assert_eq!(each, flat(&store).await, "streamed: {keys:?}");
         }
     }
 

@@ -111,10 +111,18 @@ async fn make_folder(src: &Location, dst: &Location, folder: &str) -> Result<()>
         })
 }
 
+/// Objects listed and waiting for a copy slot: the listing runs this far ahead of the copies.
+const QUEUE: usize = 1024;
+
 /// Copies every object below the root of `src` to the same relative key below `dst`; the
 /// folder markers of `src` become folders when `dst` is a local folder. Nothing below `src`
 /// (a missing prefix, folder or bucket) is [`ErrorKind::NotFound`]: a copy of nothing is a
 /// mistyped source, not a success.
+///
+/// The listing streams into the copies through a bounded queue, so memory does not grow with
+/// the number of objects; except into a local folder from a store that does not list in key
+/// order (another local folder), where every key is listed before the first copy to find the
+/// objects a folder of the same name shadows ([`shadowed_files`]).
 ///
 /// [`ErrorKind::NotFound`]: crate::ErrorKind::NotFound
 pub async fn copy_tree(
@@ -125,36 +133,13 @@ pub async fn copy_tree(
 ) -> Result<CopyReport> {
     let started = Instant::now();
     let big = Arc::new(Semaphore::new(BIG_TRANSFERS));
-    let entries: Vec<Entry> = match list(src, None, true).try_collect().await {
-        Ok(entries) => entries,
-        Err(e) => {
-            progress.finish();
-            return Err(e);
-        }
-    };
-    let mut report = CopyReport::default();
-    let mut objects = Vec::new();
-    let mut markers = Vec::new();
-    for entry in entries {
-        match entry {
-            Entry::Object(meta) => objects.push((DataKey::Path(meta.location), meta.size)),
-            Entry::Dir(folder) => {
-                make_folder(src, dst, &folder).await?;
-                markers.push(folder);
-            }
-            // Read and written as the store holds it, as boto3 copies it.
-            Entry::Unaddressable(listed) => match copyable(src, dst, &listed.key) {
-                true => objects.push((DataKey::new(&listed.key), listed.size)),
-                false => report.skipped += 1,
-            },
-        }
-    }
     let local = dst.handle().and_then(|s| s.uri().local_dir());
-    let (objects, shadowed) = match &local {
-        Some(_) => shadowed_files(src, objects, &markers),
-        None => (objects, Vec::new()),
-    };
-    let result = futures::stream::iter(objects.into_iter().map(Ok::<_, Error>))
+    let (tx, rx) = tokio::sync::mpsc::channel::<(DataKey, u64)>(QUEUE);
+    let listed = list_to_copy(src, dst, local.is_some(), tx);
+    let queue = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (Ok::<_, Error>(item), rx))
+    });
+    let copies = queue
         .map_ok(|(key, size)| {
             let big = Arc::clone(&big);
             let local = local.as_deref();
@@ -170,7 +155,7 @@ pub async fn copy_tree(
             }
         })
         .try_buffer_unordered(options.concurrency)
-        .try_fold(report, |mut report, copied| async move {
+        .try_fold(CopyReport::default(), |mut report, copied| async move {
             match copied {
                 Ok(size) => {
                     report.objects += 1;
@@ -179,10 +164,11 @@ pub async fn copy_tree(
                 Err(not) => report.not_copied.push(not),
             }
             Ok(report)
-        })
-        .await;
+        });
+    let result = futures::future::try_join(listed, copies).await;
     progress.finish();
-    let mut report = result?;
+    let ((shadowed, skipped), mut report) = result?;
+    report.skipped = skipped;
     report.not_copied.extend(shadowed);
     report.not_copied.sort_by(|a, b| a.uri.cmp(&b.uri));
     if report.objects == 0 && report.not_copied.is_empty() {
@@ -204,6 +190,141 @@ pub async fn copy_tree(
     Ok(report)
 }
 
+/// Lists `src` and sends every object to copy into `tx`, making the folders of its folder
+/// markers in a local `dst` on the way; returns the objects a folder shadows (into a `local`
+/// destination) and the count of keys left out as uncopyable.
+async fn list_to_copy(
+    src: &Location,
+    dst: &Location,
+    local: bool,
+    tx: tokio::sync::mpsc::Sender<(DataKey, u64)>,
+) -> Result<(Vec<NotCopied>, u64)> {
+    // Into a local folder, an object is copied once it is known that no folder shadows it:
+    // from the key order when the source lists in key order, else after the whole listing.
+    let whole = local && !crate::base::lists_in_key_order(src);
+    let mut shadow = Shadow::default();
+    let (mut objects, mut markers, mut skipped) = (Vec::new(), Vec::new(), 0);
+    let mut listing = list(src, None, true);
+    while let Some(entry) = listing.try_next().await? {
+        let (key, size) = match entry {
+            Entry::Object(meta) => (DataKey::Path(meta.location), meta.size),
+            Entry::Dir(folder) => {
+                make_folder(src, dst, &folder).await?;
+                let ready = match (whole, local) {
+                    (true, _) => {
+                        markers.push(folder);
+                        Vec::new()
+                    }
+                    (false, true) => shadow.marker(src, &folder),
+                    (false, false) => Vec::new(),
+                };
+                if !send(&tx, ready).await {
+                    break;
+                }
+                continue;
+            }
+            // Read and written as the store holds it, as boto3 copies it.
+            Entry::Unaddressable(listed) => match copyable(src, dst, &listed.key) {
+                true => (DataKey::new(&listed.key), listed.size),
+                false => {
+                    skipped += 1;
+                    continue;
+                }
+            },
+        };
+        let ready = match (whole, local) {
+            (true, _) => {
+                objects.push((key, size));
+                continue;
+            }
+            (false, true) => shadow.object(src, key, size),
+            (false, false) => vec![(key, size)],
+        };
+        if !send(&tx, ready).await {
+            break;
+        }
+    }
+    let (ready, shadowed) = match whole {
+        true => shadowed_files(src, objects, &markers),
+        false => (shadow.finish(), std::mem::take(&mut shadow.shadowed)),
+    };
+    send(&tx, ready).await;
+    Ok((shadowed, skipped))
+}
+
+/// Queues objects to copy; false once the copies stopped (on an error, which they report).
+async fn send(tx: &tokio::sync::mpsc::Sender<(DataKey, u64)>, items: Vec<(DataKey, u64)>) -> bool {
+    for item in items {
+        if tx.send(item).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+/// The objects of a listing in key order that may still turn out to be shadowed by a folder
+/// of the same name: each one a prefix of the next (`d/a`, `d/a!`), since keys that extend a
+/// key with a byte below '/' sort between it and its folder (`d/a` < `d/a!` < `d/a/x`).
+#[derive(Default)]
+struct Shadow {
+    pending: Vec<(DataKey, u64)>,
+    shadowed: Vec<NotCopied>,
+}
+
+impl Shadow {
+    /// The object `key` was listed: returns the pending objects it settles as copyable.
+    fn object(&mut self, src: &Location, key: DataKey, size: u64) -> Vec<(DataKey, u64)> {
+        let ready = self.settle(src, key.as_str());
+        self.pending.push((key, size));
+        ready
+    }
+
+    /// The folder marker `folder` was listed: it shadows the object of its name; returns the
+    /// pending objects it settles as copyable.
+    fn marker(&mut self, src: &Location, folder: &str) -> Vec<(DataKey, u64)> {
+        match folder.trim_end_matches('/').is_empty() {
+            true => Vec::new(),
+            false => self.settle(src, folder),
+        }
+    }
+
+    /// Settles the pending objects that the key `next`, listed after them, decides.
+    fn settle(&mut self, src: &Location, next: &str) -> Vec<(DataKey, u64)> {
+        let mut ready = Vec::new();
+        while let Some((top, _)) = self.pending.last() {
+            let top = top.as_str();
+            match next.strip_prefix(top).and_then(|rest| rest.bytes().next()) {
+                Some(b'/') => {
+                    let (key, _) = self.pending.pop().expect("the chain is not empty");
+                    self.shadowed.push(shadowed(src, &key));
+                }
+                // A key between `top` and `top/`: `top` may still be shadowed.
+                Some(byte) if byte < b'/' => break,
+                _ => ready.push(self.pending.pop().expect("the chain is not empty")),
+            }
+        }
+        ready.reverse();
+        ready
+    }
+
+    /// The pending objects once the listing ended: none is shadowed.
+    fn finish(&mut self) -> Vec<(DataKey, u64)> {
+        std::mem::take(&mut self.pending)
+    }
+}
+
+/// Why the object `data_key` is not copied to a local folder: a folder takes its name.
+fn shadowed(src: &Location, data_key: &DataKey) -> NotCopied {
+    let key = data_key.as_str();
+    NotCopied {
+        uri: src.uri_of_data_key(data_key),
+        reason: format!(
+            "`{key}/` holds objects too, and a local folder and file cannot share the name \
+             `{key}`: the folder is copied; copy this object on its own to another name"
+        ),
+    }
+}
+
 /// Splits the objects of a copy to a local folder into those that can become files and those
 /// that cannot because a folder of the same name is needed (an object `d/a` beside objects
 /// below `d/a/`, or a folder marker `d/a/`). The folder always wins, whatever the listing order:
@@ -222,7 +343,7 @@ fn shadowed_files(
         let key = key.as_str();
         folders.extend(key.match_indices('/').map(|(i, _)| &key[..i]));
     }
-    let shadowed: HashSet<String> = objects
+    let shadowed_keys: HashSet<String> = objects
         .iter()
         .map(|(key, _)| key.as_str())
         .filter(|key| folders.contains(key))
@@ -230,17 +351,8 @@ fn shadowed_files(
         .collect();
     let (blocked, copyable): (Vec<_>, Vec<_>) = objects
         .into_iter()
-        .partition(|(key, _)| shadowed.contains(key.as_str()));
-    let not_copied = blocked.iter().map(|(data_key, _)| {
-        let key = data_key.as_str();
-        NotCopied {
-            uri: src.uri_of_data_key(data_key),
-            reason: format!(
-                "`{key}/` holds objects too, and a local folder and file cannot share the name \
-                 `{key}`: the folder is copied; copy this object on its own to another name"
-            ),
-        }
-    });
+        .partition(|(key, _)| shadowed_keys.contains(key.as_str()));
+    let not_copied = blocked.iter().map(|(key, _)| shadowed(src, key));
     (copyable, not_copied.collect())
 }
 
@@ -432,5 +544,69 @@ async fn copy_large(
 async fn abort(writer: MultipartWriter) {
     if let Err(e) = writer.abort().await {
         tracing::warn!(error = %e, "aborting a failed multipart upload failed; the store's lifecycle rules must clean it");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bucketload_store::object_store::memory::InMemory;
+
+    /// Every key made of up to five characters among the few that decide the order around a
+    /// folder (`!` < `-` < `/` < `a`), folder markers among them, listed in key order.
+    fn listings() -> Vec<Vec<String>> {
+        let alphabet = ['a', '!', '-', '/'];
+        let mut all = vec![String::new()];
+        let mut keys = Vec::new();
+        for _ in 0..4 {
+            all = all
+                .iter()
+                .flat_map(|k| alphabet.iter().map(move |c| format!("{k}{c}")))
+                .collect();
+            keys.extend(all.iter().filter(|k| k.starts_with('a')).cloned());
+        }
+        keys.sort();
+        // Listings of every 7th, 5th, 3rd and 2nd key from each start, and all of them.
+        let mut listings = vec![keys.clone()];
+        for step in [2, 3, 5, 7] {
+            for start in 0..step {
+                listings.push(keys.iter().skip(start).step_by(step).cloned().collect());
+            }
+        }
+        listings
+    }
+
+    #[test]
+    fn shadowing_in_key_order_finds_what_the_whole_listing_finds() {
+        let src = Location::new(Arc::new(InMemory::new()), "mem://", "memory");
+        for listing in listings() {
+            let (objects, markers): (Vec<&String>, Vec<&String>) =
+                listing.iter().partition(|k| !k.ends_with('/'));
+            let objects: Vec<(DataKey, u64)> =
+                objects.iter().map(|k| (DataKey::new(k), 1)).collect();
+            let markers: Vec<String> = markers.into_iter().cloned().collect();
+            let (want_ready, want_shadowed) = shadowed_files(&src, objects, &markers);
+            let mut shadow = Shadow::default();
+            let mut ready = Vec::new();
+            for key in &listing {
+                match key.ends_with('/') {
+                    true => ready.extend(shadow.marker(&src, key)),
+                    false => ready.extend(shadow.object(&src, DataKey::new(key), 1)),
+                }
+            }
+            ready.extend(shadow.finish());
+            let keys = |v: &[(DataKey, u64)]| -> Vec<String> {
+                let mut keys: Vec<String> = v.iter().map(|(k, _)| k.as_str().into()).collect();
+                keys.sort();
+                keys
+            };
+            assert_eq!(keys(&ready), keys(&want_ready), "{listing:?}");
+            let uris = |v: &[NotCopied]| -> Vec<String> {
+                let mut uris: Vec<String> = v.iter().map(|n| n.uri.clone()).collect();
+                uris.sort();
+                uris
+            };
+            assert_eq!(uris(&shadow.shadowed), uris(&want_shadowed), "{listing:?}");
+        }
     }
 }

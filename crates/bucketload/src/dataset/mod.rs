@@ -24,6 +24,7 @@ mod inventory;
 pub mod jpeg;
 mod stats;
 pub mod synth;
+mod tally;
 
 pub use copy::{CopyOptions, CopyReport, NotCopied, copy_object, copy_tree};
 pub use generate::{GenReport, GenSpec, class_name, generate, sample_key};

@@ -27,8 +27,12 @@ use futures::{StreamExt, TryStreamExt};
 use super::jpeg::parse_header;
 use crate::base::{DataKey, Entry, Location, Progress, list};
 use crate::error::Result;
-use crate::shards::stats::{ImageMember, IndexTally, image_members, is_jpeg};
-use crate::shards::{ShardObject, read_all_indexes, read_index, shards_in};
+use crate::shards::stats::{ImageMember, IndexTally, image_members};
+use crate::shards::{
+    INDEX_SUFFIX, SHARD_EXT, ShardObject, read_all_indexes, read_index, shards_in,
+};
+
+use super::tally::FilesTally;
 
 /// Bytes fetched per sampled image: enough for the frame header even behind an EXIF thumbnail.
 const HEADER_BYTES: u64 = 64 * 1024;
@@ -247,22 +251,14 @@ pub async fn stats(
             DatasetKind::Shards => shards_from_manifest(location, manifest, options).await,
         };
     }
-    let (objects, unfinished) = list_dataset(location, progress).await?;
-    // Shards are read in ranges through object_store's paths: only keys they spell.
-    let paths: Vec<(Path, u64)> = objects
-        .iter()
-        .filter_map(|(key, size)| match key {
-            DataKey::Path(path) => Some((path.clone(), *size)),
-            DataKey::Raw(_) => None,
-        })
-        .collect();
-    let shards = shards_in(&paths);
+    let listed = list_dataset(location, progress).await?;
+    let shards = shards_in(&listed.shard_files);
     let found = shards.len() as u64;
-    let stats = match is_shard_dataset(objects.len(), &shards) {
-        true => shards_from_indexes(location, &paths, shards, options).await?,
-        false => files_from_listing(location, objects, options).await?,
+    let stats = match is_shard_dataset(listed.files.objects as usize, &shards) {
+        true => shards_from_indexes(location, listed.paths, shards, options).await?,
+        false => files_from_listing(location, listed.files, options).await?,
     };
-    if unfinished {
+    if listed.unfinished {
         warn_unfinished(location, found, stats.samples).await?;
     }
     Ok(stats)
@@ -335,10 +331,10 @@ async fn shards_from_manifest(
 }
 
 /// Describes a shard dataset without manifest from the indexes of `shards`, found in the
-/// recursive listing `objects`.
+/// recursive listing of `objects` objects (whose keys object_store spells).
 async fn shards_from_indexes(
     location: &Location,
-    objects: &[(Path, u64)],
+    objects: u64,
     shards: Vec<ShardObject>,
     options: &StatsOptions,
 ) -> Result<DatasetStats> {
@@ -366,7 +362,7 @@ async fn shards_from_indexes(
         extensions: tally.extensions,
     });
     out.images = sample_images(location, probes(tally.images), options).await?;
-    let list_requests = (objects.len() as u64).div_ceil(KEYS_PER_LIST).max(1);
+    let list_requests = objects.div_ceil(KEYS_PER_LIST).max(1);
     let prices = &options.prices;
     out.cost = shard_cost(
         list_requests,
@@ -412,14 +408,26 @@ fn shard_cost(
     estimate
 }
 
-/// Keys (as the store holds them) and sizes of every object below `location` but bucketload's
-/// own, and whether a run record is there without a manifest (a `bucketload shard` run that
-/// never finished).
-async fn list_dataset(
-    location: &Location,
-    progress: &dyn Progress,
-) -> Result<(Vec<(DataKey, u64)>, bool)> {
-    let mut objects = Vec::new();
+/// What the listing of a dataset without manifest found.
+struct Listed {
+    /// The objects but bucketload's own, as a files dataset.
+    files: FilesTally,
+    /// How many of them have a key object_store spells.
+    paths: u64,
+    /// Those among them that are tar shards or shard indexes, with their sizes.
+    shard_files: Vec<(Path, u64)>,
+    /// A run record is there without a manifest (a `bucketload shard` run that never finished).
+    unfinished: bool,
+}
+
+/// Tallies every object below `location` but bucketload's own, as the listing streams past.
+async fn list_dataset(location: &Location, progress: &dyn Progress) -> Result<Listed> {
+    let mut listed = Listed {
+        files: FilesTally::default(),
+        paths: 0,
+        shard_files: Vec::new(),
+        unfinished: false,
+    };
     let (mut run, mut manifest) = (false, false);
     let mut listing = list(location, None, true);
     while let Some(entry) = listing.try_next().await? {
@@ -429,30 +437,36 @@ async fn list_dataset(
                 let key = meta.location.as_ref();
                 run |= key == crate::shards::RUN_PATH;
                 manifest |= key == bucketload_format::MANIFEST_PATH;
-                if !key.starts_with(RESERVED) {
-                    objects.push((DataKey::Path(meta.location), meta.size));
+                if key.starts_with(RESERVED) {
+                    continue;
                 }
+                listed.paths += 1;
+                if key.ends_with(SHARD_EXT) || key.ends_with(INDEX_SUFFIX) {
+                    listed.shard_files.push((meta.location.clone(), meta.size));
+                }
+                listed.files.add(&DataKey::Path(meta.location), meta.size)?;
             }
-            Entry::Unaddressable(listed) => {
-                progress.advance(1, listed.size);
-                objects.push((DataKey::new(&listed.key), listed.size));
+            Entry::Unaddressable(found) => {
+                progress.advance(1, found.size);
+                listed.files.add(&DataKey::new(&found.key), found.size)?;
             }
             // Folder markers are folders, not samples.
             _ => {}
         }
     }
     progress.finish();
-    Ok((objects, run && !manifest))
+    listed.unfinished = run && !manifest;
+    Ok(listed)
 }
 
 async fn files_from_listing(
     location: &Location,
-    objects: Vec<(DataKey, u64)>,
+    files: FilesTally,
     options: &StatsOptions,
 ) -> Result<DatasetStats> {
     let mut out = DatasetStats::empty(location.to_string(), DatasetKind::Files, StatsFrom::Listing);
-    describe_files(&mut out, location, &objects, options).await?;
-    out.classes = class_counts(&objects);
+    let classes = describe_files(&mut out, location, files, options).await?;
+    out.classes = classes;
     out.classes_from = (!out.classes.is_empty()).then_some(ClassesFrom::FirstFolder);
     let list_requests = out.objects.div_ceil(KEYS_PER_LIST).max(1);
     out.cost = cost(list_requests, out.objects, out.bytes, &options.prices);
@@ -469,12 +483,11 @@ async fn files_from_manifest(
         DatasetKind::Files,
         StatsFrom::Manifest,
     );
-    let objects: Vec<(DataKey, u64)> = manifest
-        .files
-        .iter()
-        .map(|f| (DataKey::new(&f.key), f.size))
-        .collect();
-    describe_files(&mut out, location, &objects, options).await?;
+    let mut files = FilesTally::default();
+    for file in &manifest.files {
+        files.add(&DataKey::new(&file.key), file.size)?;
+    }
+    describe_files(&mut out, location, files, options).await?;
     out.classes = manifest_classes(&manifest);
     out.classes_from = (!out.classes.is_empty()).then_some(ClassesFrom::Manifest);
     out.parameters = Some(manifest.parameters);
@@ -483,25 +496,32 @@ async fn files_from_manifest(
     Ok(out)
 }
 
-/// Counts, sizes and sampled dimensions of one-object-per-sample `objects`.
+/// Counts, sizes and sampled dimensions of one-object-per-sample `files`; returns the
+/// objects per first folder.
 async fn describe_files(
     out: &mut DatasetStats,
     location: &Location,
-    objects: &[(DataKey, u64)],
+    files: FilesTally,
     options: &StatsOptions,
-) -> Result<()> {
-    out.objects = objects.len() as u64;
+) -> Result<BTreeMap<String, u64>> {
+    out.objects = files.objects;
     out.samples = out.objects;
-    out.bytes = objects.iter().map(|(_, s)| s).sum();
-    out.sizes = percentiles_of(objects.iter().map(|(_, s)| *s).collect());
-    let mut jpegs: Vec<Probe> = objects
-        .iter()
-        .filter(|(k, _)| is_jpeg(k.as_ref()))
-        .map(|(key, size)| Probe::whole(location, key, *size))
+    out.bytes = files.bytes;
+    out.sizes = files.sizes.percentiles();
+    let sample = options.sample;
+    let jpegs: Vec<Probe> = files
+        .jpegs
+        .pick(|n| spread(n, sample))?
+        .into_iter()
+        .map(|(key, size)| Probe::whole(location, &key, size))
         .collect();
-    jpegs.sort_by(|a, b| a.key.cmp(&b.key));
-    out.images = sample_images(location, jpegs, options).await?;
-    Ok(())
+    // Already the sample: take every one.
+    let every = StatsOptions {
+        sample: jpegs.len(),
+        ..options.clone()
+    };
+    out.images = sample_images(location, jpegs, &every).await?;
+    Ok(files.classes)
 }
 
 /// The manifest's classes as a map.
@@ -513,16 +533,6 @@ fn manifest_classes(manifest: &Manifest) -> BTreeMap<String, u64> {
         .collect()
 }
 
-fn class_counts(objects: &[(DataKey, u64)]) -> BTreeMap<String, u64> {
-    let mut classes = BTreeMap::new();
-    for (key, _) in objects {
-        if let Some((first, _)) = key.as_str().split_once('/') {
-            *classes.entry(first.to_string()).or_insert(0) += 1;
-        }
-    }
-    classes
-}
-
 /// Nearest-rank percentiles of `values` (any order).
 fn percentiles_of(mut values: Vec<u64>) -> SizePercentiles {
     values.sort_unstable();
@@ -530,7 +540,7 @@ fn percentiles_of(mut values: Vec<u64>) -> SizePercentiles {
 }
 
 /// Nearest-rank percentiles of sorted `sizes`.
-fn percentiles(sorted: &[u64]) -> SizePercentiles {
+pub(crate) fn percentiles(sorted: &[u64]) -> SizePercentiles {
     let rank = |q: f64| -> u64 {
         if sorted.is_empty() {
             return 0;
@@ -690,7 +700,11 @@ mod tests {
             (DataKey::new("top.jpg"), 1),
             (DataKey::new("a//3.jpg"), 1),
         ];
-        let c = class_counts(&objs);
+        let mut tally = FilesTally::default();
+        for (key, size) in &objs {
+            tally.add(key, *size).unwrap();
+        }
+        let c = tally.classes;
         assert_eq!(c.len(), 1);
         assert_eq!(c["a"], 3);
     }

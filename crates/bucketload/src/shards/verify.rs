@@ -13,7 +13,7 @@ use std::time::Instant;
 use bucketload_format::{DatasetKind, FileEntry, MANIFEST_PATH, Manifest, ShardEntry, ShardIndex};
 use bucketload_store::object_store::ObjectStoreExt;
 use bucketload_store::{ETag, Store, key_path};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 
 use super::{IndexOptions, SHARD_EXT, ShardObject, find_shards, index_key, index_shard};
 use crate::base::{DataKey, Location, Progress};
@@ -91,33 +91,46 @@ async fn verify_files(
         files_manifest: true,
         ..VerifyReport::default()
     };
-    // Every key as the store holds it: a manifest may name `a//b.jpg`.
+    // Every key as the store holds it: a manifest may name `a//b.jpg`. The listing streams
+    // past the manifest's files, sorted by key to be found: one state byte per file.
     let location = Location::from_store(store);
-    let mut present: HashMap<String, u64> = crate::base::list_all_keys(&location)
-        .await?
-        .into_iter()
-        .filter(|o| !o.key.as_str().starts_with(RESERVED))
-        .map(|o| (o.key.as_str().to_owned(), o.size))
-        .collect();
-    let mut todo = Vec::new();
-    for file in files {
-        let uri = location.uri_of_data_key(&DataKey::new(&file.key));
-        match present.remove(&file.key) {
-            None => report.problems.push(problem(uri, "missing")),
-            Some(size) if size != file.size => report.problems.push(problem(
-                uri,
-                format!(
+    let mut files = files;
+    files.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut state = vec![Listing::Missing; files.len()];
+    let mut listing = crate::base::list_each(&location);
+    while let Some(object) = listing.try_next().await? {
+        let key = object.key.as_str();
+        if key.starts_with(RESERVED) {
+            continue;
+        }
+        let at = files.partition_point(|f| f.key.as_str() < key);
+        let Some(file) = files.get(at).filter(|f| f.key == key) else {
+            let uri = location.uri_of_data_key(&object.key);
+            report.warnings.push(problem(uri, "not in the manifest"));
+            continue;
+        };
+        state[at] = match object.size == file.size {
+            true => Listing::Found,
+            false => {
+                let uri = location.uri_of_data_key(&object.key);
+                let message = format!(
                     "wrong size: {} bytes, the manifest says {}",
-                    size, file.size
-                ),
-            )),
-            Some(_) => todo.push(file),
+                    object.size, file.size
+                );
+                report.problems.push(problem(uri, message));
+                Listing::WrongSize
+            }
+        };
+    }
+    for (file, state) in files.iter().zip(&state) {
+        if *state == Listing::Missing {
+            let uri = location.uri_of_data_key(&DataKey::new(&file.key));
+            report.problems.push(problem(uri, "missing"));
         }
     }
-    for key in present.into_keys() {
-        let uri = location.uri_of_data_key(&DataKey::new(&key));
-        report.warnings.push(problem(uri, "not in the manifest"));
-    }
+    let mut found = state.iter().map(|s| *s == Listing::Found);
+    let mut todo = files;
+    todo.retain(|_| found.next() == Some(true));
     progress.set_total(todo.len() as u64, Some(todo.iter().map(|f| f.size).sum()));
     let mut results = futures::stream::iter(todo)
         .map(|file| check_file(&location, file, progress))
@@ -129,6 +142,14 @@ async fn verify_files(
         report.warnings.extend(checked.warnings);
     }
     Ok(report)
+}
+
+/// What the listing said of a file of the manifest.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Listing {
+    Missing,
+    Found,
+    WrongSize,
 }
 
 /// What checking one object found.

@@ -29,10 +29,11 @@ use bucketload_format::{
 };
 use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
 use bucketload_store::{ETag, Store, key_path};
+use futures::TryStreamExt;
 
 use super::manifest::now_rfc3339;
 use crate::Setting;
-use crate::base::{Location, Progress, list_all};
+use crate::base::{DataKey, Location, Progress, list_all, list_each, warn_unaddressable};
 use crate::error::{Error, Result};
 
 pub(crate) use dest::planned;
@@ -385,17 +386,29 @@ async fn source_objects(src: &Store, use_manifest: bool) -> Result<Vec<SourceObj
             })
             .collect());
     }
-    let metas = list_all(&location).await?;
-    Ok(metas
-        .into_iter()
-        .map(|m| SourceObject {
-            key: m.location.to_string(),
-            size: m.size,
-            etag: ETag::from_store(m.e_tag.as_deref()),
-            crc32c: None,
-        })
-        .filter(|o| !o.key.starts_with("_bucketload/"))
-        .collect())
+    // Streamed straight into the source objects: no second copy of the listing. Keys
+    // object_store cannot spell are left out, as shards are read and written through paths.
+    let mut objects = Vec::new();
+    let mut listing = list_each(&location);
+    while let Some(object) = listing.try_next().await? {
+        let path = match object.key {
+            DataKey::Path(path) => path,
+            DataKey::Raw(key) => {
+                warn_unaddressable(&location, &key);
+                continue;
+            }
+        };
+        let key = path.as_ref();
+        if !key.starts_with("_bucketload/") {
+            objects.push(SourceObject {
+                key: key.to_owned(),
+                size: object.size,
+                etag: ETag::from_store(object.e_tag.as_deref()),
+                crc32c: None,
+            });
+        }
+    }
+    Ok(objects)
 }
 
 /// The manifest of the slice's shards (the whole dataset without `--part`).
