@@ -19,8 +19,9 @@
 # built once; KEEP=0 removes it at the end. SKIP_BUILD=1 uses BUCKETLOAD_BIN and BENCH_PYTHON
 # (a python with bucketload installed) instead of a release build installed into .venv.
 # MosaicML Streaming and LitData open the same shard counts (their own formats, hard links too,
-# from a local directory; PEERS=0 leaves them out). They open as one rank of one: more ranks need
-# a torch.distributed process group in both.
+# from a local directory). They open as one rank of one: more ranks need a torch.distributed
+# process group in both. TOOLS="bucketload peers" (the default) says which tools run, and
+# SURFACES="cli python" (the default) which of bucketload's surfaces.
 # TIMEOUT (default 600 s) bounds each measurement; one that runs out is reported as such.
 # JSON lines go to OUT/results.jsonl and the table to OUT/table.md. docs/BENCHMARKS.md records
 # the table with this command.
@@ -74,11 +75,26 @@ build() {  # build KIND PREFIX COUNT SOURCE [ARGS]: the dataset, unless a previo
     "$python" benchmarks/scale/build.py "$kind" "$root" scale "$prefix" "$count" --source "$source" "$@"
 }
 
+# Every measurement runs in a memory cgroup capped at MEMORY_CAP (default 8G; cgroup v1 or v2,
+# when this user may make one), so a tool that would take the machine's memory is killed alone
+# and reported (status 137) instead.
+cap="${MEMORY_CAP:-8G}"
+cgroup=""
+for base in /sys/fs/cgroup/memory /sys/fs/cgroup; do
+    if [ -z "$cgroup" ] && mkdir -p "$base/bucketload-bench-scale" 2>/dev/null; then
+        if echo "$cap" >"$base/bucketload-bench-scale/memory.limit_in_bytes" 2>/dev/null ||
+            echo "$cap" >"$base/bucketload-bench-scale/memory.max" 2>/dev/null; then
+            cgroup="$base/bucketload-bench-scale"
+        fi
+    fi
+done
 measure() {  # measure LABEL COMMAND...: one JSON line with the command's JSON, wall time and peak RSS
     local label=$1
     shift
     local status=0
-    timeout "$limit" /usr/bin/time -f '%e %M' -o "$work/time" "$@" >"$work/stdout" 2>"$work/stderr" || status=$?
+    timeout "$limit" /usr/bin/time -f '%e %M' -o "$work/time" bash -c \
+        'if [ -n "$0" ]; then echo $$ >"$0/cgroup.procs"; fi; exec "$@"' "$cgroup" "$@" \
+        >"$work/stdout" 2>"$work/stderr" || status=$?
     "$python" - "$label" "$status" "$work/time" "$work/stdout" "$limit" <<'PY' | tee -a "$out/results.jsonl"
 import json, sys
 label, status, time_file, stdout, limit = sys.argv[1:]
@@ -91,6 +107,8 @@ except Exception:
     row.update(wall_s=None, peak_rss_mb=None)
 if int(status) == 124:
     row["timed_out_after_s"] = int(limit)
+if int(status) in (137, -9):
+    row["killed"] = "out of memory (the cgroup's cap) or killed"
 text = open(stdout).read().strip()
 try:
     doc = json.loads(text.splitlines()[-1] if text.startswith("{\"") else text)
@@ -106,20 +124,28 @@ print(json.dumps(row))
 PY
 }
 
+tools="${TOOLS:-bucketload peers}"
+surfaces="${SURFACES:-cli python}"
 for n in $shards_counts; do
+    [[ " $tools " == *" bucketload "* ]] || break
     prefix="shards-$n"
     build shards "$prefix" "$n" one/shard-000000.tar
     world=$((n / 10))
     [ "$world" -ge 1 ] || world=1
     for format in shards indexed; do
-        measure "cli $format $((n * 1000)) samples, $n shards, rank 0 of $world" \
-            "$bin" read "s3://scale/$prefix" --format "$format" --rank 0 --world-size "$world" --json
-        measure "python $format $((n * 1000)) samples, $n shards, rank 0 of $world" \
-            "$python" benchmarks/scale/open_py.py "s3://scale/$prefix" "$format" 0 "$world"
+        if [[ " $surfaces " == *" cli "* ]]; then
+            measure "cli $format $((n * 1000)) samples, $n shards, rank 0 of $world" \
+                "$bin" read "s3://scale/$prefix" --format "$format" --rank 0 --world-size "$world" --json
+        fi
+        if [[ " $surfaces " == *" python "* ]]; then
+            measure "python $format $((n * 1000)) samples, $n shards, rank 0 of $world" \
+                "$python" benchmarks/scale/open_py.py "s3://scale/$prefix" "$format" 0 "$world"
+        fi
     done
 done
 
 for n in $files_counts; do
+    [[ " $tools " == *" bucketload "* ]] || break
     prefix="files-$n"
     build files "$prefix" "$n" "src/$jpeg_key" --crc32c "$jpeg_crc"
     world=$((n / 1000))
@@ -130,7 +156,7 @@ done
 
 # The peers open the same shard counts, each in its own format, from a local directory:
 # benchmarks/scale/peers_open.py in .venv-peers (benchmarks/peers/setup-streaming.sh).
-if [ "${PEERS:-1}" = 1 ]; then
+if [[ " $tools " == *" peers "* ]]; then
     peers="$(benchmarks/peers/setup-streaming.sh | tail -n 1)"
     peer_root="$root-peers"
     mkdir -p "$peer_root"

@@ -25,6 +25,8 @@ def main() -> None:
             else (
                 f"timed out after {r['timed_out_after_s']} s"
                 if "timed_out_after_s" in r
+                else "killed (memory cap)"
+                if "killed" in r
                 else f"exit {r['status']}"
             )
         )
