@@ -9,7 +9,8 @@ mod common;
 use std::process::Command;
 
 use bucketload_format::{
-    DatasetKind, MANIFEST_PATH, MANIFEST_VERSION, Manifest, Parameters, ShardEntry, ShardIndex,
+    DatasetKind, MANIFEST_BIN_PATH, MANIFEST_PATH, MANIFEST_VERSION, Manifest, Parameters,
+    ShardEntry, ShardIndex,
 };
 use bucketload_store::object_store::{ObjectStoreExt, path::Path};
 use common::{Fixture, Run, get, put};
@@ -37,7 +38,8 @@ fn a_files_dataset_verifies_clean_and_changed_or_deleted_objects_are_named() {
     fx.generate(uri, 24, 3, "3KB");
     fx.run(&["manifest", uri]).ok();
     let store = fx.store(uri);
-    let manifest = Manifest::from_json(MANIFEST_PATH, &get(&fx, &store, MANIFEST_PATH)).unwrap();
+    let manifest =
+        Manifest::from_json(MANIFEST_BIN_PATH, &get(&fx, &store, MANIFEST_BIN_PATH)).unwrap();
     let bytes: u64 = manifest.files.iter().map(|f| f.size).sum();
 
     let (run, gets) = verify(&fx, uri);

@@ -15,5 +15,5 @@ mod progress;
 
 pub use key::DataKey;
 pub use list::{Entry, KeyedObject, ListReport, list, list_all, list_all_keys};
-pub use location::Location;
+pub use location::{Location, ManifestRead};
 pub use progress::{NoProgress, Progress};
