@@ -214,8 +214,9 @@ fn stats_without_manifest_reads_every_index_and_names_shards_without_one() {
 
     let (run, requests) = run_counted(&fx, &["stats", uri, "--json", "--sample", "3"]);
     let v = json(&run.ok());
-    // The manifest is looked for, one listing, 3 indexes, 3 image headers.
-    assert_eq!(requests, [("GetObject", 7), ("ListObjectsV2", 1)], "{v}");
+    // Both manifests are looked for (format 2, then 1), one listing, 3 indexes, 3 image
+    // headers.
+    assert_eq!(requests, [("GetObject", 8), ("ListObjectsV2", 1)], "{v}");
     assert_eq!(
         (v["kind"].as_str(), v["from"].as_str()),
         (Some("shards"), Some("indexes"))

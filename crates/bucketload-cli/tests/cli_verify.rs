@@ -139,8 +139,9 @@ fn indexed_shards_verify_clean_and_a_flipped_byte_names_the_shard_and_member() {
     let want = format!("verified 2 objects ({bytes} bytes) in ");
     assert!(run.stdout.contains(&want), "{run:#?}");
     assert!(run.stdout.trim_end().ends_with(": 0 problems"), "{run:#?}");
-    // The (absent) manifest and run record, then each index and each shard once.
-    assert_eq!(gets, 6, "{run:#?}");
+    // The (absent) manifests of both formats and run record, then each index and each shard
+    // once.
+    assert_eq!(gets, 7, "{run:#?}");
 
     // Flip one byte inside the data of 000002.jpg in the GNU shard.
     let (name, data) = &shards[0];
