@@ -400,6 +400,37 @@ proptest! {
     }
 }
 
+/// Random damage to valid manifests of both formats never panics the reader (the stable
+/// counterpart of `fuzz/fuzz_targets/manifest_reader.rs`).
+#[test]
+fn mutated_manifests_never_panic() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
+    let seeds = [
+        files_manifest().to_binary(NAME).unwrap(),
+        shards_manifest().to_binary(NAME).unwrap(),
+        files_manifest().to_json(),
+    ];
+    for seed in &seeds {
+        assert!(bucketload_format::fuzzing::manifest_reader(seed));
+    }
+    for _ in 0..3000 {
+        let mut input = seeds[rng.random_range(0..seeds.len())].clone();
+        for _ in 0..rng.random_range(1..4) {
+            let at = rng.random_range(0..input.len());
+            match rng.random_range(0..3) {
+                0 => input[at] = rng.random(),
+                1 => input.truncate(at),
+                _ => input.insert(at, rng.random()),
+            }
+            if input.is_empty() {
+                break;
+            }
+        }
+        bucketload_format::fuzzing::manifest_reader(&input);
+    }
+}
+
 /// Loading speed into a sink that does nothing, printed (a benchmark, not a timed test):
 /// `cargo test -p bucketload-format --release --test format_manifest2 -- --ignored --nocapture`.
 #[test]
