@@ -65,7 +65,9 @@ serve() {  # serve LATENCY: (re)start the server over the same root, with that f
 serve 0ms
 echo "machine: $(machine)"
 "$bin" gen s3://bench/files --samples "$samples" --classes 10 --size "$size" >/dev/null
-"$bin" shard s3://bench/files s3://bench/shards --shard-size "$shard_size" | head -n 1
+# Format 1 (JSON): benchmarks/peers/bucketload_cache.py reads the shards' sample counts from it.
+"$bin" shard s3://bench/files s3://bench/shards --shard-size "$shard_size" \
+    --manifest-format 1 | head -n 1
 (cd benchmarks/peers && "$peers" streaming_write.py --source s3://bench/files \
     --mosaic-uri s3://bench/mds --litdata-uri s3://bench/litdata --shard-size "$shard_bytes" \
     --work "$work/write" >"$work/write.log" 2>&1) || { cat "$work/write.log" >&2; exit 1; }

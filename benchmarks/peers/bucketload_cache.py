@@ -19,7 +19,7 @@ decoded: `decode=True`, native JPEG decode, RandomResizedCrop 224, flip and norm
 exactly once with its label, and raw, bytes adding up to the source's, or the script fails.
 A streamed shard sample's index is `shard << 32 | sample` (docs/LOADER.md); the shards hold the
 source's samples in its sorted listing order, so with the shards' sample counts from the
-manifest `bucketload shard` wrote, that is the sample's position in the listing (checked
+manifest `bucketload shard --manifest-format 1` wrote (JSON), that is the sample's position in the listing (checked
 against the keys in raw mode).
 
     .venv-bench/bin/python benchmarks/peers/bucketload_cache.py --mode raw --cache cached \\

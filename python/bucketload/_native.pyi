@@ -158,12 +158,16 @@ def shard(src: str, dst: str, *, shard_size: int | None = None,
           samples_per_shard: int | None = None, seed: int | None = None,
           label_from: LabelFrom = "auto", part: tuple[int, int] | None = None, md5: bool = False,
           overwrite: bool = False, concurrency: int | None = None, endpoint: str | None = None,
-          region: str | None = None, use_manifest: bool = True) -> str:
+          region: str | None = None, use_manifest: bool = True, manifest_format: int = 2) -> str:
     """``bucketload shard src dst`` (slice ``part = (i, n)`` only, when given); the report as JSON.
-    ``use_manifest=False``: list the source even when it has a manifest (``--no-manifest``)."""
+    ``use_manifest=False``: list the source even when it has a manifest (``--no-manifest``).
+    ``manifest_format=1`` writes ``_bucketload/manifest.json`` for older readers
+    (``--manifest-format 1``); the default is format 2, ``_bucketload/manifest.bin``."""
 
-def merge(dst: str, *, endpoint: str | None = None, region: str | None = None) -> str:
-    """``bucketload merge dst``: the slices' manifests stitched into the dataset's; the report as JSON."""
+def merge(dst: str, *, endpoint: str | None = None, region: str | None = None,
+          manifest_format: int = 2) -> str:
+    """``bucketload merge dst``: the slices' manifests stitched into the dataset's; the report as
+    JSON. ``manifest_format`` as for :func:`shard`."""
 
 def parse_size(text: str) -> int:
     """Bytes of a size such as ``"20GiB"``, ``"256MB"`` or ``"1.5G"`` (``G``/``GB`` = 10⁹,

@@ -66,6 +66,11 @@ def test_corrupt_shards_and_manifests_are_corrupt_data(bucketload_bin, env, s3):
     s3.put_object(Bucket="errors-corrupt", Key="img/_bucketload/manifest.json", Body=b'{"bad": ')
     with pytest.raises(errors.CorruptDataError, match="manifest.json"):
         opened("s3://errors-corrupt/img")
+    # Format 2, truncated: read first, refused whole, named.
+    s3.put_object(Bucket="errors-corrupt", Key="img/_bucketload/manifest.bin",
+                  Body=b"\x89BLMF\r\n\x1a\x02\x00\x00")
+    with pytest.raises(errors.CorruptDataError, match="manifest.bin.*truncated"):
+        opened("s3://errors-corrupt/img")
 
 
 def test_engine_advice_names_pythons_arguments_not_cli_flags(env, s3):

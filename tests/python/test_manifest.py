@@ -65,7 +65,7 @@ def test_cli_check_names_an_added_object_and_no_manifest_reads_it(bucketload_bin
     checked = run(bucketload_bin, env, "read", uri, "--check-manifest")
     assert checked.returncode == 6, checked.stderr
     error = checked.stderr
-    assert f"{uri}/_bucketload/manifest.json is stale" in error, error
+    assert f"{uri}/_bucketload/manifest.bin is stale" in error, error
     assert "1 object added since it was written (" + new.removeprefix("train/") + ")" in error
     assert f"refresh it with `bucketload manifest {uri}`" in error, error
     assert "--no-manifest" in error, error

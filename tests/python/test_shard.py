@@ -22,7 +22,8 @@ def shard_and_download(bucketload_bin, env, s3, bucket, tmp_path):
     src, dst = f"s3://{bucket}/train", f"s3://{bucket}/shards"
     ok(bucketload_bin, env, "gen", src, "--samples", "45", "--classes", "3", "--size", "4KB")
     report = json.loads(ok(bucketload_bin, env, "shard", src, dst, "--samples-per-shard", "10",
-                           "--shuffle", "--seed", "5", "--md5", "--json"))
+                           "--shuffle", "--seed", "5", "--md5", "--json",
+                           "--manifest-format", "1"))
     assert report["written"] == 5 and report["samples"] == 45
     manifest = json.loads(s3.get_object(Bucket=bucket, Key="shards/_bucketload/manifest.json")["Body"].read())
     files = []

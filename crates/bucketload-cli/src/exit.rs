@@ -176,6 +176,10 @@ fn words(hint: &Hint) -> Option<String> {
         Hint::RefreshManifest { command } => {
             format!("refresh it with `{command}`, or read the dataset without it: --no-manifest")
         }
+        Hint::Format(F::RewriteManifest) => "write it again with `bucketload manifest` (one \
+            object per sample) or `bucketload shard --overwrite` (shards), or read the dataset \
+            without it: --no-manifest"
+            .to_owned(),
         _ => return None,
     })
 }

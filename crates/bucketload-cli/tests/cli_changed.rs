@@ -6,7 +6,7 @@
 
 mod common;
 
-use bucketload_format::{MANIFEST_PATH, Manifest};
+use bucketload_format::{MANIFEST_BIN_PATH, Manifest};
 use bucketload_store::Store;
 use bucketload_store::object_store::{ObjectStoreExt, path::Path};
 use common::{Fixture, get, json, put};
@@ -26,7 +26,8 @@ fn dataset(fx: &Fixture, uri: &str) -> (Store, String, Vec<u8>) {
     fx.generate(uri, 12, 3, "3KB");
     fx.run(&["manifest", uri]).ok();
     let store = fx.store(uri);
-    let manifest = Manifest::from_json(MANIFEST_PATH, &get(fx, &store, MANIFEST_PATH)).unwrap();
+    let manifest =
+        Manifest::from_json(MANIFEST_BIN_PATH, &get(fx, &store, MANIFEST_BIN_PATH)).unwrap();
     let key = manifest.files[0].key.clone();
     let original = get(fx, &store, &key);
     (store, key, original)
@@ -107,7 +108,7 @@ fn shard_never_packages_a_changed_object() {
     let dst_store = fx.store(dst);
     let manifest = fx.block_on(async {
         let os = dst_store.object_store();
-        os.get(&Path::from(MANIFEST_PATH)).await
+        os.get(&Path::from(MANIFEST_BIN_PATH)).await
     });
     assert!(manifest.is_err(), "a failed run must not write a manifest");
 
@@ -120,6 +121,7 @@ fn shard_never_packages_a_changed_object() {
         "{run:#?}"
     );
     fx.run(&["verify", dst]).ok();
-    let shards = Manifest::from_json(MANIFEST_PATH, &get(&fx, &dst_store, MANIFEST_PATH)).unwrap();
+    let shards =
+        Manifest::from_json(MANIFEST_BIN_PATH, &get(&fx, &dst_store, MANIFEST_BIN_PATH)).unwrap();
     assert_eq!(shards.samples, 11, "the changed sample is not packaged");
 }

@@ -308,6 +308,23 @@ fn documented_exit_codes_row_by_row() {
     fails(&run, 6, "class_001/000001.jpg");
     let run = fx.run(&["read", "s3://rows/img", "--decode", "--batch-size", "1"]);
     assert!(!run.stderr.contains("on_error"), "{run:#?}");
+    // A truncated manifest of either format: an error naming it, exit 6.
+    put(
+        &fx,
+        "s3://rows/img/_bucketload/manifest.bin",
+        b"\x89BLMF\r\n\x1a\x02\x00",
+    );
+    let run = fx.run(&["stats", "s3://rows/img"]);
+    fails(&run, 6, "s3://rows/img/_bucketload/manifest.bin");
+    assert!(run.stderr.contains("truncated"), "{run:#?}");
+    assert!(run.stderr.contains("bucketload manifest"), "{run:#?}");
+    use bucketload_store::object_store::ObjectStoreExt as _;
+    let img = fx.store("s3://rows/img/_bucketload");
+    fx.block_on(
+        img.object_store()
+            .delete(&bucketload_store::key_path("manifest.bin")),
+    )
+    .unwrap();
     put(
         &fx,
         "s3://rows/img/_bucketload/manifest.json",

@@ -302,7 +302,7 @@ fn folder_markers_and_empty_segments_on_moto() {
         "bytes",
     );
     b.python(&format!(
-        "s3.delete_object(Bucket={bucket:?}, Key='data/_bucketload/manifest.json')\n"
+        "s3.delete_object(Bucket={bucket:?}, Key='data/_bucketload/manifest.bin')\n"
     ));
     let ls = b.bucketload(&["ls", &uri]).ok();
     assert!(ls.stdout.contains("PRE full/") && ls.stdout.contains("PRE odd/"));
@@ -393,8 +393,15 @@ fn unspellable_keys_are_samples(b: &Backend) {
     assert_eq!(v["objects"], 5, "{stats:#?}");
     assert_eq!(v["classes"]["cls"], 4, "{stats:#?}");
 
+    // Format 1, which boto3 reads as JSON; format 2 (the default) is checked by its magic.
     let manifest = b.bucketload(&["manifest", &uri]).ok();
     assert!(manifest.stdout.contains("(5 files"), "{manifest:#?}");
+    let magic = b.python(&format!(
+        "print(s3.get_object(Bucket={bucket:?}, Key='ds/_bucketload/manifest.bin')['Body'].read()[:8].hex())\n"
+    ));
+    assert_eq!(magic.trim(), "89424c4d460d0a1a");
+    b.bucketload(&["manifest", &uri, "--manifest-format", "1"])
+        .ok();
     let listed = b.python(&format!(
         "import json\n\
          m = json.loads(s3.get_object(Bucket={bucket:?}, Key='ds/_bucketload/manifest.json')['Body'].read())\n\

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path as FsPath;
 use std::process::Command;
 
-use bucketload_format::{DatasetKind, MANIFEST_PATH, Manifest, ShardIndex};
+use bucketload_format::{DatasetKind, MANIFEST_BIN_PATH, MANIFEST_PATH, Manifest, ShardIndex};
 use bucketload_server::{DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY, FaultKind};
 use bucketload_store::object_store::{ObjectStoreExt, path::Path};
 use bucketload_store::{Store, StoreConfig};
@@ -229,15 +229,35 @@ fn manifest_lists_every_file_with_its_checksum_and_is_written_last() {
     let run = fx.run(&["--max-retries", "0", "manifest", uri]);
     assert_ne!(run.code, 0, "{run:#?}");
     fx.server().faults().clear();
+    assert!(
+        try_get(&fx, &store, MANIFEST_BIN_PATH).is_none(),
+        "{run:#?}"
+    );
     assert!(try_get(&fx, &store, MANIFEST_PATH).is_none(), "{run:#?}");
 
+    // Format 1 on request, then format 2 (the default) in its place.
+    fx.run(&["manifest", uri, "--manifest-format", "1"]).ok();
+    let json = try_get(&fx, &store, MANIFEST_PATH).expect("a JSON manifest");
+    assert_eq!(
+        Manifest::from_json(MANIFEST_PATH, &json)
+            .unwrap()
+            .files
+            .len(),
+        24
+    );
+    assert!(try_get(&fx, &store, MANIFEST_BIN_PATH).is_none());
     let run = fx.run(&["manifest", uri]).ok();
+    assert!(
+        try_get(&fx, &store, MANIFEST_PATH).is_none(),
+        "the JSON one is deleted"
+    );
     assert!(run.stdout.contains("(24 files, "), "{run:#?}");
     assert!(run.stdout.contains(", 3 classes)"), "{run:#?}");
     // Run twice: the manifest itself is never part of the dataset.
     fx.run(&["manifest", uri]).ok();
-    let json = try_get(&fx, &store, MANIFEST_PATH).expect("the manifest exists");
-    let manifest = Manifest::from_json(MANIFEST_PATH, &json).unwrap();
+    let bin = try_get(&fx, &store, MANIFEST_BIN_PATH).expect("the manifest exists");
+    let manifest = Manifest::from_json(MANIFEST_BIN_PATH, &bin).unwrap();
+    assert_eq!(manifest.format_version, 2);
     assert_eq!(manifest.kind, DatasetKind::Files);
     assert_eq!(manifest.files.len(), 24);
     assert_eq!(manifest.parameters.label_policy, "folder");

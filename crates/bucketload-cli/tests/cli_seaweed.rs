@@ -201,7 +201,7 @@ fn the_cli_story_on_seaweedfs_into_an_existing_bucket() {
         boto3
             .list("train/_bucketload/")
             .iter()
-            .any(|(k, _)| k == "manifest.json")
+            .any(|(k, _)| k == "manifest.bin")
     );
     let verified = run(&["verify", &train]);
     assert!(verified.stdout.contains("0 problems"), "{verified:#?}");

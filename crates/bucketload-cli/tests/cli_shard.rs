@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use bucketload_format::{MANIFEST_PATH, Manifest, ShardIndex, TarReader};
+use bucketload_format::{MANIFEST_BIN_PATH, MANIFEST_PATH, Manifest, ShardIndex, TarReader};
 use bucketload_store::Store;
 use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
 use bytes::Bytes;
@@ -50,8 +50,14 @@ fn keys(fx: &Fixture, store: &Store) -> Vec<String> {
     keys
 }
 
+/// The dataset's manifest, of either format (never both).
 fn manifest(fx: &Fixture, store: &Store) -> Manifest {
-    let bytes = get(fx, store, MANIFEST_PATH).expect("manifest");
+    let (bin, json) = (
+        get(fx, store, MANIFEST_BIN_PATH),
+        get(fx, store, MANIFEST_PATH),
+    );
+    assert!(bin.is_none() || json.is_none(), "two manifests");
+    let bytes = bin.or(json).expect("manifest");
     Manifest::from_json("manifest", &bytes).unwrap()
 }
 
@@ -133,10 +139,13 @@ fn md5_is_recorded_on_request_and_verified_where_recorded() {
     let src_uri = "s3://md5-src/train";
     let dst_uri = "s3://md5-dst/train";
     fx.generate(src_uri, 30, 2, "2KB");
+    // Format 1 on request: JSON, for older readers.
     let args = ["shard", src_uri, dst_uri, "--samples-per-shard", "10"];
-    fx.run(&args).ok();
+    let json_args = [&args[..], &["--manifest-format", "1"]].concat();
+    fx.run(&json_args).ok();
     let dst = fx.store(dst_uri);
     let m = manifest(&fx, &dst);
+    assert_eq!(m.format_version, 1);
     assert!(m.shards.iter().all(|s| s.md5.is_empty()), "{m:?}");
     let json = String::from_utf8(get(&fx, &dst, MANIFEST_PATH).unwrap().to_vec()).unwrap();
     assert!(!json.contains("\"md5\""), "{json}");
@@ -150,6 +159,10 @@ fn md5_is_recorded_on_request_and_verified_where_recorded() {
     let run = fx.run(&with_md5).ok();
     assert!(run.stdout.contains("wrote 3 of 3 shards"), "{run:#?}");
     let m = manifest(&fx, &dst);
+    assert_eq!(
+        m.format_version, 2,
+        "format 2 by default, the JSON one deleted"
+    );
     for shard in &m.shards {
         use md5::{Digest, Md5};
         let bytes = get(&fx, &dst, &shard.name).unwrap();
@@ -205,6 +218,7 @@ fn a_failed_run_leaves_no_partial_shard_and_a_rerun_resumes() {
     assert!(left.contains(&"shard-000001.tar".to_owned()), "{left:?}");
     assert!(!left.contains(&"shard-000002.tar".to_owned()), "{left:?}");
     assert!(!left.contains(&MANIFEST_PATH.to_owned()), "{left:?}");
+    assert!(!left.contains(&MANIFEST_BIN_PATH.to_owned()), "{left:?}");
 
     put(&fx, &src, &victim, saved);
     let gets = fx.server().counters().get("GetObject");

@@ -6,8 +6,8 @@
 mod common;
 
 use bucketload_format::{
-    ClassCount, DatasetKind, MANIFEST_PATH, MANIFEST_VERSION, Manifest, Parameters, ShardEntry,
-    ShardIndexBuilder, TarWriter,
+    ClassCount, DatasetKind, MANIFEST_BIN_PATH, MANIFEST_PATH, MANIFEST_VERSION, Manifest,
+    Parameters, ShardEntry, ShardIndexBuilder, TarWriter,
 };
 use bucketload_store::Store;
 use bucketload_store::object_store::{ObjectStoreExt, path::Path};
@@ -139,7 +139,7 @@ fn stats_of_a_shard_dataset_reads_only_its_manifest_and_first_index() {
     let shards = build_all();
     let store = upload(&fx, uri, &shards, None);
     let m = manifest(&shards);
-    put(&fx, &store, MANIFEST_PATH, &m.to_json());
+    put(&fx, &store, MANIFEST_BIN_PATH, &m.to_binary("m").unwrap());
 
     let (run, requests) = run_counted(&fx, &["stats", uri, "--json"]);
     let v = json(&run.ok());
@@ -182,7 +182,7 @@ fn stats_of_a_shard_dataset_reads_only_its_manifest_and_first_index() {
 
     let text = fx.run(&["stats", uri]).ok();
     for line in [
-        "kind      tar shards (described by _bucketload/manifest.json)",
+        "kind      tar shards (described by _bucketload/manifest.bin)",
         "samples   10",
         "  samples per shard  min 2  p50 4  max 4",
         "classes   2 (samples per class: min 4, max 6; from the manifest)",
@@ -214,8 +214,9 @@ fn stats_without_manifest_reads_every_index_and_names_shards_without_one() {
 
     let (run, requests) = run_counted(&fx, &["stats", uri, "--json", "--sample", "3"]);
     let v = json(&run.ok());
-    // The manifest is looked for, one listing, 3 indexes, 3 image headers.
-    assert_eq!(requests, [("GetObject", 7), ("ListObjectsV2", 1)], "{v}");
+    // Both manifests are looked for (format 2, then 1), one listing, 3 indexes, 3 image
+    // headers.
+    assert_eq!(requests, [("GetObject", 8), ("ListObjectsV2", 1)], "{v}");
     assert_eq!(
         (v["kind"].as_str(), v["from"].as_str()),
         (Some("shards"), Some("indexes"))
@@ -422,6 +423,28 @@ fn stats_of_a_files_dataset_with_a_manifest_does_not_list_it() {
     assert_eq!(v["parameters"]["label_policy"], "folder");
 }
 
+/// A dataset with only a format-1 manifest: one more GET (the format-2 manifest, absent), the
+/// same numbers.
+#[test]
+fn stats_read_a_json_manifest_when_there_is_no_binary_one() {
+    let fx = Fixture::start();
+    let uri = "s3://shard-stats/json-manifest";
+    let shards = build_all();
+    let store = upload(&fx, uri, &shards, None);
+    put(&fx, &store, MANIFEST_PATH, &manifest(&shards).to_json());
+    let (run, requests) = run_counted(&fx, &["stats", uri, "--json"]);
+    let v = json(&run.ok());
+    assert_eq!(requests, [("GetObject", 7)], "{v}");
+    assert_eq!(
+        (v["from"].as_str(), v["samples"].as_u64()),
+        (Some("manifest"), Some(10))
+    );
+    assert_eq!(v["manifest"], MANIFEST_PATH);
+    let text = fx.run(&["stats", uri]).ok();
+    let line = "kind      tar shards (described by _bucketload/manifest.json)";
+    assert!(text.stdout.lines().any(|l| l == line), "{}", text.stdout);
+}
+
 #[test]
 fn a_dataset_sharded_by_bucketload_reads_the_same_from_its_manifest_and_its_indexes() {
     let fx = Fixture::start();
@@ -434,7 +457,7 @@ fn a_dataset_sharded_by_bucketload_reads_the_same_from_its_manifest_and_its_inde
     assert_eq!(from_manifest["from"], "manifest");
     assert_eq!(from_manifest["parameters"]["samples_per_shard"], 10);
     let store = fx.store(dst);
-    fx.block_on(store.object_store().delete(&Path::from(MANIFEST_PATH)))
+    fx.block_on(store.object_store().delete(&Path::from(MANIFEST_BIN_PATH)))
         .unwrap();
     let from_indexes = json(&fx.run(&["stats", dst, "--json"]).ok());
     assert_eq!(from_indexes["from"], "indexes");

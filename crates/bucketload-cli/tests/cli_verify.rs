@@ -9,7 +9,8 @@ mod common;
 use std::process::Command;
 
 use bucketload_format::{
-    DatasetKind, MANIFEST_PATH, MANIFEST_VERSION, Manifest, Parameters, ShardEntry, ShardIndex,
+    DatasetKind, MANIFEST_BIN_PATH, MANIFEST_PATH, MANIFEST_VERSION, Manifest, Parameters,
+    ShardEntry, ShardIndex,
 };
 use bucketload_store::object_store::{ObjectStoreExt, path::Path};
 use common::{Fixture, Run, get, put};
@@ -37,7 +38,8 @@ fn a_files_dataset_verifies_clean_and_changed_or_deleted_objects_are_named() {
     fx.generate(uri, 24, 3, "3KB");
     fx.run(&["manifest", uri]).ok();
     let store = fx.store(uri);
-    let manifest = Manifest::from_json(MANIFEST_PATH, &get(&fx, &store, MANIFEST_PATH)).unwrap();
+    let manifest =
+        Manifest::from_json(MANIFEST_BIN_PATH, &get(&fx, &store, MANIFEST_BIN_PATH)).unwrap();
     let bytes: u64 = manifest.files.iter().map(|f| f.size).sum();
 
     let (run, gets) = verify(&fx, uri);
@@ -137,8 +139,9 @@ fn indexed_shards_verify_clean_and_a_flipped_byte_names_the_shard_and_member() {
     let want = format!("verified 2 objects ({bytes} bytes) in ");
     assert!(run.stdout.contains(&want), "{run:#?}");
     assert!(run.stdout.trim_end().ends_with(": 0 problems"), "{run:#?}");
-    // The (absent) manifest and run record, then each index and each shard once.
-    assert_eq!(gets, 6, "{run:#?}");
+    // The (absent) manifests of both formats and run record, then each index and each shard
+    // once.
+    assert_eq!(gets, 7, "{run:#?}");
 
     // Flip one byte inside the data of 000002.jpg in the GNU shard.
     let (name, data) = &shards[0];

@@ -15,6 +15,9 @@ pub enum Hint {
     Reindex,
     /// An index does not describe its shard: index the shard again, or re-create the shards.
     ReindexOrReshard,
+    /// A dataset manifest is damaged or truncated: write it again with the tool that made it,
+    /// or read the dataset without it.
+    RewriteManifest,
 }
 
 impl std::fmt::Display for Hint {
@@ -24,6 +27,10 @@ impl std::fmt::Display for Hint {
             Hint::Reindex => "re-create it by indexing the shard again",
             Hint::ReindexOrReshard => {
                 "rebuild it by indexing the shard again (or re-create the shards)"
+            }
+            Hint::RewriteManifest => {
+                "write it again with the tool that made it (describe the files again, or \
+                 shard again with overwrite), or read the dataset without its manifest"
             }
         })
     }
@@ -182,7 +189,7 @@ pub enum Error {
         reason: String,
     },
     /// A manifest could not be parsed.
-    #[error("{manifest}: invalid manifest: {source}")]
+    #[error("{manifest}: invalid manifest: {source}; {}", Hint::RewriteManifest)]
     ManifestJson {
         /// Manifest name or URI.
         manifest: String,
@@ -197,6 +204,33 @@ pub enum Error {
         manifest: String,
         /// What is wrong and what to do.
         reason: String,
+    },
+    /// A manifest is truncated, damaged (a checksum does not match) or not a manifest at all.
+    #[error(
+        "{manifest} at byte {offset}: corrupt manifest: {reason}; {}",
+        Hint::RewriteManifest
+    )]
+    CorruptManifest {
+        /// Manifest name or URI.
+        manifest: String,
+        /// Offset of the problem.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Reading or writing a manifest's bytes failed (the stream, not its contents).
+    #[error("{manifest} at byte {offset}: {action} failed: {source}")]
+    ManifestIo {
+        /// Manifest name or URI.
+        manifest: String,
+        /// Offset reached.
+        offset: u64,
+        /// `read` or `write`.
+        action: &'static str,
+        /// Underlying error (a store failure carried in an I/O error when the bytes come
+        /// from a GET).
+        #[source]
+        source: std::io::Error,
     },
     /// An I/O error from a [`std::io::Read`] source (convenience readers only).
     #[error("{shard} at byte {offset}: read failed: {source}")]
@@ -225,11 +259,14 @@ impl Error {
             | Error::ExtendedHeaderTooLarge { .. } => Some(Hint::VerifyShards),
             Error::CorruptIndex { .. } => Some(Hint::Reindex),
             Error::IndexLayout { .. } => Some(Hint::ReindexOrReshard),
+            Error::CorruptManifest { .. } | Error::ManifestJson { .. } => {
+                Some(Hint::RewriteManifest)
+            }
             Error::UnsupportedEntry { .. }
             | Error::InvalidMember { .. }
             | Error::WriterState { .. }
-            | Error::ManifestJson { .. }
             | Error::Manifest { .. }
+            | Error::ManifestIo { .. }
             | Error::Io { .. } => None,
         }
     }
@@ -247,6 +284,8 @@ impl Error {
             | Error::ExtendedHeaderTooLarge { offset, .. }
             | Error::WriterState { offset, .. }
             | Error::CorruptIndex { offset, .. }
+            | Error::CorruptManifest { offset, .. }
+            | Error::ManifestIo { offset, .. }
             | Error::Io { offset, .. } => Some(*offset),
             Error::InvalidMember { .. }
             | Error::IndexLayout { .. }

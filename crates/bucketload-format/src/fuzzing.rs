@@ -58,3 +58,27 @@ pub fn index_parser(data: &[u8]) -> bool {
     );
     true
 }
+
+/// Runs `data` through [`read_manifest`](crate::read_manifest) (either format); a manifest
+/// that reads must encode to format 2 and read back the same. Returns whether it read.
+pub fn manifest_reader(data: &[u8]) -> bool {
+    let Ok(manifest) = crate::Manifest::read("fuzz", data) else {
+        return false;
+    };
+    let again = manifest
+        .to_binary("fuzz")
+        .and_then(|bytes| crate::Manifest::read("fuzz", &bytes[..]));
+    // A JSON manifest may hold what format 2 refuses (entries of the other kind listed before
+    // `kind`): an error, not a crash. What encodes must read back the same.
+    if let Ok(again) = again {
+        assert_eq!(
+            crate::Manifest {
+                format_version: manifest.format_version,
+                ..again
+            },
+            manifest,
+            "a manifest that reads encodes and reads back the same"
+        );
+    }
+    true
+}

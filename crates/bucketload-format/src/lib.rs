@@ -10,8 +10,10 @@
 //!   class-per-folder labels.
 //! - [`ShardIndex`]: the binary per-shard index (`.idx`) with per-member
 //!   offsets, sizes and CRC32C.
-//! - [`Manifest`]: the dataset manifest (`_bucketload/manifest.json`) and
-//!   [`merge_manifests`] for `--part i/N` slices.
+//! - [`read_manifest`]: the dataset manifest, format 2 (`_bucketload/manifest.bin`, written
+//!   by [`ManifestWriter`]) or format 1 (`_bucketload/manifest.json`), streamed one
+//!   [`Entry`] at a time; [`Manifest`] collects a whole one, and [`merge_manifests`] stitches
+//!   `--part i/N` slices.
 //!
 //! Byte-level layouts are specified in `docs/FORMATS.md`.
 //!
@@ -52,8 +54,10 @@ pub use index::{
     INDEX_MAGIC, INDEX_VERSION, IndexMember, IndexSample, ShardIndex, ShardIndexBuilder,
 };
 pub use manifest::{
-    ClassCount, DatasetKind, FileEntry, MANIFEST_PATH, MANIFEST_VERSION, Manifest, Parameters,
-    PartSpec, ShardEntry, merge_manifests,
+    ClassCount, DatasetKind, Entry, EntrySink, FileEntry, MANIFEST_BIN_PATH, MANIFEST_PATH,
+    MANIFEST_PATHS, MANIFEST_VERSION, MANIFEST2_MAGIC, MANIFEST2_VERSION, Manifest, ManifestFormat,
+    ManifestHeader, ManifestWriter, Parameters, PartSpec, ShardEntry, merge_manifests,
+    read_manifest,
 };
 pub use reader::{
     DEFAULT_MAX_EXTENDED_HEADER, EntryHeader, EntryPolicy, Event, Member, ReadMembers, TarReader,

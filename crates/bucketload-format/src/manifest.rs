@@ -1,17 +1,83 @@
-//! The dataset manifest, `_bucketload/manifest.json` at the dataset root.
+//! The dataset manifest at the dataset root: format 2 (`_bucketload/manifest.bin`, binary,
+//! compressed, streamed; [`ManifestWriter`]) and format 1 (`_bucketload/manifest.json`), both
+//! read one entry at a time by [`read_manifest`]. [`Manifest`] collects a whole one, for the
+//! tools that need every entry at once.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+
+mod binary;
+mod json;
+mod stream;
+
+pub use binary::{MANIFEST2_MAGIC, ManifestWriter};
+pub use stream::{Entry, EntrySink, ManifestHeader, read_manifest};
 
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
 use crate::writer::ShardSummary;
 
-/// Path of the manifest relative to the dataset root.
+/// Path of a format-1 (JSON) manifest relative to the dataset root.
 pub const MANIFEST_PATH: &str = "_bucketload/manifest.json";
 
-/// The manifest format version this crate writes and reads.
+/// Path of a format-2 (binary) manifest relative to the dataset root.
+pub const MANIFEST_BIN_PATH: &str = "_bucketload/manifest.bin";
+
+/// Where readers look for a manifest, in order: format 2 first, then format 1.
+pub const MANIFEST_PATHS: [&str; 2] = [MANIFEST_BIN_PATH, MANIFEST_PATH];
+
+/// The version of JSON manifests (format 1).
 pub const MANIFEST_VERSION: u32 = 1;
+
+/// The version of binary manifests (format 2).
+pub const MANIFEST2_VERSION: u32 = binary::VERSION;
+
+/// Which format a manifest is written in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ManifestFormat {
+    /// Format 1: pretty JSON at [`MANIFEST_PATH`], read by every bucketload version.
+    Json,
+    /// Format 2: binary, compressed and checksummed, at [`MANIFEST_BIN_PATH`] (the default).
+    #[default]
+    Binary,
+}
+
+impl ManifestFormat {
+    /// The format of `version` (1 or 2).
+    pub fn from_version(version: u32) -> Option<ManifestFormat> {
+        match version {
+            MANIFEST_VERSION => Some(ManifestFormat::Json),
+            MANIFEST2_VERSION => Some(ManifestFormat::Binary),
+            _ => None,
+        }
+    }
+
+    /// Its version number.
+    pub fn version(self) -> u32 {
+        match self {
+            ManifestFormat::Json => MANIFEST_VERSION,
+            ManifestFormat::Binary => MANIFEST2_VERSION,
+        }
+    }
+
+    /// Where a manifest in this format lives, relative to the dataset root.
+    pub fn path(self) -> &'static str {
+        match self {
+            ManifestFormat::Json => MANIFEST_PATH,
+            ManifestFormat::Binary => MANIFEST_BIN_PATH,
+        }
+    }
+
+    /// Where the manifest of the other format lives (a writer removes it, so that the two
+    /// never disagree).
+    pub fn other_path(self) -> &'static str {
+        match self {
+            ManifestFormat::Json => MANIFEST_BIN_PATH,
+            ManifestFormat::Binary => MANIFEST_PATH,
+        }
+    }
+}
 
 /// How the dataset is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,7 +197,8 @@ pub struct ClassCount {
 /// The dataset manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
-    /// Always [`MANIFEST_VERSION`] for this crate.
+    /// The format it was read from, or is to be written in: [`MANIFEST_VERSION`] (JSON) or
+    /// [`MANIFEST2_VERSION`] (binary). [`Manifest::encode`] writes either whatever it says.
     pub format_version: u32,
     /// `shards` or `files`.
     pub kind: DatasetKind,
@@ -153,22 +220,53 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    /// Parses and validates a manifest named `name` (used in errors).
-    pub fn from_json(name: &str, json: &[u8]) -> Result<Manifest, Error> {
-        let manifest: Manifest =
-            serde_json::from_slice(json).map_err(|source| Error::ManifestJson {
-                manifest: name.to_owned(),
-                source,
-            })?;
-        manifest.validate(name)?;
-        Ok(manifest)
+    /// Parses and validates a manifest named `name` (used in errors), of either format (the
+    /// name is historical).
+    pub fn from_json(name: &str, bytes: &[u8]) -> Result<Manifest, Error> {
+        Manifest::read(name, bytes)
     }
 
-    /// Pretty JSON with a trailing newline.
+    /// Reads and validates a whole manifest of either format from `reader`, collecting every
+    /// entry ([`read_manifest`] streams them instead).
+    pub fn read(name: &str, reader: impl Read) -> Result<Manifest, Error> {
+        stream::collect(name, reader)
+    }
+
+    /// Format 1: pretty JSON with a trailing newline (`format_version` 1 whatever this one
+    /// says).
     pub fn to_json(&self) -> Vec<u8> {
-        let mut out = serde_json::to_vec_pretty(self).unwrap_or_default();
+        let json = match self.format_version {
+            MANIFEST_VERSION => serde_json::to_vec_pretty(self),
+            _ => serde_json::to_vec_pretty(&Manifest {
+                format_version: MANIFEST_VERSION,
+                ..self.clone()
+            }),
+        };
+        let mut out = json.unwrap_or_default();
         out.push(b'\n');
         out
+    }
+
+    /// Format 2: the binary manifest ([`ManifestWriter`]). `name` is used in errors: entries
+    /// out of order or of the wrong kind.
+    pub fn to_binary(&self, name: &str) -> Result<Vec<u8>, Error> {
+        let mut writer = ManifestWriter::new(name, Vec::new(), self.kind)?;
+        for shard in &self.shards {
+            writer.push_shard(shard)?;
+        }
+        for file in &self.files {
+            writer.push_file(file)?;
+        }
+        let (out, _) = writer.finish(self.parameters.clone(), self.classes.clone())?;
+        Ok(out)
+    }
+
+    /// The bytes of this manifest in `format`.
+    pub fn encode(&self, name: &str, format: ManifestFormat) -> Result<Vec<u8>, Error> {
+        match format {
+            ManifestFormat::Json => Ok(self.to_json()),
+            ManifestFormat::Binary => self.to_binary(name),
+        }
     }
 
     /// Checks the version, totals, ordering and uniqueness of names.
@@ -177,9 +275,9 @@ impl Manifest {
             manifest: name.to_owned(),
             reason,
         };
-        if self.format_version != MANIFEST_VERSION {
+        if ManifestFormat::from_version(self.format_version).is_none() {
             return Err(fail(format!(
-                "format version {} is not supported (expected {MANIFEST_VERSION}); upgrade bucketload",
+                "format version {} is not supported (expected {MANIFEST_VERSION} or {MANIFEST2_VERSION}); upgrade bucketload",
                 self.format_version
             )));
         }

@@ -125,7 +125,8 @@ impl MountConfig {
         self
     }
 
-    /// Serves listings from `_bucketload/manifest.json` when the mounted prefix has one
+    /// Serves listings from the dataset manifest (`_bucketload/manifest.bin`, else
+    /// `_bucketload/manifest.json`) when the mounted prefix has one
     /// (default: true).
     pub fn with_manifest(mut self, yes: bool) -> Self {
         self.use_manifest = yes;

@@ -14,7 +14,7 @@ use std::time::{Instant, SystemTime};
 
 use bucketload::base::Location;
 use bucketload::io::{DiskCache, PrefetchConfig, PrefetchCounters};
-use bucketload_format::{DatasetKind, MANIFEST_PATH, Manifest};
+use bucketload_format::{DatasetKind, Manifest};
 use bucketload_store::Store;
 use bucketload_store::object_store::{ObjectMeta, ObjectStoreExt};
 use bytes::Bytes;
@@ -108,12 +108,12 @@ impl Fs {
         };
         let mut tree = Tree::new();
         let manifest = match config.use_manifest {
-            true => location.manifest().await?,
+            true => location.manifest_found().await?,
             false => None,
         };
         let has_manifest = manifest.is_some();
-        if let Some(m) = manifest {
-            fill_from_manifest(&mut tree, &m);
+        if let Some((key, m)) = manifest {
+            fill_from_manifest(&mut tree, &m, key.as_ref());
             tracing::info!(uri = %store, files = m.files.len(), shards = m.shards.len(),
                 "mount: listings come from the dataset manifest");
         }
@@ -728,7 +728,7 @@ fn file_entry(name: &str, meta: &ObjectMeta) -> Entry {
 
 /// Puts every file of a manifest in the tree; the directories it implies are complete forever,
 /// except `_bucketload/`, which is listed from the store.
-fn fill_from_manifest(tree: &mut Tree, manifest: &Manifest) {
+fn fill_from_manifest(tree: &mut Tree, manifest: &Manifest, manifest_key: &str) {
     let now = SystemTime::now();
     let mut dirs = std::collections::HashSet::from([ROOT]);
     let mut add =
@@ -766,8 +766,8 @@ fn fill_from_manifest(tree: &mut Tree, manifest: &Manifest) {
             }
         }
     }
-    add(tree, MANIFEST_PATH, 0, None, Checked::Never);
-    let meta_dir = MANIFEST_PATH
+    add(tree, manifest_key, 0, None, Checked::Never);
+    let meta_dir = manifest_key
         .split('/')
         .next()
         .and_then(|d| tree.child(ROOT, d));

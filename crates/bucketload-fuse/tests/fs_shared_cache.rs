@@ -50,7 +50,14 @@ async fn dataset_on(manifest: bool, moto: bool) -> (Server, Store) {
         os.put(&Path::from(*key), body(i).into()).await.unwrap();
     }
     if manifest {
-        write_files_manifest(&store, 8, &NoProgress).await.unwrap();
+        write_files_manifest(
+            &store,
+            8,
+            bucketload_format::ManifestFormat::Binary,
+            &NoProgress,
+        )
+        .await
+        .unwrap();
     }
     (server, store)
 }

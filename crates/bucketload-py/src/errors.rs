@@ -102,6 +102,10 @@ fn words(hint: &Hint) -> Option<String> {
             "refresh it with the `{command}` command, or read the dataset without it: \
              use_manifest=False"
         ),
+        Hint::Format(F::RewriteManifest) => "write it again with the `bucketload manifest` \
+            command (one object per sample) or `bucketload shard --overwrite` (shards), or read \
+            the dataset without it: use_manifest=False"
+            .to_owned(),
         _ => return None,
     })
 }

@@ -3,7 +3,7 @@
 
 use bucketload::base::NoProgress;
 use bucketload::shards::{Cut, LabelFrom, ShardOptions, merge_parts, shard_dataset};
-use bucketload_format::PartSpec;
+use bucketload_format::{ManifestFormat, PartSpec};
 use bucketload_store::{Store, StoreConfig};
 use pyo3::prelude::*;
 
@@ -15,6 +15,18 @@ use bucketload::ErrorKind;
 fn json<T: serde::Serialize>(value: &T) -> PyResult<String> {
     serde_json::to_string(value)
         .map_err(|e| errors::raise(ErrorKind::Other, format!("cannot encode the report: {e}")))
+}
+
+/// `manifest_format=1` (JSON) or `2` (binary).
+fn manifest_format_of(version: u32) -> PyResult<ManifestFormat> {
+    ManifestFormat::from_version(version).ok_or_else(|| {
+        errors::raise(
+            ErrorKind::InvalidInput,
+            format!(
+                "manifest_format={version} is not a manifest format; use 1 (JSON) or 2 (binary)"
+            ),
+        )
+    })
 }
 
 fn open(uri: &str, endpoint: Option<String>, region: Option<String>) -> PyResult<Store> {
@@ -31,7 +43,7 @@ fn open_with(uri: &str, config: StoreConfig) -> PyResult<Store> {
 #[pyo3(signature = (
     src, dst, *, shard_size=None, samples_per_shard=None, seed=None, label_from="auto",
     part=None, md5=false, overwrite=false, concurrency=None, endpoint=None, region=None,
-    use_manifest=true,
+    use_manifest=true, manifest_format=2,
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn shard(
@@ -49,7 +61,9 @@ pub fn shard(
     endpoint: Option<String>,
     region: Option<String>,
     use_manifest: bool,
+    manifest_format: u32,
 ) -> PyResult<String> {
+    let manifest_format = manifest_format_of(manifest_format)?;
     // The engine's GETs in flight, unless asked for another number; the source store allows
     // as many at once.
     let gets = concurrency.unwrap_or(bucketload::shards::DEFAULT_GETS_IN_FLIGHT);
@@ -74,6 +88,7 @@ pub fn shard(
         .with_overwrite(overwrite)
         .with_gets_in_flight(gets)
         .with_source_manifest(use_manifest)
+        .with_manifest_format(manifest_format)
         .build()
         .map_err(errors::engine)?;
     let rt = runtime()?;
@@ -90,16 +105,18 @@ pub fn shard(
 /// Stitches the manifests of every slice under `dst` into the dataset's manifest; returns
 /// the report as JSON. See `bucketload merge`.
 #[pyfunction]
-#[pyo3(signature = (dst, *, endpoint=None, region=None))]
+#[pyo3(signature = (dst, *, endpoint=None, region=None, manifest_format=2))]
 pub fn merge(
     py: Python<'_>,
     dst: &str,
     endpoint: Option<String>,
     region: Option<String>,
+    manifest_format: u32,
 ) -> PyResult<String> {
+    let format = manifest_format_of(manifest_format)?;
     let rt = runtime()?;
     let _guard = rt.enter();
     let dst = open(dst, endpoint, region)?;
-    let report = py.detach(|| rt.block_on(merge_parts(&dst)));
+    let report = py.detach(|| rt.block_on(merge_parts(&dst, format)));
     json(&report.map_err(errors::engine)?)
 }

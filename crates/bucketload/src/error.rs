@@ -308,7 +308,7 @@ pub fn format_kind(err: &bucketload_format::Error) -> ErrorKind {
     match err {
         F::InvalidMember { .. } => ErrorKind::InvalidInput,
         F::WriterState { .. } => ErrorKind::Other,
-        F::Io { source, .. } => io_kind(source),
+        F::Io { source, .. } | F::ManifestIo { source, .. } => io_kind(source),
         _ => ErrorKind::Corrupt,
     }
 }

@@ -224,6 +224,16 @@ fn is_loopback_url(url: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// `--manifest-format`: `1` (JSON) or `2` (binary).
+pub fn parse_manifest_format(
+    s: &str,
+) -> Result<bucketload::shards::format::ManifestFormat, String> {
+    s.parse::<u32>()
+        .ok()
+        .and_then(bucketload::shards::format::ManifestFormat::from_version)
+        .ok_or_else(|| format!("{s:?} is not a manifest format; use 1 (JSON) or 2 (binary)"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

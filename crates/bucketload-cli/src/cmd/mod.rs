@@ -39,7 +39,7 @@ pub enum Command {
     Cp(cp::CpArgs),
     /// Index tar shards written by other tools: writes `<shard>.idx` beside each `*.tar`.
     Index(index::IndexArgs),
-    /// Write the manifest of a one-object-per-sample dataset (`_bucketload/manifest.json`).
+    /// Write the manifest of a one-object-per-sample dataset (`_bucketload/manifest.bin`).
     Manifest(manifest::ManifestArgs),
     /// Check a dataset against its manifest or shard indexes; exit 6 if anything differs.
     Verify(verify::VerifyArgs),

@@ -3,11 +3,13 @@
 
 use std::io::Write;
 
-use bucketload::shards::format::PartSpec;
+use bucketload::shards::format::{ManifestFormat, PartSpec};
 use bucketload::shards::{self, Cut, LabelFrom, ShardOptions, ShardReport};
 use clap::{Args, ValueEnum};
 
-use crate::args::store::{StoreArgs, open_dir, parse_size, prepare_destination};
+use crate::args::store::{
+    StoreArgs, open_dir, parse_manifest_format, parse_size, prepare_destination,
+};
 use crate::common::local_to_absolute;
 use crate::progress::Bar;
 
@@ -61,6 +63,11 @@ pub struct ShardArgs {
     /// written are packaged too)
     #[arg(long)]
     no_manifest: bool,
+    /// Manifest format: 2 (`_bucketload/manifest.bin`, compact and checksummed) or 1
+    /// (`_bucketload/manifest.json`, for bucketload versions before format 2); the other
+    /// format's manifest is deleted
+    #[arg(long, value_parser = parse_manifest_format, default_value = "2", value_name = "N")]
+    manifest_format: ManifestFormat,
     /// Print the report as JSON
     #[arg(long)]
     json: bool,
@@ -112,6 +119,7 @@ pub async fn shard(args: &StoreArgs, a: ShardArgs) -> anyhow::Result<()> {
         .with_skip_changed(a.skip_changed)
         .with_overwrite(a.overwrite)
         .with_md5(a.md5)
+        .with_manifest_format(a.manifest_format)
         .with_source_manifest(!a.no_manifest)
         .build()?;
     let (src, _) = open_dir(&local_to_absolute(&a.src)?, &config)?;
@@ -177,6 +185,11 @@ fn print_report(r: &ShardReport, json: bool) -> anyhow::Result<()> {
 pub struct MergeArgs {
     /// The destination of the `shard --part i/N` runs
     dst: String,
+    /// Manifest format: 2 (`_bucketload/manifest.bin`, compact and checksummed) or 1
+    /// (`_bucketload/manifest.json`, for bucketload versions before format 2); the other
+    /// format's manifest is deleted
+    #[arg(long, value_parser = parse_manifest_format, default_value = "2", value_name = "N")]
+    manifest_format: ManifestFormat,
     /// Print the report as JSON
     #[arg(long)]
     json: bool,
@@ -185,7 +198,7 @@ pub struct MergeArgs {
 /// `merge`.
 pub async fn merge(args: &StoreArgs, a: MergeArgs) -> anyhow::Result<()> {
     let (dst, _) = open_dir(&local_to_absolute(&a.dst)?, &args.config())?;
-    let report = shards::merge_parts(&dst).await?;
+    let report = shards::merge_parts(&dst, a.manifest_format).await?;
     let mut out = std::io::stdout().lock();
     if a.json {
         serde_json::to_writer_pretty(&mut out, &report)?;

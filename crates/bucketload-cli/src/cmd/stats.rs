@@ -65,7 +65,10 @@ fn print_stats(out: &mut impl Write, s: &DatasetStats, no_manifest: bool) -> std
         DatasetKind::Files => "one object per sample",
     };
     let from = match s.from {
-        StatsFrom::Manifest => format!("described by {MANIFEST_PATH}"),
+        StatsFrom::Manifest => format!(
+            "described by {}",
+            s.manifest.as_deref().unwrap_or(MANIFEST_PATH)
+        ),
         StatsFrom::Indexes => "listed, then the shards' indexes read".to_string(),
         StatsFrom::Listing => "listed".to_string(),
     };

@@ -8,6 +8,52 @@ use futures::StreamExt;
 
 use crate::error::Error;
 
+/// A manifest streamed by [`Location::read_manifest`].
+pub struct ManifestRead<S> {
+    /// The object it was read from (`_bucketload/manifest.bin` or `_bucketload/manifest.json`).
+    pub key: Path,
+    /// Everything but the entries.
+    pub header: bucketload_format::ManifestHeader,
+    /// The sink, given back.
+    pub sink: S,
+}
+
+impl<S> std::fmt::Debug for ManifestRead<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ManifestRead")
+            .field("key", &self.key)
+            .field("header", &self.header)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Every entry of a manifest (for [`Location::manifest`]).
+#[derive(Debug, Default)]
+struct Collect {
+    shards: Vec<bucketload_format::ShardEntry>,
+    files: Vec<bucketload_format::FileEntry>,
+}
+
+/// A GET body, fed chunk by chunk over a channel, read as a blocking [`std::io::Read`].
+struct ChannelReader {
+    rx: tokio::sync::mpsc::Receiver<std::io::Result<bytes::Bytes>>,
+    current: bytes::Bytes,
+}
+
+impl std::io::Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                None => return Ok(0),
+                Some(chunk) => self.current = chunk?,
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current.split_to(n));
+        Ok(n)
+    }
+}
+
 /// A store together with the URI of its root and its endpoint, so errors name objects fully.
 #[derive(Clone)]
 pub struct Location {
@@ -64,19 +110,109 @@ impl Location {
         location
     }
 
-    /// The dataset manifest at the root (`_bucketload/manifest.json`), `None` if there is
-    /// none; a manifest that does not parse is an error naming it.
+    /// The dataset manifest at the root, `None` if there is none: format 2
+    /// (`_bucketload/manifest.bin`) when there is one, else format 1
+    /// (`_bucketload/manifest.json`), streamed from the GET through
+    /// [`Location::read_manifest`] and collected. A manifest that does not read whole is an
+    /// error naming it.
     pub async fn manifest(&self) -> crate::Result<Option<bucketload_format::Manifest>> {
-        let key = Path::from(bucketload_format::MANIFEST_PATH);
-        let got = async { self.store.get(&key).await?.bytes().await }.await;
-        match got {
-            Ok(bytes) => Ok(Some(bucketload_format::Manifest::from_json(
-                &self.uri_of(&key),
-                &bytes,
-            )?)),
-            Err(bucketload_store::object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(self.error(&key, e)),
+        Ok(self.manifest_found().await?.map(|(_, manifest)| manifest))
+    }
+
+    /// [`Location::manifest`] with the key of the object it was read from.
+    pub async fn manifest_found(
+        &self,
+    ) -> crate::Result<Option<(Path, bucketload_format::Manifest)>> {
+        use bucketload_format::Entry;
+        let collected = Arc::new(std::sync::Mutex::new(Collect::default()));
+        let into = Arc::clone(&collected);
+        let sink = move |entry: Entry<'_>| {
+            let mut into = into
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match entry {
+                Entry::Shard(s) => into.shards.push(s.clone()),
+                Entry::File(f) => into.files.push(f.clone()),
+            }
+            Ok(())
+        };
+        let Some(found) = self.read_manifest(sink).await? else {
+            return Ok(None);
+        };
+        drop(found.sink);
+        let collected = std::mem::take(
+            &mut *collected
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let mut manifest = found.header.into_manifest();
+        (manifest.shards, manifest.files) = (collected.shards, collected.files);
+        Ok(Some((found.key, manifest)))
+    }
+
+    /// Streams the dataset manifest (format 2 first, then format 1) into `sink` one entry at
+    /// a time, without holding the object: the GET body is parsed on a blocking thread as it
+    /// arrives (a few chunks buffered), and the sink runs there. Returns `None` when the
+    /// dataset has no manifest, else the header and the sink back. An error (a truncated or
+    /// damaged manifest, a failed GET, or the sink's own) means the entries seen were not the
+    /// whole manifest: drop them.
+    pub async fn read_manifest<S>(&self, sink: S) -> crate::Result<Option<ManifestRead<S>>>
+    where
+        S: FnMut(bucketload_format::Entry<'_>) -> Result<(), bucketload_format::Error>
+            + Send
+            + 'static,
+    {
+        for path in bucketload_format::MANIFEST_PATHS {
+            let key = Path::from(path);
+            match self.store.get(&key).await {
+                Ok(got) => return self.stream_manifest(key, got, sink).await.map(Some),
+                Err(bucketload_store::object_store::Error::NotFound { .. }) => continue,
+                Err(e) => return Err(self.error(&key, e)),
+            }
         }
+        Ok(None)
+    }
+
+    async fn stream_manifest<S>(
+        &self,
+        key: Path,
+        got: bucketload_store::object_store::GetResult,
+        mut sink: S,
+    ) -> crate::Result<ManifestRead<S>>
+    where
+        S: FnMut(bucketload_format::Entry<'_>) -> Result<(), bucketload_format::Error>
+            + Send
+            + 'static,
+    {
+        // Chunks in flight between the GET and the parser: enough to overlap network and
+        // parsing, few enough that memory stays a few MB whatever the manifest's size.
+        const CHUNKS_IN_FLIGHT: usize = 16;
+        let (tx, rx) = tokio::sync::mpsc::channel(CHUNKS_IN_FLIGHT);
+        let name = self.uri_of(&key);
+        let parse = tokio::task::spawn_blocking(move || {
+            let reader = ChannelReader {
+                rx,
+                current: bytes::Bytes::new(),
+            };
+            let header = bucketload_format::read_manifest(&name, reader, &mut sink);
+            (header, sink)
+        });
+        let mut body = got.into_stream();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| std::io::Error::other(self.error(&key, e)));
+            if tx.send(chunk).await.is_err() {
+                break; // the parser stopped (an error it returns below)
+            }
+        }
+        drop(tx);
+        let (header, sink) = parse.await.map_err(|e| Error::Task {
+            reason: format!("the parser of {} failed: {e}", self.uri_of(&key)),
+        })?;
+        Ok(ManifestRead {
+            key,
+            header: header?,
+            sink,
+        })
     }
 
     /// The object store.

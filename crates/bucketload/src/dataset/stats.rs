@@ -3,7 +3,8 @@
 //!
 //! Three ways in, cheapest first:
 //!
-//! 1. `_bucketload/manifest.json` at the root: one GET gives the kind (shards or files), the
+//! 1. The manifest at the root (`_bucketload/manifest.bin`, else `_bucketload/manifest.json`):
+//!    one GET gives the kind (shards or files), the
 //!    samples, bytes, shards or files with their sizes, the classes and how the dataset was made.
 //!    Nothing is listed.
 //! 2. No manifest, and the objects are mostly `*.tar` shards and their `.idx`: one recursive
@@ -143,7 +144,8 @@ pub struct RandomAccessCost {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StatsFrom {
-    /// The manifest `_bucketload/manifest.json` (one GET, nothing listed).
+    /// The manifest (`_bucketload/manifest.bin` or `_bucketload/manifest.json`; one GET,
+    /// nothing listed).
     Manifest,
     /// A listing and the shards' `.idx` objects (one GET each).
     Indexes,
@@ -207,6 +209,10 @@ pub struct DatasetStats {
     pub shards: Option<ShardStats>,
     /// How the dataset was made, from its manifest.
     pub parameters: Option<Parameters>,
+    /// The manifest read, relative to the root (`_bucketload/manifest.bin` or
+    /// `_bucketload/manifest.json`), when the numbers come from one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<String>,
     /// Image dimensions of a sample.
     pub images: SampledImages,
     /// Cost of reading every object once.
@@ -228,6 +234,7 @@ impl DatasetStats {
             sizes: SizePercentiles::default(),
             shards: None,
             parameters: None,
+            manifest: None,
             images: SampledImages::default(),
             cost: CostEstimate::default(),
         }
@@ -242,14 +249,16 @@ pub async fn stats(
     progress: &dyn Progress,
 ) -> Result<DatasetStats> {
     let manifest = match options.manifest {
-        true => location.manifest().await?,
+        true => location.manifest_found().await?,
         false => None,
     };
-    if let Some(manifest) = manifest {
-        return match manifest.kind {
+    if let Some((key, manifest)) = manifest {
+        let mut stats = match manifest.kind {
             DatasetKind::Files => files_from_manifest(location, manifest, options).await,
             DatasetKind::Shards => shards_from_manifest(location, manifest, options).await,
-        };
+        }?;
+        stats.manifest = Some(key.to_string());
+        return Ok(stats);
     }
     let listed = list_dataset(location, progress).await?;
     let shards = shards_in(&listed.shard_files);
@@ -436,7 +445,7 @@ async fn list_dataset(location: &Location, progress: &dyn Progress) -> Result<Li
                 progress.advance(1, meta.size);
                 let key = meta.location.as_ref();
                 run |= key == crate::shards::RUN_PATH;
-                manifest |= key == bucketload_format::MANIFEST_PATH;
+                manifest |= bucketload_format::MANIFEST_PATHS.contains(&key);
                 if key.starts_with(RESERVED) {
                     continue;
                 }

@@ -68,11 +68,11 @@ impl Catalog {
     ) -> Result<(Catalog, Option<ManifestOrigin>)> {
         let found = match manifest {
             ManifestUse::Ignore => None,
-            ManifestUse::Trust | ManifestUse::Check => location.manifest().await?,
+            ManifestUse::Trust | ManifestUse::Check => location.manifest_found().await?,
         };
         match found {
-            Some(found) => {
-                let origin = ManifestOrigin::new(location, &found);
+            Some((key, found)) => {
+                let origin = ManifestOrigin::new(location, &key, &found);
                 if manifest == ManifestUse::Check {
                     origin.check(location, &found).await?;
                 }
@@ -171,7 +171,7 @@ async fn from_listing(
 ) -> Result<Catalog> {
     let mut objects: Vec<KeyedObject> = list_all_keys(location).await?;
     let has = |key: &str| objects.iter().any(|o| o.key.as_str() == key);
-    let unfinished = has(RUN_PATH) && !has(bucketload_format::MANIFEST_PATH);
+    let unfinished = has(RUN_PATH) && !bucketload_format::MANIFEST_PATHS.into_iter().any(has);
     objects.retain(|o| !o.key.as_str().starts_with(RESERVED));
     if unfinished && objects.is_empty() {
         let nothing = Catalog::Shards {
@@ -385,7 +385,7 @@ pub(crate) struct ManifestOrigin {
 const NAMED_DIFFERENCES: usize = 3;
 
 impl ManifestOrigin {
-    fn new(location: &Location, manifest: &Manifest) -> ManifestOrigin {
+    fn new(location: &Location, key: &Path, manifest: &Manifest) -> ManifestOrigin {
         let refresh = match manifest.kind {
             DatasetKind::Files => format!("bucketload manifest {location}"),
             _ => format!(
@@ -394,7 +394,7 @@ impl ManifestOrigin {
             ),
         };
         ManifestOrigin {
-            uri: location.uri_of(&Path::from(bucketload_format::MANIFEST_PATH)),
+            uri: location.uri_of(key),
             refresh,
         }
     }

@@ -1,19 +1,25 @@
-//! The `files` manifest of a one-object-per-sample dataset: list once, read every object (many in
-//! flight) computing its CRC32C, keep its ETag and size, and write
-//! `_bucketload/manifest.json` last.
+//! The `files` manifest of a one-object-per-sample dataset: list page by page, read every
+//! object (many in flight) computing its CRC32C, keep its ETag and size, and write the
+//! manifest (format 2, `_bucketload/manifest.bin`, by default) last.
+//!
+//! Entries stream from the listing into the format-2 writer, which holds one block; what grows
+//! is the compressed manifest itself (tens of bytes per object), uploaded once every object was
+//! read. A listing that comes sorted (S3, GCS, Azure, the embedded server) is written as it
+//! arrives; keys listed out of order (a local folder lists in directory order) are held aside
+//! and merged in at the end, so the manifest is sorted whatever the store's order.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 use bucketload_format::{
-    ClassCount, DatasetKind, FileEntry, MANIFEST_PATH, MANIFEST_VERSION, Manifest, Parameters,
-    class_of_key,
+    ClassCount, DatasetKind, Entry as ManifestEntry, FileEntry, Manifest, ManifestFormat,
+    ManifestHeader, ManifestWriter, Parameters, class_of_key, read_manifest,
 };
 use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
 use bucketload_store::{ETag, Store};
 use futures::{StreamExt, TryStreamExt};
 
-use crate::base::{KeyedObject, Location, Progress, list_all_keys};
+use crate::base::{DataKey, Entry, KeyedObject, Location, Progress, list};
 use crate::error::{Error, Result};
 
 /// Prefix of bucketload's own objects at a dataset root (never part of the dataset).
@@ -22,51 +28,182 @@ const RESERVED: &str = "_bucketload/";
 /// What [`write_files_manifest`] did.
 #[derive(Debug, Clone)]
 pub struct ManifestReport {
-    /// The manifest written.
-    pub manifest: Manifest,
+    /// What the manifest says besides its entries (totals, classes, parameters).
+    pub header: ManifestHeader,
     /// Full URI of the manifest object.
     pub uri: String,
     /// Wall time in seconds.
     pub seconds: f64,
 }
 
-/// Lists the dataset below `store`'s prefix once, reads every object with `concurrency` GETs in
-/// flight computing its CRC32C, and writes the `files` manifest at `_bucketload/manifest.json`
-/// after every object was read. Classes are the objects' folders when every object has one.
+/// Lists the dataset below `store`'s prefix page by page, reads every object with
+/// `concurrency` GETs in flight computing its CRC32C, and writes the `files` manifest in
+/// `format` after every object was read (deleting the other format's manifest first, so the
+/// two never disagree). Classes are the objects' folders when every object has one.
 pub async fn write_files_manifest(
     store: &Store,
     concurrency: usize,
+    format: ManifestFormat,
     progress: &dyn Progress,
 ) -> Result<ManifestReport> {
     let started = Instant::now();
     let location = Location::from_store(store);
-    let mut metas: Vec<KeyedObject> = list_all_keys(&location).await?;
-    metas.retain(|m| !m.key.as_str().starts_with(RESERVED));
-    if metas.is_empty() {
+    let key = Path::from(format.path());
+    let uri = store.object_uri(&key);
+    let mut out = FilesOut::new(&uri, store.uri().to_string())?;
+    let mut entries = list(&location, None, true)
+        .try_filter_map(|entry| std::future::ready(Ok(listed_object(entry))))
+        .map_ok(|meta| read_entry(&location, meta, progress))
+        .try_buffered(concurrency.max(1));
+    while let Some(entry) = entries.try_next().await? {
+        out.push(entry)?;
+    }
+    progress.finish();
+    if out.entries() == 0 {
         let message = format!("no objects below {}; nothing to describe", store.uri());
         return Err(Error::invalid_input(message));
     }
-    progress.set_total(metas.len() as u64, Some(metas.iter().map(|m| m.size).sum()));
-    let files: Vec<FileEntry> = futures::stream::iter(metas)
-        .map(|meta| read_entry(&location, meta, progress))
-        .buffered(concurrency.max(1))
-        .try_collect()
-        .await?;
-    progress.finish();
-    let manifest = files_manifest(store.uri().to_string(), files);
-    let key = Path::from(MANIFEST_PATH);
-    let uri = store.object_uri(&key);
-    manifest.validate(&uri)?;
-    store
-        .object_store()
-        .put(&key, PutPayload::from(manifest.to_json()))
-        .await
-        .map_err(|e| location.error(&key, e))?;
+    let (bytes, header) = out.finish(&uri, format)?;
+    let uri = publish_manifest(store, format, bytes).await?;
     Ok(ManifestReport {
-        manifest,
+        header,
         uri,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The dataset's object of a listing entry (not folder markers, not bucketload's own).
+fn listed_object(entry: Entry) -> Option<KeyedObject> {
+    let object = match entry {
+        Entry::Object(meta) => KeyedObject {
+            key: DataKey::Path(meta.location),
+            size: meta.size,
+            e_tag: meta.e_tag,
+        },
+        Entry::Unaddressable(l) => KeyedObject {
+            key: DataKey::new(&l.key),
+            size: l.size,
+            e_tag: l.e_tag,
+        },
+        Entry::Dir(_) => return None,
+    };
+    (!object.key.to_string().starts_with(RESERVED)).then_some(object)
+}
+
+/// Writes `bytes` as the dataset manifest in `format` at `store`'s root, after deleting the
+/// manifest of the other format (if any): readers look for format 2 first, and a stale one
+/// must never shadow the new one. Returns the manifest's URI.
+pub(crate) async fn publish_manifest(
+    store: &Store,
+    format: ManifestFormat,
+    bytes: Vec<u8>,
+) -> Result<String> {
+    let location = Location::from_store(store);
+    let os = store.object_store();
+    let other = Path::from(format.other_path());
+    match os.delete(&other).await {
+        Ok(()) | Err(bucketload_store::object_store::Error::NotFound { .. }) => {}
+        Err(e) => return Err(location.error(&other, e)),
+    }
+    let key = Path::from(format.path());
+    os.put(&key, PutPayload::from(bytes))
+        .await
+        .map_err(|e| location.error(&key, e))?;
+    Ok(store.object_uri(&key))
+}
+
+/// The manifest being written: entries in key order go straight to the format-2 writer;
+/// entries listed out of order wait in `late` and are merged in by [`FilesOut::finish`].
+struct FilesOut {
+    writer: ManifestWriter<Vec<u8>>,
+    source: String,
+    last: Option<String>,
+    late: Vec<FileEntry>,
+    classes: Option<BTreeMap<String, u64>>,
+}
+
+impl FilesOut {
+    fn new(uri: &str, source: String) -> Result<FilesOut> {
+        Ok(FilesOut {
+            writer: ManifestWriter::new(uri, Vec::new(), DatasetKind::Files)?,
+            source,
+            last: None,
+            late: Vec::new(),
+            classes: Some(BTreeMap::new()),
+        })
+    }
+
+    fn entries(&self) -> u64 {
+        self.writer.entries() + self.late.len() as u64
+    }
+
+    fn push(&mut self, entry: FileEntry) -> Result<()> {
+        match (&mut self.classes, class_of_key(&entry.key)) {
+            (Some(counts), Some(class)) => match counts.get_mut(class) {
+                Some(n) => *n += 1,
+                None => _ = counts.insert(class.to_owned(), 1),
+            },
+            (classes, _) => *classes = None,
+        }
+        if self
+            .last
+            .as_deref()
+            .is_some_and(|last| last >= entry.key.as_str())
+        {
+            self.late.push(entry);
+            return Ok(());
+        }
+        self.writer.push_file(&entry)?;
+        self.last = Some(entry.key);
+        Ok(())
+    }
+
+    /// The manifest's bytes in `format`, and its header.
+    fn finish(self, uri: &str, format: ManifestFormat) -> Result<(Vec<u8>, ManifestHeader)> {
+        let classes: Vec<ClassCount> = self
+            .classes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, count)| ClassCount { name, count })
+            .collect();
+        let policy = if classes.is_empty() { "none" } else { "folder" };
+        let params = parameters(&self.source, policy);
+        let (mut bytes, mut header) = self.writer.finish(params.clone(), classes.clone())?;
+        if !self.late.is_empty() {
+            (bytes, header) = merge_late(uri, &bytes, self.late, params, classes)?;
+        }
+        if format == ManifestFormat::Json {
+            bytes = Manifest::read(uri, &bytes[..])?.to_json();
+        }
+        Ok((bytes, header))
+    }
+}
+
+/// The manifest `sorted` with the entries `late` (listed out of order) merged in.
+fn merge_late(
+    uri: &str,
+    sorted: &[u8],
+    mut late: Vec<FileEntry>,
+    params: Parameters,
+    classes: Vec<ClassCount>,
+) -> Result<(Vec<u8>, ManifestHeader)> {
+    tracing::debug!(late = late.len(), "the listing was not sorted; merging");
+    late.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut writer = ManifestWriter::new(uri, Vec::new(), DatasetKind::Files)?;
+    let mut late = late.into_iter().peekable();
+    read_manifest(uri, sorted, &mut |entry| {
+        let ManifestEntry::File(file) = entry else {
+            return Ok(());
+        };
+        while let Some(next) = late.next_if(|l| l.key <= file.key) {
+            writer.push_file(&next)?; // an equal key fails here: listed twice
+        }
+        writer.push_file(file)
+    })?;
+    for next in late {
+        writer.push_file(&next)?;
+    }
+    Ok(writer.finish(params, classes)?)
 }
 
 /// GETs one object, streaming its body through CRC32C.
@@ -102,48 +239,19 @@ async fn read_entry(
     })
 }
 
-/// The manifest of `files` (sorted by key).
-fn files_manifest(source: String, files: Vec<FileEntry>) -> Manifest {
-    let classes = classes_of(&files);
-    let label_policy = if classes.is_empty() { "none" } else { "folder" };
-    Manifest {
-        format_version: MANIFEST_VERSION,
-        kind: DatasetKind::Files,
-        parameters: Parameters {
-            source,
-            shard_size: None,
-            samples_per_shard: None,
-            seed: None,
-            plan: None,
-            label_policy: label_policy.to_owned(),
-            tool_version: env!("CARGO_PKG_VERSION").to_owned(),
-            created: now_rfc3339(),
-            part: None,
-        },
-        samples: files.len() as u64,
-        bytes: files.iter().map(|f| f.size).sum(),
-        classes,
-        shards: Vec::new(),
-        files,
+/// The parameters of a `files` manifest made now.
+fn parameters(source: &str, label_policy: &str) -> Parameters {
+    Parameters {
+        source: source.to_owned(),
+        shard_size: None,
+        samples_per_shard: None,
+        seed: None,
+        plan: None,
+        label_policy: label_policy.to_owned(),
+        tool_version: env!("CARGO_PKG_VERSION").to_owned(),
+        created: now_rfc3339(),
+        part: None,
     }
-}
-
-/// Objects per folder when every object sits in a folder; empty otherwise.
-fn classes_of(files: &[FileEntry]) -> Vec<ClassCount> {
-    let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
-    for file in files {
-        match class_of_key(&file.key) {
-            Some(class) => *counts.entry(class).or_default() += 1,
-            None => return Vec::new(),
-        }
-    }
-    counts
-        .into_iter()
-        .map(|(name, count)| ClassCount {
-            name: name.to_owned(),
-            count,
-        })
-        .collect()
 }
 
 /// The current time as RFC 3339 UTC with seconds (`2026-11-22T05:15:00Z`).
@@ -195,20 +303,49 @@ mod tests {
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
     }
 
+    /// The manifest of `files` pushed in this order.
+    fn manifest_of(files: &[FileEntry], format: ManifestFormat) -> Result<Manifest> {
+        let mut out = FilesOut::new("m", "mem://x".into())?;
+        for f in files {
+            out.push(f.clone())?;
+        }
+        let (bytes, _) = out.finish("m", format)?;
+        Ok(Manifest::read("m", &bytes[..])?)
+    }
+
     #[test]
     fn classes_come_from_folders_only_when_every_file_has_one() {
         let files = vec![file("a/1.jpg", 3), file("a/2.jpg", 4), file("b/1.jpg", 5)];
-        let m = files_manifest("mem://x".into(), files);
+        let m = manifest_of(&files, ManifestFormat::Binary).unwrap();
         assert_eq!(m.parameters.label_policy, "folder");
+        assert_eq!(m.parameters.source, "mem://x");
         assert_eq!(m.classes.len(), 2);
         assert_eq!((m.classes[0].count, m.classes[1].count), (2, 1));
         assert_eq!((m.samples, m.bytes), (3, 12));
-        m.validate("m").unwrap();
-        let m = files_manifest(
-            "mem://x".into(),
-            vec![file("a/1.jpg", 1), file("top.jpg", 1)],
+        let m = manifest_of(
+            &[file("a/1.jpg", 1), file("top.jpg", 1)],
+            ManifestFormat::Json,
         );
+        let m = m.unwrap();
+        assert_eq!(m.format_version, 1);
         assert!(m.classes.is_empty());
         assert_eq!(m.parameters.label_policy, "none");
+    }
+
+    #[test]
+    fn keys_listed_out_of_order_are_merged_in() {
+        let keys = ["b/2", "a/1", "c/1", "b/1", "a/0", "d/9", "c/0"];
+        let files: Vec<FileEntry> = keys.iter().map(|k| file(k, 1)).collect();
+        let m = manifest_of(&files, ManifestFormat::Binary).unwrap();
+        let mut sorted = keys.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(
+            m.files.iter().map(|f| f.key.as_str()).collect::<Vec<_>>(),
+            sorted
+        );
+        assert_eq!(m.classes.iter().map(|c| c.count).sum::<u64>(), 7);
+        let twice = [file("b", 1), file("a", 1), file("b", 1)];
+        let err = manifest_of(&twice, ManifestFormat::Binary).unwrap_err();
+        assert!(err.to_string().contains("\"b\" is duplicated"), "{err}");
     }
 }

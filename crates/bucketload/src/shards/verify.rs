@@ -1,7 +1,7 @@
 //! Integrity check of a dataset: every object is read once, many in flight, and compared with
 //! what the dataset's metadata records.
 //!
-//! A `files` manifest (`_bucketload/manifest.json`) records each object's size, ETag and CRC32C;
+//! A `files` manifest (`_bucketload/manifest.bin`, or `_bucketload/manifest.json`) records each object's size, ETag and CRC32C;
 //! otherwise (no manifest, or a `shards` manifest) every `*.tar` must have a `.idx` and is streamed
 //! once through the index scanner, its size, CRC32C, MD5 and every member's (offset, size,
 //! CRC32C) compared with the index. Every problem is collected; nothing stops early.
@@ -10,7 +10,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use bucketload_format::{DatasetKind, FileEntry, MANIFEST_PATH, Manifest, ShardEntry, ShardIndex};
+use bucketload_format::{
+    DatasetKind, FileEntry, MANIFEST_BIN_PATH, MANIFEST_PATH, Manifest, ShardEntry, ShardIndex,
+};
 use bucketload_store::object_store::ObjectStoreExt;
 use bucketload_store::{ETag, Store, key_path};
 use futures::{StreamExt, TryStreamExt};
@@ -272,7 +274,7 @@ async fn unfinished(store: &Store, found: u64) -> Result<Option<Problem>> {
     ));
     let message = format!(
         "the `bucketload shard` run it records never finished: it plans {} shards of {} samples, \
-         {found} shards are here and there is no {MANIFEST_PATH} ({} shards missing); run it \
+         {found} shards are here and there is no manifest ({MANIFEST_BIN_PATH} or {MANIFEST_PATH}; {} shards missing); run it \
          again to finish it (after `--part` runs, each part, then `bucketload merge`)",
         planned.shards,
         planned.samples,
@@ -291,7 +293,8 @@ async fn verify_shards(
     let shards = find_shards(store, None).await?;
     if shards.is_empty() && manifest.is_none() {
         let message = format!(
-            "no {MANIFEST_PATH} and no *{SHARD_EXT} objects below {}; nothing to verify",
+            "no manifest ({MANIFEST_BIN_PATH} or {MANIFEST_PATH}) and no *{SHARD_EXT} objects \
+             below {}; nothing to verify",
             store.uri()
         );
         return Err(Error::invalid_input(message));

@@ -73,7 +73,14 @@ impl TestData {
             self.objects.insert(key, Expected { bytes, label });
         }
         if manifest {
-            write_files_manifest(&src, 16, &NoProgress).await.unwrap();
+            write_files_manifest(
+                &src,
+                16,
+                bucketload::shards::format::ManifestFormat::Binary,
+                &NoProgress,
+            )
+            .await
+            .unwrap();
         }
         self
     }

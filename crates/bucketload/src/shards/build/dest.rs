@@ -14,7 +14,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
-use bucketload_format::{MANIFEST_PATH, ShardEntry, ShardIndex};
+use bucketload_format::{MANIFEST_PATHS, ShardEntry, ShardIndex};
 use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
 use bucketload_store::{Store, key_path};
 use futures::{StreamExt, TryStreamExt};
@@ -135,7 +135,7 @@ fn is_ours(key: &str) -> bool {
             .and_then(|rest| rest.strip_suffix(".tar"))
             .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
     };
-    key == MANIFEST_PATH
+    MANIFEST_PATHS.contains(&key)
         || key == RUN_PATH
         || key.starts_with(&format!("{PARTS_DIR}/"))
         || shard_like(key)
@@ -213,7 +213,7 @@ async fn clear(dst: &Store, listing: &HashMap<String, u64>) -> Result<()> {
     let mut keys: Vec<&String> = listing.keys().collect();
     keys.sort_by_key(|k| {
         (
-            k.as_str() != MANIFEST_PATH,
+            !MANIFEST_PATHS.contains(&k.as_str()),
             k.as_str() == RUN_PATH,
             k.as_str(),
         )
@@ -434,6 +434,7 @@ mod tests {
             "shard-000000.tar",
             "shard-1234567.tar.idx",
             "_bucketload/manifest.json",
+            "_bucketload/manifest.bin",
             "_bucketload/run.json",
             "_bucketload/parts/part-00000-of-00002.json",
         ] {

@@ -24,14 +24,14 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use bucketload_format::{
-    ClassCount, DatasetKind, MANIFEST_PATH, MANIFEST_VERSION, Manifest, Parameters, PartSpec,
+    ClassCount, DatasetKind, MANIFEST_VERSION, Manifest, ManifestFormat, Parameters, PartSpec,
     ShardEntry, merge_manifests,
 };
 use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
 use bucketload_store::{ETag, Store, key_path};
 use futures::TryStreamExt;
 
-use super::manifest::now_rfc3339;
+use super::manifest::{now_rfc3339, publish_manifest};
 use crate::Setting;
 use crate::base::{DataKey, Location, Progress, list_all, list_each, warn_unaddressable};
 use crate::error::{Error, Result};
@@ -105,6 +105,7 @@ pub struct ShardOptions {
     overwrite: bool,
     md5: bool,
     source_manifest: bool,
+    manifest_format: ManifestFormat,
 }
 
 /// Builder of [`ShardOptions`].
@@ -137,6 +138,7 @@ impl ShardOptions {
                 overwrite: false,
                 md5: false,
                 source_manifest: true,
+                manifest_format: ManifestFormat::Binary,
             },
         }
     }
@@ -219,6 +221,15 @@ impl ShardOptionsBuilder {
     /// packaged too.
     pub fn with_source_manifest(mut self, yes: bool) -> Self {
         self.inner.source_manifest = yes;
+        self
+    }
+
+    /// The format of the dataset manifest written (default: format 2,
+    /// `_bucketload/manifest.bin`; format 1, `_bucketload/manifest.json`, for bucketload
+    /// versions that read only it). The manifest of the other format is deleted first. Slice
+    /// manifests of `--part` runs are JSON either way.
+    pub fn with_manifest_format(mut self, format: ManifestFormat) -> Self {
+        self.inner.manifest_format = format;
         self
     }
 
@@ -332,7 +343,7 @@ pub async fn shard_dataset(
     let manifest = slice_manifest(src, &plan, part, &done, options)?;
     report.samples = manifest.samples;
     report.shard_bytes = manifest.bytes;
-    report.manifest = put_manifest(dst, &manifest, options.part).await?;
+    report.manifest = put_manifest(dst, &manifest, options.part, options.manifest_format).await?;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
 }
@@ -487,8 +498,19 @@ pub fn part_manifest_key(part: PartSpec) -> Path {
     ))
 }
 
-async fn put_manifest(dst: &Store, manifest: &Manifest, part: Option<PartSpec>) -> Result<String> {
-    let key = part.map_or_else(|| Path::from(MANIFEST_PATH), part_manifest_key);
+/// Writes the manifest of slice `part` (JSON), or the dataset's in `format`.
+async fn put_manifest(
+    dst: &Store,
+    manifest: &Manifest,
+    part: Option<PartSpec>,
+    format: ManifestFormat,
+) -> Result<String> {
+    let Some(part) = part else {
+        let uri = dst.object_uri(&Path::from(format.path()));
+        manifest.validate(&uri)?;
+        return publish_manifest(dst, format, manifest.encode(&uri, format)?).await;
+    };
+    let key = part_manifest_key(part);
     let uri = dst.object_uri(&key);
     manifest.validate(&uri)?;
     dst.object_store()
@@ -514,7 +536,8 @@ pub struct MergeReport {
 /// Stitches the slices' manifests under `_bucketload/parts/` into the dataset manifest, after
 /// checking that every slice is there, that they come from one plan, and that every shard and
 /// index they name exists with the recorded size.
-pub async fn merge_parts(dst: &Store) -> Result<MergeReport> {
+/// The merged manifest is written in `format` (the other format's is deleted first).
+pub async fn merge_parts(dst: &Store, format: ManifestFormat) -> Result<MergeReport> {
     let location = Location::from_store(dst);
     let os = dst.object_store();
     let listing: HashMap<String, u64> = list_all(&location)
@@ -556,7 +579,7 @@ pub async fn merge_parts(dst: &Store) -> Result<MergeReport> {
             return Err(missing(&shard.index));
         }
     }
-    let manifest = put_manifest(dst, &merged, None).await?;
+    let manifest = put_manifest(dst, &merged, None, format).await?;
     Ok(MergeReport {
         parts: parts.len() as u64,
         shards: merged.shards.len() as u64,
