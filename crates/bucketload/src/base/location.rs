@@ -67,16 +67,36 @@ impl Location {
     /// The dataset manifest at the root (`_bucketload/manifest.json`), `None` if there is
     /// none; a manifest that does not parse is an error naming it.
     pub async fn manifest(&self) -> crate::Result<Option<bucketload_format::Manifest>> {
+        match self.manifest_get().await? {
+            Some(got) => Ok(Some(self.manifest_of(got).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The response of a GET of the dataset manifest, `None` if there is none: its metadata
+    /// (ETag, size) names the manifest's version before its body is read.
+    pub async fn manifest_get(
+        &self,
+    ) -> crate::Result<Option<bucketload_store::object_store::GetResult>> {
         let key = Path::from(bucketload_format::MANIFEST_PATH);
-        let got = async { self.store.get(&key).await?.bytes().await }.await;
-        match got {
-            Ok(bytes) => Ok(Some(bucketload_format::Manifest::from_json(
-                &self.uri_of(&key),
-                &bytes,
-            )?)),
+        match self.store.get(&key).await {
+            Ok(got) => Ok(Some(got)),
             Err(bucketload_store::object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.error(&key, e)),
         }
+    }
+
+    /// The manifest of a [`Location::manifest_get`] response, read and parsed.
+    pub async fn manifest_of(
+        &self,
+        got: bucketload_store::object_store::GetResult,
+    ) -> crate::Result<bucketload_format::Manifest> {
+        let key = Path::from(bucketload_format::MANIFEST_PATH);
+        let bytes = got.bytes().await.map_err(|e| self.error(&key, e))?;
+        Ok(bucketload_format::Manifest::from_json(
+            &self.uri_of(&key),
+            &bytes,
+        )?)
     }
 
     /// The object store.

@@ -14,6 +14,6 @@ mod location;
 mod progress;
 
 pub use key::DataKey;
-pub use list::{Entry, KeyedObject, ListReport, list, list_all, list_all_keys};
+pub use list::{Entry, KeyedObject, ListReport, for_each_key, list, list_all, list_all_keys};
 pub use location::Location;
 pub use progress::{NoProgress, Progress};

@@ -4,18 +4,21 @@
 //! use, and [`ManifestOrigin::explain`] turns an object it lists that is gone into an error
 //! that says so.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use bucketload_format::{DatasetKind, Manifest, ShardIndex, class_of_key};
-use bucketload_store::object_store::path::Path;
-use bucketload_store::{ETag, key_path};
+use bucketload_format::{DatasetKind, Manifest, ShardIndex};
+use bucketload_store::key_path;
+use bucketload_store::object_store::{GetResult, path::Path};
 
 use std::collections::BTreeMap;
 
 use super::config::{Format, ManifestUse};
-use crate::base::{DataKey, KeyedObject, Location, list_all_keys};
+use super::files_table::{FilesTable, FilesTableBuilder, Identity};
+use super::shared_catalog::{ManifestVersion, SharedCatalog};
+use crate::base::{DataKey, Location, for_each_key, list_all_keys};
 use crate::shards::{
-    IndexOptions, RUN_PATH, SHARD_EXT, ShardObject, index_key, index_shard, planned,
+    INDEX_SUFFIX, IndexOptions, RUN_PATH, SHARD_EXT, ShardObject, index_key, index_shard, planned,
     read_all_indexes, shards_in,
 };
 use crate::source::Plan;
@@ -28,14 +31,17 @@ const RESERVED: &str = "_bucketload/";
 /// Indexes read at once when an indexed loader opens.
 const INDEX_READS_IN_FLIGHT: usize = 64;
 
-/// One object of a files dataset.
+/// The identity of a files table no other process shares (from a listing).
+const PRIVATE: Identity = [0; 32];
+
+/// One object of a files dataset, as [`Catalog::file`] decodes it from the files table.
 #[derive(Debug, Clone)]
 pub(crate) struct FileObject {
     /// The key as the store holds it, relative to the dataset's root.
     pub(crate) key: DataKey,
     pub(crate) size: u64,
-    /// ETag, when known.
-    pub(crate) etag: Option<ETag>,
+    /// [`ETag::fingerprint`](bucketload_store::ETag::fingerprint) of its ETag, when known.
+    pub(crate) etag_fingerprint: Option<u64>,
     /// CRC32C of the whole object, when the manifest records it.
     pub(crate) crc32c: Option<u32>,
     pub(crate) label: Option<u32>,
@@ -55,11 +61,22 @@ pub(crate) struct DataShard {
 /// A dataset's contents and the format it is read in.
 #[derive(Debug)]
 pub(crate) enum Catalog {
-    Files(Vec<FileObject>),
+    /// One object per sample, a few bytes each (`files_table.rs`), shared by the processes of
+    /// a node when it comes from a manifest (`shared_catalog.rs`).
+    Files(FilesTable),
     Shards {
         shards: Vec<DataShard>,
         indexed: bool,
     },
+}
+
+/// Where a files catalog read from a manifest may be shared with the node's other processes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ShareWith {
+    /// The dataset's store URI (part of the catalog's name).
+    pub(crate) store_uri: String,
+    /// The loader's disk cache directory, beside which the catalog is kept.
+    pub(crate) cache_dir: Option<PathBuf>,
 }
 
 impl Catalog {
@@ -71,18 +88,17 @@ impl Catalog {
         format: Format,
         manifest: ManifestUse,
         allow_incomplete: bool,
+        share: &ShareWith,
     ) -> Result<(Catalog, Option<ManifestOrigin>)> {
         let found = match manifest {
             ManifestUse::Ignore => None,
-            ManifestUse::Trust | ManifestUse::Check => location.manifest().await?,
+            ManifestUse::Trust | ManifestUse::Check => location.manifest_get().await?,
         };
         let (catalog, origin) = match found {
-            Some(found) => {
-                let origin = ManifestOrigin::new(location, &found);
-                if manifest == ManifestUse::Check {
-                    origin.check(location, &found).await?;
-                }
-                (from_manifest(location, &found, format)?, Some(origin))
+            Some(got) => {
+                let (catalog, origin) =
+                    from_manifest_get(location, got, format, manifest, share).await?;
+                (catalog, Some(origin))
             }
             None => (
                 from_listing(location, format, allow_incomplete).await?,
@@ -109,7 +125,7 @@ impl Catalog {
     /// The source plan of this catalog.
     pub(crate) fn plan(&self) -> Plan {
         match self {
-            Catalog::Files(files) => Plan::files(files.len() as u64),
+            Catalog::Files(files) => Plan::files(files.len()),
             Catalog::Shards { shards, indexed } => {
                 let counts: Vec<u64> = shards.iter().map(|s| s.samples).collect();
                 match indexed {
@@ -128,28 +144,104 @@ impl Catalog {
             Catalog::Shards { .. } => Format::Shards,
         }
     }
+
+    /// Whether the catalog is a files table mapped from a file the node's processes share.
+    pub(crate) fn is_shared(&self) -> bool {
+        matches!(self, Catalog::Files(table) if table.is_mapped())
+    }
+
+    /// File `index` of a files catalog, its key rebuilt; `None` past the end or for shards.
+    pub(crate) fn file(&self, index: u64) -> Option<FileObject> {
+        let Catalog::Files(table) = self else {
+            return None;
+        };
+        let entry = table.get(index)?;
+        Some(FileObject {
+            key: DataKey::new(&entry.key),
+            size: entry.size,
+            etag_fingerprint: entry.etag_fingerprint,
+            crc32c: entry.crc32c,
+            label: entry.label,
+        })
+    }
 }
 
-fn from_manifest(location: &Location, manifest: &Manifest, format: Format) -> Result<Catalog> {
+/// The catalog of the manifest whose GET is `got`. A files catalog of this manifest version
+/// that a process of the node shares already is mapped without reading the manifest's body
+/// (with [`ManifestUse::Trust`]); else the manifest is read, the catalog built (by one process
+/// of the node at a time) and shared.
+async fn from_manifest_get(
+    location: &Location,
+    got: GetResult,
+    format: Format,
+    manifest: ManifestUse,
+    share: &ShareWith,
+) -> Result<(Catalog, ManifestOrigin)> {
+    let version = ManifestVersion {
+        etag: got.meta.e_tag.clone(),
+        size: got.meta.size,
+        modified_ns: got.meta.last_modified.timestamp_nanos_opt().unwrap_or(0),
+    };
+    let shared = match format {
+        Format::Auto | Format::Files => {
+            SharedCatalog::new(&share.store_uri, &version, share.cache_dir.as_deref())
+        }
+        Format::Shards | Format::Indexed => None,
+    };
+    let mut lock = None;
+    if let Some(shared) = &shared
+        && manifest == ManifestUse::Trust
+    {
+        if let Some(table) = shared.find() {
+            return Ok((Catalog::Files(table), ManifestOrigin::files(location)));
+        }
+        lock = shared.lock().await;
+        if let Some(table) = shared.find() {
+            return Ok((Catalog::Files(table), ManifestOrigin::files(location)));
+        }
+    }
+    let found = location.manifest_of(got).await?;
+    let origin = ManifestOrigin::new(location, &found);
+    if manifest == ManifestUse::Check {
+        origin.check(location, &found).await?;
+    }
+    let shared = shared.filter(|_| found.kind == DatasetKind::Files);
+    if shared.is_none() {
+        drop(lock.take()); // nothing of this node to build
+    }
+    if let Some(shared) = &shared
+        && let Some(table) = shared.find()
+    {
+        return Ok((Catalog::Files(table), origin));
+    }
+    let identity = shared.as_ref().map_or(&PRIVATE, |s| s.identity());
+    let catalog = from_manifest(location, &found, format, identity)?;
+    drop(found);
+    let catalog = match (catalog, &shared) {
+        (Catalog::Files(table), Some(shared)) => Catalog::Files(shared.publish(table)),
+        (catalog, _) => catalog,
+    };
+    drop(lock);
+    Ok((catalog, origin))
+}
+
+fn from_manifest(
+    location: &Location,
+    manifest: &Manifest,
+    format: Format,
+    identity: &Identity,
+) -> Result<Catalog> {
     match (manifest.kind, format) {
         (DatasetKind::Files, Format::Auto | Format::Files) => {
-            let keys: Vec<&str> = manifest.files.iter().map(|f| f.key.as_str()).collect();
-            let labels = folder_labels(&keys);
-            let files = manifest
-                .files
-                .iter()
-                .zip(labels)
-                .map(|(f, label)| FileObject {
-                    key: DataKey::new(&f.key),
-                    size: f.size,
-                    etag: ETag::from_store(f.etag.as_deref()),
-                    crc32c: f
-                        .crc32c
-                        .as_deref()
-                        .and_then(|c| u32::from_str_radix(c, 16).ok()),
-                    label,
-                });
-            Ok(Catalog::Files(files.collect()))
+            let mut files = FilesTableBuilder::default();
+            for f in &manifest.files {
+                let crc32c = f
+                    .crc32c
+                    .as_deref()
+                    .and_then(|c| u32::from_str_radix(c, 16).ok());
+                files.push(&f.key, f.size, f.etag.as_deref(), crc32c);
+            }
+            Ok(Catalog::Files(files.finish(identity)))
         }
         (DatasetKind::Shards, Format::Auto | Format::Shards | Format::Indexed) => {
             let shards = manifest.shards.iter().map(|s| DataShard {
@@ -179,23 +271,64 @@ fn mismatch(location: &Location, kind: DatasetKind, format: Format) -> Error {
     ))
 }
 
+/// What one pass over a listing found: the files table (unless the format rules files out),
+/// the shard-related objects, and bucketload's own run records.
+#[derive(Debug, Default)]
+struct Listing {
+    files: Option<FilesTableBuilder>,
+    /// `.tar` shards and their `.idx` indexes that object_store spells.
+    shard_objects: Vec<(Path, u64)>,
+    objects: u64,
+    has_shards: bool,
+    has_run: bool,
+    has_manifest: bool,
+}
+
+impl Listing {
+    fn add(&mut self, location: &Location, key: &str, size: u64, etag: Option<&str>) {
+        self.has_run |= key == RUN_PATH;
+        self.has_manifest |= key == bucketload_format::MANIFEST_PATH;
+        if key.starts_with(RESERVED) {
+            return;
+        }
+        self.objects += 1;
+        if key.ends_with(SHARD_EXT) || key.ends_with(INDEX_SUFFIX) {
+            self.has_shards |= key.ends_with(SHARD_EXT);
+            match DataKey::new(key) {
+                DataKey::Path(path) => self.shard_objects.push((path, size)),
+                DataKey::Raw(key) => warn_unspellable_shard(location, &key),
+            }
+        }
+        if let Some(files) = &mut self.files {
+            files.push(key, size, etag, None);
+        }
+    }
+}
+
+/// The catalog of a listing, built as the listing streams in (folder by folder, see
+/// [`for_each_key`]): a files table holds a few bytes per object, never the listing.
 async fn from_listing(
     location: &Location,
     format: Format,
     allow_incomplete: bool,
 ) -> Result<Catalog> {
-    let mut objects: Vec<KeyedObject> = list_all_keys(location).await?;
-    let has = |key: &str| objects.iter().any(|o| o.key.as_str() == key);
-    let unfinished = has(RUN_PATH) && !has(bucketload_format::MANIFEST_PATH);
-    objects.retain(|o| !o.key.as_str().starts_with(RESERVED));
-    if unfinished && objects.is_empty() {
+    let mut listing = Listing {
+        files: matches!(format, Format::Auto | Format::Files).then(FilesTableBuilder::default),
+        ..Listing::default()
+    };
+    for_each_key(location, |key, size, etag| {
+        listing.add(location, key, size, etag);
+    })
+    .await?;
+    let unfinished = listing.has_run && !listing.has_manifest;
+    if unfinished && listing.objects == 0 {
         let nothing = Catalog::Shards {
             shards: Vec::new(),
             indexed: false,
         };
         refuse_unfinished(location, &nothing, false).await?; // nothing to read, even if allowed
     }
-    let catalog = catalog_of(location, format, objects).await?;
+    let catalog = catalog_of(location, format, listing).await?;
     if unfinished {
         refuse_unfinished(location, &catalog, allow_incomplete).await?;
     }
@@ -214,10 +347,7 @@ async fn refuse_unfinished(location: &Location, catalog: &Catalog, allow: bool) 
             shards.iter().map(|s| s.samples).sum::<u64>(),
         ),
         Catalog::Files(files) => (
-            files
-                .iter()
-                .filter(|f| f.key.as_ref().ends_with(SHARD_EXT))
-                .count() as u64,
+            files.iter().filter(|f| f.key.ends_with(SHARD_EXT)).count() as u64,
             0,
         ),
     };
@@ -236,61 +366,35 @@ async fn refuse_unfinished(location: &Location, catalog: &Catalog, allow: bool) 
     Ok(())
 }
 
-async fn catalog_of(
-    location: &Location,
-    format: Format,
-    objects: Vec<KeyedObject>,
-) -> Result<Catalog> {
-    if objects.is_empty() {
+async fn catalog_of(location: &Location, format: Format, listing: Listing) -> Result<Catalog> {
+    if listing.objects == 0 {
         return Err(Error::invalid_input(format!(
             "no objects below {location}; check the URI"
         )));
     }
-    let has_shards = objects.iter().any(|o| o.key.as_str().ends_with(SHARD_EXT));
-    match (format, has_shards) {
-        (Format::Files, _) | (Format::Auto, false) => Ok(files_of(objects)),
-        (Format::Shards | Format::Indexed | Format::Auto, true) => {
-            let metas = shard_objects(location, objects);
-            shards_of(location, &metas, format == Format::Indexed).await
+    match (format, listing.has_shards, listing.files) {
+        (Format::Files, _, Some(files)) | (Format::Auto, false, Some(files)) => {
+            Ok(Catalog::Files(files.finish(&PRIVATE)))
         }
-        (format, false) => Err(mismatch(location, DatasetKind::Files, format)),
+        (Format::Shards | Format::Indexed | Format::Auto, true, _) => {
+            shards_of(location, &listing.shard_objects, format == Format::Indexed).await
+        }
+        (format, _, _) => Err(mismatch(location, DatasetKind::Files, format)),
     }
 }
 
-/// The objects of a shards dataset that its paths spell: a shard is read in ranges through
-/// object_store, so one whose key it cannot spell is left out, with a warning naming it.
-fn shard_objects(location: &Location, objects: Vec<KeyedObject>) -> Vec<(Path, u64)> {
-    objects
-        .into_iter()
-        .filter_map(|o| match o.key {
-            DataKey::Path(path) => Some((path, o.size)),
-            DataKey::Raw(key) => {
-                if key.ends_with(SHARD_EXT) {
-                    let why = bucketload_store::unspellable(&key).unwrap_or("cannot be spelled");
-                    tracing::warn!(
-                        "{}: the key {why}, which a shard of a shards dataset cannot have (the \
-                         files of a files dataset can), so the shard is skipped; copy it to a \
-                         key without it to read it",
-                        location.uri_of_key(&key)
-                    );
-                }
-                None
-            }
-        })
-        .collect()
-}
-
-fn files_of(objects: Vec<KeyedObject>) -> Catalog {
-    let keys: Vec<&str> = objects.iter().map(|o| o.key.as_str()).collect();
-    let labels = folder_labels(&keys);
-    let files = objects.iter().zip(labels).map(|(o, label)| FileObject {
-        key: o.key.clone(),
-        size: o.size,
-        etag: ETag::from_store(o.e_tag.as_deref()),
-        crc32c: None,
-        label,
-    });
-    Catalog::Files(files.collect())
+/// Logs that a shard whose key object_store cannot spell is left out: a shard is read in
+/// ranges through object_store (the files of a files dataset can have such keys).
+fn warn_unspellable_shard(location: &Location, key: &str) {
+    if key.ends_with(SHARD_EXT) {
+        let why = bucketload_store::unspellable(key).unwrap_or("cannot be spelled");
+        tracing::warn!(
+            "{}: the key {why}, which a shard of a shards dataset cannot have (the \
+             files of a files dataset can), so the shard is skipped; copy it to a \
+             key without it to read it",
+            location.uri_of_key(key)
+        );
+    }
 }
 
 /// Shards of a listing without a manifest: their sample counts come from their indexes, or,
@@ -422,6 +526,14 @@ pub(crate) struct ManifestOrigin {
 const NAMED_DIFFERENCES: usize = 3;
 
 impl ManifestOrigin {
+    /// The manifest of a files dataset at `location`.
+    fn files(location: &Location) -> ManifestOrigin {
+        ManifestOrigin {
+            uri: location.uri_of(&Path::from(bucketload_format::MANIFEST_PATH)),
+            refresh: format!("bucketload manifest {location}"),
+        }
+    }
+
     fn new(location: &Location, manifest: &Manifest) -> ManifestOrigin {
         let refresh = match manifest.kind {
             DatasetKind::Files => format!("bucketload manifest {location}"),
@@ -540,8 +652,11 @@ fn missing_object(err: &(dyn std::error::Error + 'static)) -> Option<String> {
 }
 
 /// Class labels from folders, as `bucketload shard` assigns them: when every key has a folder,
-/// the index of its folder among the sorted folder names; otherwise no labels.
+/// the index of its folder among the sorted folder names; otherwise no labels. The files table
+/// keeps them per folder run; this is the plain form its tests compare with.
+#[cfg(test)]
 pub(crate) fn folder_labels(keys: &[&str]) -> Vec<Option<u32>> {
+    use bucketload_format::class_of_key;
     let folders: Option<Vec<&str>> = keys.iter().map(|k| class_of_key(k)).collect();
     let Some(folders) = folders else {
         return vec![None; keys.len()];

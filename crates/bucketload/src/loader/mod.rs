@@ -53,9 +53,11 @@
 mod catalog;
 mod config;
 mod file_bytes;
+mod files_table;
 mod mixture;
 mod random_access;
 mod shard_stream;
+mod shared_catalog;
 mod stats;
 mod streamed_shards;
 
@@ -83,7 +85,9 @@ pub use mixture::{MixState, MixStream, MixTracker, Mixture};
 pub use shard_stream::{ShardSample, ShardSpan, shard_samples};
 pub use stats::{InFlight, LoaderStats, RequestStats, StageTime};
 
-use catalog::{Catalog, DataShard, FileObject, ManifestOrigin};
+pub use shared_catalog::CATALOG_DIR_ENV;
+
+use catalog::{Catalog, DataShard, FileObject, ManifestOrigin, ShareWith};
 use config::Dataset;
 use stats::Counters;
 
@@ -237,11 +241,16 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
-    pub(crate) fn files(&self) -> &[FileObject] {
-        match &self.catalog {
-            Catalog::Files(files) => files,
-            Catalog::Shards { .. } => &[],
-        }
+    /// File `index` of a files dataset; an error when there is none (a sample of another
+    /// dataset's plan).
+    pub(crate) fn file(&self, index: u64) -> Result<FileObject> {
+        self.catalog.file(index).ok_or_else(|| crate::Error::Task {
+            reason: format!(
+                "file {index} of {} is not in its catalog ({} files)",
+                self.location,
+                self.source.plan().samples()
+            ),
+        })
     }
 
     pub(crate) fn shards(&self) -> &[DataShard] {
@@ -290,11 +299,16 @@ impl Loader {
             );
         }
         let location = Location::from_store(&store);
+        let share = ShareWith {
+            store_uri: store.uri().to_string(),
+            cache_dir: config.cache.as_ref().map(|c| c.dir().to_path_buf()),
+        };
         let (catalog, manifest) = Catalog::open(
             &location,
             config.format,
             config.manifest,
             config.allow_incomplete,
+            &share,
         )
         .await?;
         let source = Source::new(catalog.plan(), config.order, config.partition)?;
@@ -304,6 +318,7 @@ impl Loader {
             dataset = %location,
             format = ?catalog.format(),
             samples = source.plan().samples(),
+            shared_catalog = catalog.is_shared(),
             "loader: dataset opened"
         );
         let cache = config.cache.clone().map(DiskCache::new);
