@@ -110,6 +110,9 @@ pub struct ObjectVersion {
     /// object for whole-object entries). Not stored: an entry's CRC32C is
     /// that of its body, checked on every read.
     pub crc32c: Option<u32>,
+    /// For lookups without [`etag`](Self::etag): the [`ETag::fingerprint`] the entry's ETag
+    /// must have (a compact catalog keeps only that of each ETag). Not stored.
+    pub etag_fingerprint: Option<u64>,
 }
 
 impl ObjectVersion {
@@ -119,6 +122,7 @@ impl ObjectVersion {
             etag: Some(etag.into()),
             size,
             crc32c: None,
+            etag_fingerprint: None,
         }
     }
 
@@ -129,6 +133,7 @@ impl ObjectVersion {
             etag: None,
             size,
             crc32c: None,
+            etag_fingerprint: None,
         }
     }
 
@@ -138,6 +143,18 @@ impl ObjectVersion {
             etag,
             size,
             crc32c: None,
+            etag_fingerprint: None,
+        }
+    }
+
+    /// A version known by its size and, if there is one, the [`ETag::fingerprint`] of its ETag:
+    /// served an entry whose ETag has that fingerprint.
+    pub fn with_etag_fingerprint(fingerprint: Option<u64>, size: u64) -> Self {
+        Self {
+            etag: None,
+            size,
+            crc32c: None,
+            etag_fingerprint: fingerprint,
         }
     }
 
@@ -155,10 +172,11 @@ impl ObjectVersion {
     pub(crate) fn serves(&self, wanted: &ObjectVersion, body_crc: u32) -> bool {
         self.size == wanted.size
             && wanted.crc32c.is_none_or(|c| c == body_crc)
-            && match (&wanted.etag, &self.etag) {
-                (None, _) => true,
-                (Some(w), Some(s)) => w == s,
-                (Some(_), None) => false,
+            && match (&wanted.etag, wanted.etag_fingerprint, &self.etag) {
+                (Some(w), _, Some(s)) => w == s,
+                (None, Some(f), Some(s)) => s.fingerprint() == f,
+                (None, None, _) => true,
+                (_, _, None) => false,
             }
     }
 }
@@ -194,6 +212,18 @@ mod tests {
         let no_etag = ObjectVersion::size_only(10);
         assert!(!no_etag.serves(&ObjectVersion::new("\"abc\"", 10), 0));
         assert!(no_etag.serves(&ObjectVersion::size_only(10), 0));
+    }
+
+    #[test]
+    fn a_fingerprint_serves_the_entry_whose_etag_has_it() {
+        let stored = ObjectVersion::new("\"abc\"", 10);
+        let fp = |e: &str| Some(ETag::parse(e).fingerprint());
+        assert!(stored.serves(&ObjectVersion::with_etag_fingerprint(fp("abc"), 10), 0));
+        assert!(!stored.serves(&ObjectVersion::with_etag_fingerprint(fp("abd"), 10), 0));
+        assert!(!stored.serves(&ObjectVersion::with_etag_fingerprint(fp("abc"), 11), 0));
+        let no_etag = ObjectVersion::size_only(10);
+        assert!(!no_etag.serves(&ObjectVersion::with_etag_fingerprint(fp("abc"), 10), 0));
+        assert!(no_etag.serves(&ObjectVersion::with_etag_fingerprint(None, 10), 0));
     }
 
     #[test]

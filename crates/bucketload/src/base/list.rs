@@ -361,9 +361,22 @@ fn listed_pages(location: &Location) -> BoxStream<'static, Result<Vec<Listed>>> 
 /// Every key below the location's root, folder markers included, listed in parallel (see
 /// [`list_all`]).
 async fn listed_below(location: &Location) -> Result<Vec<Listed>> {
+    let (mut listed, folders) = top_level(location).await?;
+    let mut lists = futures::stream::iter(folders)
+        .map(|folder| pages(location, &folder, false).try_collect::<Vec<ListPage>>())
+        .buffer_unordered(LIST_FAN_OUT);
+    while let Some(level) = lists.next().await {
+        listed.extend(level?.into_iter().flat_map(|page| page.objects));
+    }
+    Ok(listed)
+}
+
+/// The keys of the top level (descending through levels that hold a single folder and
+/// nothing else) and the folders found there.
+async fn top_level(location: &Location) -> Result<(Vec<Listed>, Vec<String>)> {
     let mut listed = Vec::new();
     let mut prefix = String::new();
-    let folders = loop {
+    loop {
         let mut folders = Vec::new();
         let mut level = pages(location, &prefix, true);
         let before = listed.len();
@@ -377,17 +390,47 @@ async fn listed_below(location: &Location) -> Result<Vec<Listed>> {
                 .iter()
                 .all(|o| matches!(o.kind(), ListedKind::Folder));
         if !only_one_folder {
-            break folders;
+            return Ok((listed, folders));
         }
         prefix = folders.swap_remove(0);
+    }
+}
+
+/// Every object below the location's root, in the order of [`list_all_keys`] (by key, keys
+/// object_store cannot spell included, folder markers left out), handed to `each` as key, size
+/// and ETag without collecting the listing: the top level is held, then folders are listed in
+/// parallel and handed over one by one, in order. Memory holds the top level's keys and at most
+/// [`LIST_FAN_OUT`] folders' (a class-per-folder dataset: a few classes), not the dataset's.
+pub async fn for_each_key(
+    location: &Location,
+    mut each: impl FnMut(&str, u64, Option<&str>),
+) -> Result<()> {
+    let (mut level, mut folders) = top_level(location).await?;
+    level.sort_by(|a, b| a.key.cmp(&b.key));
+    folders.sort();
+    let mut level = level.into_iter().peekable();
+    let mut emit = |listed: Listed| match entry(location, listed) {
+        Entry::Object(meta) => each(meta.location.as_ref(), meta.size, meta.e_tag.as_deref()),
+        Entry::Unaddressable(l) => each(&l.key, l.size, l.e_tag.as_deref()),
+        Entry::Dir(_) => {}
     };
     let mut lists = futures::stream::iter(folders)
-        .map(|folder| pages(location, &folder, false).try_collect::<Vec<ListPage>>())
-        .buffer_unordered(LIST_FAN_OUT);
-    while let Some(level) = lists.next().await {
-        listed.extend(level?.into_iter().flat_map(|page| page.objects));
+        .map(|folder| async move {
+            let pages: Vec<ListPage> = pages(location, &folder, false).try_collect().await?;
+            Ok::<_, Error>((folder, pages))
+        })
+        .buffered(LIST_FAN_OUT);
+    while let Some((folder, pages)) = lists.try_next().await? {
+        // A key of the level that sorts before the folder sorts before every key in it.
+        while let Some(listed) = level.next_if(|l| l.key.as_str() < folder.as_str()) {
+            emit(listed);
+        }
+        let mut objects: Vec<Listed> = pages.into_iter().flat_map(|p| p.objects).collect();
+        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        objects.into_iter().for_each(&mut emit);
     }
-    Ok(listed)
+    level.for_each(emit);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -450,6 +493,11 @@ mod tests {
                 .unwrap();
             each.sort();
             assert_eq!(each, flat(&store).await, "streamed: {keys:?}");
+            let mut streamed = Vec::new();
+            for_each_key(&loc, |key, size, _| streamed.push((key.to_owned(), size)))
+                .await
+                .unwrap();
+            assert_eq!(streamed, flat(&store).await, "{keys:?}");
         }
     }
 

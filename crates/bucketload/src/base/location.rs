@@ -123,6 +123,20 @@ impl Location {
     pub async fn manifest_found(
         &self,
     ) -> crate::Result<Option<(Path, bucketload_format::Manifest)>> {
+        let Some((key, got)) = self.manifest_get().await? else {
+            return Ok(None);
+        };
+        let manifest = self.manifest_of(key.clone(), got).await?;
+        Ok(Some((key, manifest)))
+    }
+
+    /// The whole manifest of a [`Location::manifest_get`] response, streamed from its body and
+    /// collected.
+    pub async fn manifest_of(
+        &self,
+        key: Path,
+        got: bucketload_store::object_store::GetResult,
+    ) -> crate::Result<bucketload_format::Manifest> {
         use bucketload_format::Entry;
         let collected = Arc::new(std::sync::Mutex::new(Collect::default()));
         let into = Arc::clone(&collected);
@@ -136,9 +150,7 @@ impl Location {
             }
             Ok(())
         };
-        let Some(found) = self.read_manifest(sink).await? else {
-            return Ok(None);
-        };
+        let found = self.stream_manifest(key, got, sink).await?;
         drop(found.sink);
         let collected = std::mem::take(
             &mut *collected
@@ -147,7 +159,7 @@ impl Location {
         );
         let mut manifest = found.header.into_manifest();
         (manifest.shards, manifest.files) = (collected.shards, collected.files);
-        Ok(Some((found.key, manifest)))
+        Ok(manifest)
     }
 
     /// Streams the dataset manifest (format 2 first, then format 1) into `sink` one entry at
@@ -173,7 +185,9 @@ impl Location {
         Ok(None)
     }
 
-    async fn stream_manifest<S>(
+    /// Streams the body of a [`Location::manifest_get`] response into `sink` (see
+    /// [`Location::read_manifest`]).
+    pub async fn stream_manifest<S>(
         &self,
         key: Path,
         got: bucketload_store::object_store::GetResult,
@@ -213,6 +227,23 @@ impl Location {
             header: header?,
             sink,
         })
+    }
+
+    /// The response of a GET of the dataset manifest (format 2 first, then format 1) with its
+    /// key, `None` if there is none: its metadata (ETag, size) names the manifest's version
+    /// before its body is read ([`Location::stream_manifest`] reads it).
+    pub async fn manifest_get(
+        &self,
+    ) -> crate::Result<Option<(Path, bucketload_store::object_store::GetResult)>> {
+        for path in bucketload_format::MANIFEST_PATHS {
+            let key = Path::from(path);
+            match self.store.get(&key).await {
+                Ok(got) => return Ok(Some((key, got))),
+                Err(bucketload_store::object_store::Error::NotFound { .. }) => continue,
+                Err(e) => return Err(self.error(&key, e)),
+            }
+        }
+        Ok(None)
     }
 
     /// The object store.

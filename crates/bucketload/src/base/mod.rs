@@ -14,7 +14,9 @@ mod location;
 mod progress;
 
 pub use key::DataKey;
-pub use list::{Entry, KeyedObject, ListReport, list, list_all, list_all_keys, list_each};
+pub use list::{
+    Entry, KeyedObject, ListReport, for_each_key, list, list_all, list_all_keys, list_each,
+};
 pub(crate) use list::{lists_in_key_order, warn_unaddressable};
 pub use location::{Location, ManifestRead};
 pub use progress::{NoProgress, Progress};

@@ -19,15 +19,31 @@ const INLINE_CRC_BYTES: usize = 1 << 20;
 pub(crate) struct Promise {
     pub(crate) size: u64,
     pub(crate) etag: Option<ETag>,
+    /// Without [`etag`](Self::etag): its [`ETag::fingerprint`] (what a compact catalog keeps).
+    pub(crate) etag_fingerprint: Option<u64>,
     pub(crate) crc32c: Option<u32>,
 }
 
 /// How an object differs from what the dataset says of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Change {
-    Size { expected: u64, got: u64 },
-    ETag { expected: ETag, got: ETag },
-    Checksum { expected: u32, got: u32 },
+    Size {
+        expected: u64,
+        got: u64,
+    },
+    ETag {
+        expected: ETag,
+        got: ETag,
+    },
+    /// The ETag has another fingerprint than the one the catalog keeps.
+    ETagFingerprint {
+        expected: u64,
+        got: ETag,
+    },
+    Checksum {
+        expected: u32,
+        got: u32,
+    },
 }
 
 impl std::fmt::Display for Change {
@@ -35,6 +51,10 @@ impl std::fmt::Display for Change {
         match self {
             Change::Size { expected, got } => write!(f, "is {got} bytes, expected {expected}"),
             Change::ETag { expected, got } => write!(f, "has ETag {got}, expected {expected}"),
+            Change::ETagFingerprint { expected, got } => write!(
+                f,
+                "has ETag {got}, expected another (one whose fingerprint is {expected:016x})"
+            ),
             Change::Checksum { expected, got } => {
                 write!(f, "has CRC32C {got:08x}, expected {expected:08x}")
             }
@@ -64,6 +84,12 @@ pub(crate) async fn compare(
             got: got.clone(),
         });
     }
+    if let (Some(expected), Some(got)) = (file.etag_fingerprint, &returned.etag) {
+        return (expected != got.fingerprint()).then(|| Change::ETagFingerprint {
+            expected,
+            got: got.clone(),
+        });
+    }
     let expected = file.crc32c?;
     let got = crc32c_of(bytes).await;
     (got != expected).then_some(Change::Checksum { expected, got })
@@ -90,6 +116,7 @@ mod tests {
         Promise {
             size: 3,
             etag: etag.map(ETag::parse),
+            etag_fingerprint: None,
             crc32c,
         }
     }
@@ -119,5 +146,24 @@ mod tests {
             compare(&file(Some("e1"), Some(crc ^ 1)), &same, &body).await,
             None
         );
+    }
+
+    #[tokio::test]
+    async fn a_fingerprint_stands_for_its_etag() {
+        let body = Bytes::from_static(b"abc");
+        let same = ObjectVersion::new("\"e1\"", 3);
+        let promise = |etag: &str, crc32c| Promise {
+            size: 3,
+            etag: None,
+            etag_fingerprint: Some(ETag::parse(etag).fingerprint()),
+            crc32c,
+        };
+        assert_eq!(compare(&promise("e1", None), &same, &body).await, None);
+        let changed = compare(&promise("e0", None), &same, &body).await;
+        assert!(matches!(changed, Some(Change::ETagFingerprint { .. })));
+        // A store without ETags: the CRC32C decides, as with a whole ETag.
+        let unknown = ObjectVersion::size_only(3);
+        let crc_bad = compare(&promise("e1", Some(1)), &unknown, &body).await;
+        assert!(matches!(crc_bad, Some(Change::Checksum { .. })));
     }
 }

@@ -8,21 +8,23 @@
 //! comes up (`indexes.rs`). A listing without a manifest reads every index once for its count
 //! (many in flight), keeps the count and drops the index.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use bucketload_format::{DatasetKind, Manifest, class_of_key};
-use bucketload_store::ETag;
-use bucketload_store::object_store::path::Path;
+use bucketload_format::{DatasetKind, Entry, Manifest};
+use bucketload_store::object_store::{GetResult, path::Path};
 
 use std::collections::BTreeMap;
 
 use super::config::{Format, ManifestUse};
+use super::files_table::{FilesTable, FilesTableBuilder, Identity};
 use super::indexes::{IndexCache, checked};
 use super::shard_table::{ShardRow, ShardTable};
-use crate::base::{DataKey, KeyedObject, Location, list_all_keys};
+use super::shared_catalog::{ManifestVersion, SharedCatalog};
+use crate::base::{DataKey, Location, for_each_key, list_all_keys};
 use crate::shards::{
-    IndexOptions, RUN_PATH, SHARD_EXT, ShardObject, index_key, index_shard, planned, read_indexes,
-    shards_in,
+    INDEX_SUFFIX, IndexOptions, RUN_PATH, SHARD_EXT, ShardObject, index_key, index_shard, planned,
+    read_indexes, shards_in,
 };
 use crate::source::Plan;
 use crate::{Error, ErrorKind, Result, Setting};
@@ -34,14 +36,17 @@ const RESERVED: &str = "_bucketload/";
 /// Indexes read at once when a loader counts the samples of a listing's shards.
 const INDEX_READS_IN_FLIGHT: usize = 64;
 
-/// One object of a files dataset.
+/// The identity of a files table no other process shares (from a listing).
+const PRIVATE: Identity = [0; 32];
+
+/// One object of a files dataset, as [`Catalog::file`] decodes it from the files table.
 #[derive(Debug, Clone)]
 pub(crate) struct FileObject {
     /// The key as the store holds it, relative to the dataset's root.
     pub(crate) key: DataKey,
     pub(crate) size: u64,
-    /// ETag, when known.
-    pub(crate) etag: Option<ETag>,
+    /// [`ETag::fingerprint`](bucketload_store::ETag::fingerprint) of its ETag, when known.
+    pub(crate) etag_fingerprint: Option<u64>,
     /// CRC32C of the whole object, when the manifest records it.
     pub(crate) crc32c: Option<u32>,
     pub(crate) label: Option<u32>,
@@ -50,8 +55,22 @@ pub(crate) struct FileObject {
 /// A dataset's contents and the format it is read in.
 #[derive(Debug)]
 pub(crate) enum Catalog {
-    Files(Vec<FileObject>),
-    Shards { shards: ShardTable, indexed: bool },
+    /// One object per sample, a few bytes each (`files_table.rs`), shared by the processes of
+    /// a node when it comes from a manifest (`shared_catalog.rs`).
+    Files(FilesTable),
+    Shards {
+        shards: ShardTable,
+        indexed: bool,
+    },
+}
+
+/// Where a files catalog read from a manifest may be shared with the node's other processes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ShareWith {
+    /// The dataset's store URI (part of the catalog's name).
+    pub(crate) store_uri: String,
+    /// The loader's disk cache directory, beside which the catalog is kept.
+    pub(crate) cache_dir: Option<PathBuf>,
 }
 
 impl Catalog {
@@ -64,19 +83,18 @@ impl Catalog {
         format: Format,
         manifest: ManifestUse,
         allow_incomplete: bool,
+        share: &ShareWith,
         indexes: &IndexCache,
     ) -> Result<(Catalog, Option<ManifestOrigin>)> {
         let found = match manifest {
             ManifestUse::Ignore => None,
-            ManifestUse::Trust | ManifestUse::Check => location.manifest_found().await?,
+            ManifestUse::Trust | ManifestUse::Check => location.manifest_get().await?,
         };
         match found {
-            Some((key, found)) => {
-                let origin = ManifestOrigin::new(location, &key, &found);
-                if manifest == ManifestUse::Check {
-                    origin.check(location, &found).await?;
-                }
-                Ok((from_manifest(location, &found, format)?, Some(origin)))
+            Some((key, got)) => {
+                let (catalog, origin) =
+                    from_manifest_get(location, key, got, format, manifest, share).await?;
+                Ok((catalog, Some(origin)))
             }
             None => {
                 let catalog = from_listing(location, format, allow_incomplete, indexes).await?;
@@ -88,7 +106,7 @@ impl Catalog {
     /// The source plan of this catalog.
     pub(crate) fn plan(&self) -> Plan {
         match self {
-            Catalog::Files(files) => Plan::files(files.len() as u64),
+            Catalog::Files(files) => Plan::files(files.len()),
             Catalog::Shards { shards, indexed } => {
                 let counts = Arc::clone(shards.counts());
                 match indexed {
@@ -107,28 +125,194 @@ impl Catalog {
             Catalog::Shards { .. } => Format::Shards,
         }
     }
+
+    /// Whether the catalog is a files table mapped from a file the node's processes share.
+    pub(crate) fn is_shared(&self) -> bool {
+        matches!(self, Catalog::Files(table) if table.is_mapped())
+    }
+
+    /// File `index` of a files catalog, its key rebuilt; `None` past the end or for shards.
+    pub(crate) fn file(&self, index: u64) -> Option<FileObject> {
+        let Catalog::Files(table) = self else {
+            return None;
+        };
+        let entry = table.get(index)?;
+        Some(FileObject {
+            key: DataKey::new(&entry.key),
+            size: entry.size,
+            etag_fingerprint: entry.etag_fingerprint,
+            crc32c: entry.crc32c,
+            label: entry.label,
+        })
+    }
 }
 
-fn from_manifest(location: &Location, manifest: &Manifest, format: Format) -> Result<Catalog> {
-    match (manifest.kind, format) {
-        (DatasetKind::Files, Format::Auto | Format::Files) => {
-            let keys: Vec<&str> = manifest.files.iter().map(|f| f.key.as_str()).collect();
-            let labels = folder_labels(&keys);
-            let files = manifest
-                .files
+/// The catalog of the manifest whose GET is `got`. A files catalog of this manifest version
+/// that a process of the node shares already is mapped without reading the manifest's body
+/// (with [`ManifestUse::Trust`]); else the manifest is read, the catalog built (by one process
+/// of the node at a time) and shared.
+async fn from_manifest_get(
+    location: &Location,
+    key: Path,
+    got: GetResult,
+    format: Format,
+    manifest: ManifestUse,
+    share: &ShareWith,
+) -> Result<(Catalog, ManifestOrigin)> {
+    let version = ManifestVersion {
+        etag: got.meta.e_tag.clone(),
+        size: got.meta.size,
+        modified_ns: got.meta.last_modified.timestamp_nanos_opt().unwrap_or(0),
+    };
+    let shared = match format {
+        Format::Auto | Format::Files => {
+            SharedCatalog::new(&share.store_uri, &version, share.cache_dir.as_deref())
+        }
+        Format::Shards | Format::Indexed => None,
+    };
+    let mut lock = None;
+    if let Some(shared) = &shared
+        && manifest == ManifestUse::Trust
+    {
+        if let Some(table) = shared.find() {
+            return Ok((Catalog::Files(table), ManifestOrigin::files(location, &key)));
+        }
+        lock = shared.lock().await;
+        if let Some(table) = shared.find() {
+            return Ok((Catalog::Files(table), ManifestOrigin::files(location, &key)));
+        }
+    }
+    if manifest == ManifestUse::Check {
+        // The check compares every entry with a listing: the manifest is collected whole.
+        let found = location.manifest_of(key.clone(), got).await?;
+        let origin = ManifestOrigin::new(location, &key, found.kind, &found.parameters.source);
+        origin.check(location, &found).await?;
+        let identity = match (&shared, found.kind) {
+            (Some(shared), DatasetKind::Files) => shared.identity(),
+            _ => &PRIVATE,
+        };
+        let catalog = from_manifest(location, &found, format, identity)?;
+        drop(found);
+        let catalog = match (catalog, &shared) {
+            (Catalog::Files(table), Some(shared)) => Catalog::Files(shared.publish(table)),
+            (catalog, _) => catalog,
+        };
+        drop(lock);
+        return Ok((catalog, origin));
+    }
+    // Streamed: each entry goes into the files table or the shard rows as the GET's body is
+    // parsed, so no whole manifest is ever held.
+    let building = Arc::new(std::sync::Mutex::new(Building {
+        files: matches!(format, Format::Auto | Format::Files).then(FilesTableBuilder::default),
+        shards: Vec::new(),
+    }));
+    let into = Arc::clone(&building);
+    let sink = move |entry: Entry<'_>| {
+        let mut into = into
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        into.add(entry);
+        Ok(())
+    };
+    let read = location.stream_manifest(key.clone(), got, sink).await?;
+    drop(read.sink);
+    let header = read.header;
+    let built = std::mem::take(
+        &mut *building
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    let origin = ManifestOrigin::new(location, &key, header.kind, &header.parameters.source);
+    let catalog = match (header.kind, format, built.files) {
+        (DatasetKind::Files, Format::Auto | Format::Files, Some(files)) => {
+            let identity = shared.as_ref().map_or(&PRIVATE, |s| s.identity());
+            let table = files.finish(identity);
+            match &shared {
+                Some(shared) => Catalog::Files(shared.publish(table)),
+                None => Catalog::Files(table),
+            }
+        }
+        (DatasetKind::Shards, Format::Auto | Format::Shards | Format::Indexed, _) => {
+            let rows = built
+                .shards
                 .iter()
-                .zip(labels)
-                .map(|(f, label)| FileObject {
-                    key: DataKey::new(&f.key),
-                    size: f.size,
-                    etag: ETag::from_store(f.etag.as_deref()),
-                    crc32c: f
+                .map(|(name, bytes, samples, has_index)| ShardRow {
+                    name,
+                    bytes: *bytes,
+                    samples: *samples,
+                    has_index: *has_index,
+                });
+            shards_catalog(location, rows, format == Format::Indexed)?
+        }
+        (kind, format, _) => return Err(mismatch(location, kind, format)),
+    };
+    drop(lock);
+    Ok((catalog, origin))
+}
+
+/// A manifest's entries on their way into a catalog.
+#[derive(Default)]
+struct Building {
+    files: Option<FilesTableBuilder>,
+    /// Name, bytes, samples and whether it has an index, of each shard.
+    shards: Vec<(String, u64, u64, bool)>,
+}
+
+impl Building {
+    fn add(&mut self, entry: Entry<'_>) {
+        match entry {
+            Entry::File(f) => {
+                if let Some(files) = &mut self.files {
+                    let crc32c = f
                         .crc32c
                         .as_deref()
-                        .and_then(|c| u32::from_str_radix(c, 16).ok()),
-                    label,
-                });
-            Ok(Catalog::Files(files.collect()))
+                        .and_then(|c| u32::from_str_radix(c, 16).ok());
+                    files.push(&f.key, f.size, f.etag.as_deref(), crc32c);
+                }
+            }
+            Entry::Shard(s) => {
+                let has_index = !s.index.is_empty();
+                self.shards
+                    .push((s.name.clone(), s.bytes, s.samples, has_index));
+            }
+        }
+    }
+}
+
+/// The shards catalog of `rows`; an indexed read needs every shard to have an index.
+fn shards_catalog<'a>(
+    location: &Location,
+    rows: impl Iterator<Item = ShardRow<'a>>,
+    indexed: bool,
+) -> Result<Catalog> {
+    let shards = ShardTable::from_rows(rows);
+    if indexed && let Some(bare) = shards.first_unindexed() {
+        return Err(Error::invalid_input(format!(
+            "{} has no index, so it cannot be read sample by sample; run `bucketload \
+             index` or use --format shards",
+            location.uri_of(&shards.key(bare))
+        )));
+    }
+    Ok(Catalog::Shards { shards, indexed })
+}
+
+fn from_manifest(
+    location: &Location,
+    manifest: &Manifest,
+    format: Format,
+    identity: &Identity,
+) -> Result<Catalog> {
+    match (manifest.kind, format) {
+        (DatasetKind::Files, Format::Auto | Format::Files) => {
+            let mut files = FilesTableBuilder::default();
+            for f in &manifest.files {
+                let crc32c = f
+                    .crc32c
+                    .as_deref()
+                    .and_then(|c| u32::from_str_radix(c, 16).ok());
+                files.push(&f.key, f.size, f.etag.as_deref(), crc32c);
+            }
+            Ok(Catalog::Files(files.finish(identity)))
         }
         (DatasetKind::Shards, Format::Auto | Format::Shards | Format::Indexed) => {
             let rows = manifest.shards.iter().map(|s| ShardRow {
@@ -137,16 +321,7 @@ fn from_manifest(location: &Location, manifest: &Manifest, format: Format) -> Re
                 samples: s.samples,
                 has_index: !s.index.is_empty(),
             });
-            let shards = ShardTable::from_rows(rows);
-            let indexed = format == Format::Indexed;
-            if indexed && let Some(bare) = shards.first_unindexed() {
-                return Err(Error::invalid_input(format!(
-                    "{} has no index, so it cannot be read sample by sample; run `bucketload \
-                     index` or use --format shards",
-                    location.uri_of(&shards.key(bare))
-                )));
-            }
-            Ok(Catalog::Shards { shards, indexed })
+            shards_catalog(location, rows, format == Format::Indexed)
         }
         (kind, format) => Err(mismatch(location, kind, format)),
     }
@@ -163,24 +338,65 @@ fn mismatch(location: &Location, kind: DatasetKind, format: Format) -> Error {
     ))
 }
 
+/// What one pass over a listing found: the files table (unless the format rules files out),
+/// the shard-related objects, and bucketload's own run records.
+#[derive(Debug, Default)]
+struct Listing {
+    files: Option<FilesTableBuilder>,
+    /// `.tar` shards and their `.idx` indexes that object_store spells.
+    shard_objects: Vec<(Path, u64)>,
+    objects: u64,
+    has_shards: bool,
+    has_run: bool,
+    has_manifest: bool,
+}
+
+impl Listing {
+    fn add(&mut self, location: &Location, key: &str, size: u64, etag: Option<&str>) {
+        self.has_run |= key == RUN_PATH;
+        self.has_manifest |= bucketload_format::MANIFEST_PATHS.contains(&key);
+        if key.starts_with(RESERVED) {
+            return;
+        }
+        self.objects += 1;
+        if key.ends_with(SHARD_EXT) || key.ends_with(INDEX_SUFFIX) {
+            self.has_shards |= key.ends_with(SHARD_EXT);
+            match DataKey::new(key) {
+                DataKey::Path(path) => self.shard_objects.push((path, size)),
+                DataKey::Raw(key) => warn_unspellable_shard(location, &key),
+            }
+        }
+        if let Some(files) = &mut self.files {
+            files.push(key, size, etag, None);
+        }
+    }
+}
+
+/// The catalog of a listing, built as the listing streams in (folder by folder, see
+/// [`for_each_key`]): a files table holds a few bytes per object, never the listing.
 async fn from_listing(
     location: &Location,
     format: Format,
     allow_incomplete: bool,
     indexes: &IndexCache,
 ) -> Result<Catalog> {
-    let mut objects: Vec<KeyedObject> = list_all_keys(location).await?;
-    let has = |key: &str| objects.iter().any(|o| o.key.as_str() == key);
-    let unfinished = has(RUN_PATH) && !bucketload_format::MANIFEST_PATHS.into_iter().any(has);
-    objects.retain(|o| !o.key.as_str().starts_with(RESERVED));
-    if unfinished && objects.is_empty() {
+    let mut listing = Listing {
+        files: matches!(format, Format::Auto | Format::Files).then(FilesTableBuilder::default),
+        ..Listing::default()
+    };
+    for_each_key(location, |key, size, etag| {
+        listing.add(location, key, size, etag);
+    })
+    .await?;
+    let unfinished = listing.has_run && !listing.has_manifest;
+    if unfinished && listing.objects == 0 {
         let nothing = Catalog::Shards {
             shards: ShardTable::default(),
             indexed: false,
         };
         refuse_unfinished(location, &nothing, false).await?; // nothing to read, even if allowed
     }
-    let catalog = catalog_of(location, format, objects, indexes).await?;
+    let catalog = catalog_of(location, format, listing, indexes).await?;
     if unfinished {
         refuse_unfinished(location, &catalog, allow_incomplete).await?;
     }
@@ -198,10 +414,7 @@ async fn refuse_unfinished(location: &Location, catalog: &Catalog, allow: bool) 
             (shards.len() as u64, shards.counts().iter().sum::<u64>())
         }
         Catalog::Files(files) => (
-            files
-                .iter()
-                .filter(|f| f.key.as_ref().ends_with(SHARD_EXT))
-                .count() as u64,
+            files.iter().filter(|f| f.key.ends_with(SHARD_EXT)).count() as u64,
             0,
         ),
     };
@@ -223,59 +436,38 @@ async fn refuse_unfinished(location: &Location, catalog: &Catalog, allow: bool) 
 async fn catalog_of(
     location: &Location,
     format: Format,
-    objects: Vec<KeyedObject>,
+    listing: Listing,
     indexes: &IndexCache,
 ) -> Result<Catalog> {
-    if objects.is_empty() {
+    if listing.objects == 0 {
         return Err(Error::invalid_input(format!(
             "no objects below {location}; check the URI"
         )));
     }
-    let has_shards = objects.iter().any(|o| o.key.as_str().ends_with(SHARD_EXT));
-    match (format, has_shards) {
-        (Format::Files, _) | (Format::Auto, false) => Ok(files_of(objects)),
-        (Format::Shards | Format::Indexed | Format::Auto, true) => {
-            let metas = shard_objects(location, objects);
-            shards_of(location, &metas, format == Format::Indexed, indexes).await
+    match (format, listing.has_shards, listing.files) {
+        (Format::Files, _, Some(files)) | (Format::Auto, false, Some(files)) => {
+            Ok(Catalog::Files(files.finish(&PRIVATE)))
         }
-        (format, false) => Err(mismatch(location, DatasetKind::Files, format)),
+        (Format::Shards | Format::Indexed | Format::Auto, true, _) => {
+            let indexed = format == Format::Indexed;
+            shards_of(location, &listing.shard_objects, indexed, indexes).await
+        }
+        (format, _, _) => Err(mismatch(location, DatasetKind::Files, format)),
     }
 }
 
-/// The objects of a shards dataset that its paths spell: a shard is read in ranges through
-/// object_store, so one whose key it cannot spell is left out, with a warning naming it.
-fn shard_objects(location: &Location, objects: Vec<KeyedObject>) -> Vec<(Path, u64)> {
-    objects
-        .into_iter()
-        .filter_map(|o| match o.key {
-            DataKey::Path(path) => Some((path, o.size)),
-            DataKey::Raw(key) => {
-                if key.ends_with(SHARD_EXT) {
-                    let why = bucketload_store::unspellable(&key).unwrap_or("cannot be spelled");
-                    tracing::warn!(
-                        "{}: the key {why}, which a shard of a shards dataset cannot have (the \
-                         files of a files dataset can), so the shard is skipped; copy it to a \
-                         key without it to read it",
-                        location.uri_of_key(&key)
-                    );
-                }
-                None
-            }
-        })
-        .collect()
-}
-
-fn files_of(objects: Vec<KeyedObject>) -> Catalog {
-    let keys: Vec<&str> = objects.iter().map(|o| o.key.as_str()).collect();
-    let labels = folder_labels(&keys);
-    let files = objects.iter().zip(labels).map(|(o, label)| FileObject {
-        key: o.key.clone(),
-        size: o.size,
-        etag: ETag::from_store(o.e_tag.as_deref()),
-        crc32c: None,
-        label,
-    });
-    Catalog::Files(files.collect())
+/// Logs that a shard whose key object_store cannot spell is left out: a shard is read in
+/// ranges through object_store (the files of a files dataset can have such keys).
+fn warn_unspellable_shard(location: &Location, key: &str) {
+    if key.ends_with(SHARD_EXT) {
+        let why = bucketload_store::unspellable(key).unwrap_or("cannot be spelled");
+        tracing::warn!(
+            "{}: the key {why}, which a shard of a shards dataset cannot have (the \
+             files of a files dataset can), so the shard is skipped; copy it to a \
+             key without it to read it",
+            location.uri_of_key(key)
+        );
+    }
 }
 
 /// Shards of a listing without a manifest: their sample counts come from their indexes (read
@@ -385,13 +577,18 @@ pub(crate) struct ManifestOrigin {
 const NAMED_DIFFERENCES: usize = 3;
 
 impl ManifestOrigin {
-    fn new(location: &Location, key: &Path, manifest: &Manifest) -> ManifestOrigin {
-        let refresh = match manifest.kind {
+    /// The manifest `key` of a files dataset at `location`.
+    fn files(location: &Location, key: &Path) -> ManifestOrigin {
+        ManifestOrigin {
+            uri: location.uri_of(key),
+            refresh: format!("bucketload manifest {location}"),
+        }
+    }
+
+    fn new(location: &Location, key: &Path, kind: DatasetKind, source: &str) -> ManifestOrigin {
+        let refresh = match kind {
             DatasetKind::Files => format!("bucketload manifest {location}"),
-            _ => format!(
-                "bucketload shard {} {location} --overwrite",
-                manifest.parameters.source
-            ),
+            _ => format!("bucketload shard {source} {location} --overwrite"),
         };
         ManifestOrigin {
             uri: location.uri_of(key),
@@ -503,8 +700,11 @@ fn missing_object(err: &(dyn std::error::Error + 'static)) -> Option<String> {
 }
 
 /// Class labels from folders, as `bucketload shard` assigns them: when every key has a folder,
-/// the index of its folder among the sorted folder names; otherwise no labels.
+/// the index of its folder among the sorted folder names; otherwise no labels. The files table
+/// keeps them per folder run; this is the plain form its tests compare with.
+#[cfg(test)]
 pub(crate) fn folder_labels(keys: &[&str]) -> Vec<Option<u32>> {
+    use bucketload_format::class_of_key;
     let folders: Option<Vec<&str>> = keys.iter().map(|k| class_of_key(k)).collect();
     let Some(folders) = folders else {
         return vec![None; keys.len()];

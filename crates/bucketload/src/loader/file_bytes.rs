@@ -6,9 +6,11 @@
 //! sample fails the stream with an error naming the object, or is left out and counted
 //! ([`LoaderBuilder::with_skip_changed`](super::LoaderBuilder::with_skip_changed)).
 //!
-//! The disk cache files bytes under the version the store *returned* (the response's ETag and
-//! size), never under the one expected, and is asked for the expected version (with the
-//! manifest's CRC32C, which the entry's body must have): an entry is served only as the version
+//! The catalog keeps a 64-bit fingerprint of each ETag, not the ETag (`files_table.rs`): a
+//! response's ETag is compared by its fingerprint. The disk cache files bytes under the version
+//! the store *returned* (the response's ETag and size), never under the one expected, and is
+//! asked for the expected version (the ETag's fingerprint, with the manifest's CRC32C, which the
+//! entry's body must have): an entry is served only as the version
 //! it was fetched as, so changed bytes are never served for the version the manifest names
 //! (docs/CACHE.md).
 
@@ -26,7 +28,8 @@ use crate::{Error, Result};
 /// when the object changed and the loader skips changed samples.
 pub(crate) async fn file_bytes(inner: &Inner, file: &FileObject) -> Result<Option<Bytes>> {
     let key = CacheKey::new(inner.store_uri.clone(), file.key.as_str());
-    let expected = ObjectVersion::with_etag(file.etag.clone(), file.size).with_crc32c(file.crc32c);
+    let expected = ObjectVersion::with_etag_fingerprint(file.etag_fingerprint, file.size)
+        .with_crc32c(file.crc32c);
     if let Some(cache) = &inner.cache
         && let Some(bytes) = cache.get(&key, &expected).await
     {
@@ -77,7 +80,8 @@ async fn get_file(inner: &Inner, file: &FileObject) -> Result<(Bytes, ObjectVers
 fn promise_of(file: &FileObject) -> Promise {
     Promise {
         size: file.size,
-        etag: file.etag.clone(),
+        etag: None,
+        etag_fingerprint: file.etag_fingerprint,
         crc32c: file.crc32c,
     }
 }

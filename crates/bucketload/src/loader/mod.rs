@@ -54,11 +54,13 @@
 mod catalog;
 mod config;
 mod file_bytes;
+mod files_table;
 mod indexes;
 mod mixture;
 mod random_access;
 mod shard_stream;
 mod shard_table;
+mod shared_catalog;
 mod stats;
 mod streamed_shards;
 
@@ -86,7 +88,9 @@ pub use mixture::{MixState, MixStream, MixTracker, Mixture};
 pub use shard_stream::{ShardSample, ShardSpan, shard_samples};
 pub use stats::{InFlight, LoaderStats, RequestStats, StageTime};
 
-use catalog::{Catalog, FileObject, ManifestOrigin};
+pub use shared_catalog::CATALOG_DIR_ENV;
+
+use catalog::{Catalog, FileObject, ManifestOrigin, ShareWith};
 use config::Dataset;
 use indexes::IndexCache;
 use shard_table::ShardTable;
@@ -245,11 +249,16 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
-    pub(crate) fn files(&self) -> &[FileObject] {
-        match &self.catalog {
-            Catalog::Files(files) => files,
-            Catalog::Shards { .. } => &[],
-        }
+    /// File `index` of a files dataset; an error when there is none (a sample of another
+    /// dataset's plan).
+    pub(crate) fn file(&self, index: u64) -> Result<FileObject> {
+        self.catalog.file(index).ok_or_else(|| crate::Error::Task {
+            reason: format!(
+                "file {index} of {} is not in its catalog ({} files)",
+                self.location,
+                self.source.plan().samples()
+            ),
+        })
     }
 
     pub(crate) fn shards(&self) -> &ShardTable {
@@ -306,6 +315,10 @@ impl Loader {
         }
         let location = Location::from_store(&store);
         let indexes = IndexCache::new(config.index_cache);
+        let share = ShareWith {
+            store_uri: store.uri().to_string(),
+            cache_dir: config.cache.as_ref().map(|c| c.dir().to_path_buf()),
+        };
         // Boxed as `Send` here, where its lifetimes are concrete: callers that need a `Send`
         // future (Python's detached threads) could not prove it through the borrows inside.
         let (catalog, manifest) = Catalog::open(
@@ -313,6 +326,7 @@ impl Loader {
             config.format,
             config.manifest,
             config.allow_incomplete,
+            &share,
             &indexes,
         )
         .boxed()
@@ -326,6 +340,7 @@ impl Loader {
             samples = source.plan().samples(),
             shards = inner_shards(&catalog).len(),
             shard_table_bytes = inner_shards(&catalog).resident_bytes(),
+            shared_catalog = catalog.is_shared(),
             "loader: dataset opened"
         );
         let cache = config.cache.clone().map(DiskCache::new);

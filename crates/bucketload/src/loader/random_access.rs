@@ -178,9 +178,9 @@ async fn fetch_file(inner: Arc<Inner>, position: u64, sref: SampleRef) -> Result
             "a files loader was given a shard sample",
         ));
     };
-    let file = &inner.files()[usize::try_from(index).unwrap_or(usize::MAX)];
+    let file = inner.file(index)?;
     let permit = reserve(&inner, file.size).await?;
-    let Some(bytes) = super::file_bytes::file_bytes(&inner, file).await? else {
+    let Some(bytes) = super::file_bytes::file_bytes(&inner, &file).await? else {
         return Ok(vec![Item::skipped(sref, position)]);
     };
     let name = file.key.as_ref();

@@ -206,6 +206,7 @@ async fn checked(
     let promise = Promise {
         size: object.size,
         etag: object.etag.clone(),
+        etag_fingerprint: None,
         crc32c: object.crc32c,
     };
     Ok(match compare(&promise, version, &bytes).await {
