@@ -187,6 +187,11 @@ async fn from_manifest_get(
         let found = location.manifest_of(key.clone(), got).await?;
         let origin = ManifestOrigin::new(location, &key, found.kind, &found.parameters.source);
         origin.check(location, &found).await?;
+        if let (Some(shared), DatasetKind::Files) = (&shared, found.kind)
+            && let Some(table) = shared.find()
+        {
+            return Ok((Catalog::Files(table), origin));
+        }
         let identity = match (&shared, found.kind) {
             (Some(shared), DatasetKind::Files) => shared.identity(),
             _ => &PRIVATE,

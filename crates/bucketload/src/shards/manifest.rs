@@ -72,6 +72,69 @@ pub async fn write_files_manifest(
     })
 }
 
+/// Writes the `files` manifest of the dataset at `store` from an S3 Inventory report instead of
+/// a LIST: `manifest_key` is the report's `manifest.json` in `reports` (a store opened at the
+/// root of the inventory's destination bucket). Every current object of the dataset's bucket
+/// below its prefix is recorded with the size and ETag the report gives; no object is read, so
+/// the manifest has no CRC32Cs (reads validate by ETag and size). Objects the report lists that
+/// the store no longer has are errors naming them when the dataset is read; objects added
+/// since the report are not in the dataset. Rows the report gives out of key order are merged
+/// in at the end (held in memory until then).
+pub async fn write_inventory_manifest(
+    store: &Store,
+    reports: &Store,
+    manifest_key: &str,
+    format: ManifestFormat,
+    progress: &dyn Progress,
+) -> Result<(ManifestReport, crate::dataset::InventorySummary)> {
+    let started = Instant::now();
+    let key = Path::from(format.path());
+    let uri = store.object_uri(&key);
+    if store.uri().scheme() != bucketload_store::Scheme::S3 {
+        return Err(Error::invalid_input(format!(
+            "{} is not an S3 dataset; S3 Inventory reports describe S3 buckets only",
+            store.uri()
+        )));
+    }
+    let bucket = store.uri().bucket().to_owned();
+    let prefix = match store.uri().prefix() {
+        "" => String::new(),
+        p => format!("{p}/"),
+    };
+    let mut out = FilesOut::new(&uri, store.uri().to_string())?;
+    let mut sink = |object: crate::dataset::InventoryObject| {
+        progress.advance(1, object.size);
+        out.push(FileEntry {
+            key: object.key,
+            size: object.size,
+            etag: object
+                .etag
+                .as_deref()
+                .and_then(|e| ETag::from_store(Some(e)))
+                .map(|e| e.to_string()),
+            crc32c: None,
+        })
+    };
+    let summary =
+        crate::dataset::read_inventory(reports, manifest_key, &bucket, &prefix, &mut sink).await?;
+    progress.finish();
+    if out.entries() == 0 {
+        return Err(Error::invalid_input(format!(
+            "{} lists no object below {}; check the report and the dataset URI",
+            summary.manifest_uri,
+            store.uri()
+        )));
+    }
+    let (bytes, header) = out.finish(&uri, format)?;
+    let uri = publish_manifest(store, format, bytes).await?;
+    let report = ManifestReport {
+        header,
+        uri,
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    Ok((report, summary))
+}
+
 /// The dataset's object of a listing entry (not folder markers, not bucketload's own).
 fn listed_object(entry: Entry) -> Option<KeyedObject> {
     let object = match entry {

@@ -56,7 +56,7 @@ pub use build::{
 pub use indexes::{
     ShardSamples, extensions, read_all_indexes, read_index, read_indexes, sample_bytes, shards_in,
 };
-pub use manifest::{ManifestReport, write_files_manifest};
+pub use manifest::{ManifestReport, write_files_manifest, write_inventory_manifest};
 pub use scan::index_shard;
 pub use verify::{Problem, VerifyReport, verify};
 
