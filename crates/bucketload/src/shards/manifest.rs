@@ -164,9 +164,18 @@ pub(crate) async fn publish_manifest(
     let location = Location::from_store(store);
     let os = store.object_store();
     let other = Path::from(format.other_path());
-    match os.delete(&other).await {
-        Ok(()) | Err(bucketload_store::object_store::Error::NotFound { .. }) => {}
+    // Looked for first (a HEAD, retried like any read): most datasets never had the other
+    // format, and a DELETE whose answer is lost is not retried.
+    let exists = match os.head(&other).await {
+        Ok(_) => true,
+        Err(bucketload_store::object_store::Error::NotFound { .. }) => false,
         Err(e) => return Err(location.error(&other, e)),
+    };
+    if exists {
+        match os.delete(&other).await {
+            Ok(()) | Err(bucketload_store::object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(location.error(&other, e)),
+        }
     }
     let key = Path::from(format.path());
     os.put(&key, PutPayload::from(bytes))
