@@ -234,19 +234,7 @@ pub async fn list_all_keys(location: &Location) -> Result<Vec<KeyedObject>> {
     let mut objects: Vec<KeyedObject> = listed_below(location)
         .await?
         .into_iter()
-        .filter_map(|l| match entry(location, l) {
-            Entry::Object(meta) => Some(KeyedObject {
-                key: DataKey::Path(meta.location),
-                size: meta.size,
-                e_tag: meta.e_tag,
-            }),
-            Entry::Unaddressable(l) => Some(KeyedObject {
-                key: DataKey::new(&l.key),
-                size: l.size,
-                e_tag: l.e_tag,
-            }),
-            Entry::Dir(_) => None,
-        })
+        .filter_map(|l| keyed(location, l))
         .collect();
     objects.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(objects)
