@@ -15,6 +15,11 @@ export BUCKETLOAD_VENV="$PWD/.venv"
 export BUCKETLOAD_TORCH_PYTHON="$PWD/.venv/bin/python"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
+echo "== lock files"
+# Both workspaces' committed Cargo.lock must be current (fuzz/ is its own workspace and would
+# otherwise only fail at the end, in scripts/fuzz.sh).
+cargo metadata --locked --format-version 1 >/dev/null
+(cd fuzz && cargo metadata --locked --format-version 1 >/dev/null)
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
