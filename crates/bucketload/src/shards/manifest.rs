@@ -164,18 +164,17 @@ pub(crate) async fn publish_manifest(
     let location = Location::from_store(store);
     let os = store.object_store();
     let other = Path::from(format.other_path());
-    // Looked for first (a HEAD, retried like any read): most datasets never had the other
-    // format, and a DELETE whose answer is lost is not retried.
+    // Looked for first (a HEAD, a read): most datasets never had the other format.
     let exists = match os.head(&other).await {
         Ok(_) => true,
         Err(bucketload_store::object_store::Error::NotFound { .. }) => false,
         Err(e) => return Err(location.error(&other, e)),
     };
     if exists {
-        match os.delete(&other).await {
-            Ok(()) | Err(bucketload_store::object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(location.error(&other, e)),
-        }
+        store
+            .delete_key(&other)
+            .await
+            .map_err(|e| location.error(&other, e))?;
     }
     let key = Path::from(format.path());
     os.put(&key, PutPayload::from(bytes))
