@@ -8,10 +8,11 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import random
 import urllib.parse
 
 import pytest
-from test_cli_dataset import ok, run
+from test_cli_dataset import moto, ok, run  # noqa: F401  (moto is a fixture)
 from test_package import env  # noqa: F401  (a fixture)
 
 KEYS = [
@@ -124,3 +125,42 @@ def test_a_damaged_or_unsupported_report_writes_nothing(bucketload_bin, env, s3,
     assert got.returncode != 0 and f"not of {data}" in got.stderr, got.stderr
     resp = s3.list_objects_v2(Bucket=data, Prefix="train/_bucketload/")
     assert resp.get("KeyCount", 0) == 0, resp.get("Contents")
+
+
+@pytest.fixture
+def big(request, server, store):
+    """A data bucket and an inventory bucket on the embedded server or on moto, the
+    environment of that server, and manifest parts of 5 MiB (S3's smallest)."""
+    name, s3, data = store
+    inv = f"{data}-inv"
+    s3.create_bucket(Bucket=inv)
+    env = server.env() if name == "bucketload" else request.getfixturevalue("moto")[1]
+    return s3, data, inv, dict(env, BUCKETLOAD_MANIFEST_PART_SIZE="5MiB")
+
+
+BIG_ROWS = 300_000
+FIVE_MIB = 5 << 20
+
+
+def test_a_manifest_over_a_part_is_one_multipart_upload(bucketload_bin, big):
+    """300,000 objects make a manifest of over 5 MiB: sent as a multipart upload of 5 MiB
+    parts, complete, no upload left behind, the same dataset as the report says. The report's
+    rows come in two runs (the second half first), so half the entries are merged in."""
+    s3, data, inv, env = big
+    rng = random.Random(5)
+    rows = [_row(data, f"train/c{i % 4}/{i:07d}.jpg", "", "true", "false", str(1000 + i % 97),
+                 "2026-11-27T00:00:00.000Z", f"{rng.getrandbits(128):032x}")
+            for i in range(BIG_ROWS)]
+    rows = rows[BIG_ROWS // 2:] + rows[:BIG_ROWS // 2]
+    manifest = _report(s3, data, inv, rows)
+    ok(bucketload_bin, env, "manifest", f"s3://{data}/train", "--from-inventory", manifest)
+    head = s3.head_object(Bucket=data, Key="train/_bucketload/manifest.bin")
+    size = head["ContentLength"]
+    assert size > FIVE_MIB, size
+    assert head["ETag"].strip('"').endswith(f"-{-(-size // FIVE_MIB)}"), (head["ETag"], size)
+    assert not s3.list_multipart_uploads(Bucket=data).get("Uploads")
+    stats = json.loads(ok(bucketload_bin, env, "stats", f"s3://{data}/train", "--json",
+                          "--sample", "0"))
+    assert (stats["from"], stats["objects"]) == ("manifest", BIG_ROWS), stats
+    assert stats["classes"] == {f"c{k}": BIG_ROWS // 4 for k in range(4)}, stats["classes"]
+    assert stats["bytes"] == sum(1000 + i % 97 for i in range(BIG_ROWS))
