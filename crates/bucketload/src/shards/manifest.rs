@@ -9,10 +9,11 @@
 //! upload of [`MANIFEST_PART_SIZE`] parts, several in flight, that is visible only once
 //! complete and aborted on any failure. A listing that comes sorted (S3, GCS, Azure, the
 //! embedded server) is written as it arrives; keys listed out of order (a local folder lists in
-//! directory order, an inventory report's data files come in any order) are held aside in
-//! memory and merged in at the end, the sorted entries streamed from the file into a second
-//! one, so the manifest is sorted whatever the store's order: memory grows with the entries
-//! that came out of order only. A format-1 (JSON) manifest is built in memory from the file.
+//! directory order, an inventory report's data files come in any order) are held aside
+//! ([`late`]: in memory up to half a million, then in sorted runs in temporary files) and
+//! merged in at the end, both streams read one entry at a time into a second file, so the
+//! manifest is sorted whatever the store's order and memory stays bounded. A format-1 (JSON)
+//! manifest is built in memory from the file.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -29,6 +30,10 @@ use futures::{StreamExt, TryStreamExt};
 
 use crate::base::{DataKey, Entry, KeyedObject, Location, Progress, list};
 use crate::error::{Error, Result};
+
+mod late;
+
+use late::Late;
 
 /// Prefix of bucketload's own objects at a dataset root (never part of the dataset).
 const RESERVED: &str = "_bucketload/";
@@ -106,7 +111,7 @@ pub async fn write_files_manifest(
 /// the manifest has no CRC32Cs (reads validate by ETag and size). Objects the report lists that
 /// the store no longer has are errors naming them when the dataset is read; objects added
 /// since the report are not in the dataset. Rows the report gives out of key order are merged
-/// in at the end (held in memory until then).
+/// in at the end (sorted with bounded memory, see the module docs).
 pub async fn write_inventory_manifest(
     store: &Store,
     reports: &Store,
@@ -296,7 +301,7 @@ struct FilesOut {
     writer: ManifestWriter<BufWriter<File>>,
     source: String,
     last: Option<String>,
-    late: Vec<FileEntry>,
+    late: Late,
     classes: Option<BTreeMap<String, u64>>,
 }
 
@@ -306,13 +311,13 @@ impl FilesOut {
             writer: ManifestWriter::new(uri, BufWriter::new(temp_file()?), DatasetKind::Files)?,
             source,
             last: None,
-            late: Vec::new(),
+            late: Late::new(late::RUN_ENTRIES, late::FAN_IN),
             classes: Some(BTreeMap::new()),
         })
     }
 
     fn entries(&self) -> u64 {
-        self.writer.entries() + self.late.len() as u64
+        self.writer.entries() + self.late.len()
     }
 
     fn push(&mut self, entry: FileEntry) -> Result<()> {
@@ -328,8 +333,7 @@ impl FilesOut {
             .as_deref()
             .is_some_and(|last| last >= entry.key.as_str())
         {
-            self.late.push(entry);
-            return Ok(());
+            return self.late.push(entry);
         }
         self.writer.push_file(&entry)?;
         self.last = Some(entry.key);
@@ -361,7 +365,7 @@ impl FilesOut {
         let mut file = out
             .into_inner()
             .map_err(|e| temp_error("write", e.into_error()))?;
-        if !self.late.is_empty() {
+        if self.late.len() > 0 {
             (file, header) = merge_late(uri, rewound(file)?, self.late, params, classes)?;
         }
         let file = rewound(file)?;
@@ -374,31 +378,38 @@ impl FilesOut {
 }
 
 /// The manifest `sorted` (a file read from its start) with the entries `late` (listed out of
-/// order) merged in, in a new temporary file: the sorted entries stream through, one block at
-/// a time.
+/// order) merged in, in a new temporary file: both stream through, the sorted ones one block
+/// at a time, the late ones one entry per run at a time.
 fn merge_late(
     uri: &str,
     sorted: File,
-    mut late: Vec<FileEntry>,
+    late: Late,
     params: Parameters,
     classes: Vec<ClassCount>,
 ) -> Result<(File, ManifestHeader)> {
     tracing::debug!(late = late.len(), "the listing was not sorted; merging");
-    late.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut late = late.into_sorted()?;
     let out = BufWriter::new(temp_file()?);
     let mut writer = ManifestWriter::new(uri, out, DatasetKind::Files)?;
-    let mut late = late.into_iter().peekable();
-    read_manifest(uri, sorted, &mut |entry| {
+    let late_error = |source| bucketload_format::Error::ManifestIo {
+        manifest: format!("{uri} (entries listed out of order, in a temporary file)"),
+        offset: 0,
+        action: "read",
+        source,
+    };
+    read_manifest(uri, BufReader::new(sorted), &mut |entry| {
         let ManifestEntry::File(file) = entry else {
             return Ok(());
         };
-        while let Some(next) = late.next_if(|l| l.key <= file.key) {
-            writer.push_file(&next)?; // an equal key fails here: listed twice
+        while late.peek_key().is_some_and(|k| k <= file.key.as_str()) {
+            if let Some(next) = late.next() {
+                writer.push_file(&next.map_err(late_error)?)?; // an equal key fails: listed twice
+            }
         }
         writer.push_file(file)
     })?;
     for next in late {
-        writer.push_file(&next)?;
+        writer.push_file(&next.map_err(late_error)?)?;
     }
     let (out, header) = writer.finish(params, classes)?;
     let file = out
@@ -506,7 +517,17 @@ mod tests {
 
     /// The manifest of `files` pushed in this order.
     fn manifest_of(files: &[FileEntry], format: ManifestFormat) -> Result<Manifest> {
+        manifest_with_runs(files, format, late::RUN_ENTRIES)
+    }
+
+    /// The same, out-of-order entries written out in runs of `run`, merged two at a time.
+    fn manifest_with_runs(
+        files: &[FileEntry],
+        format: ManifestFormat,
+        run: usize,
+    ) -> Result<Manifest> {
         let mut out = FilesOut::new("m", "mem://x".into())?;
+        out.late = Late::new(run, 2);
         for f in files {
             out.push(f.clone())?;
         }
@@ -554,6 +575,21 @@ mod tests {
         assert_eq!(m.classes.iter().map(|c| c.count).sum::<u64>(), 7);
         let twice = [file("b", 1), file("a", 1), file("b", 1)];
         let err = manifest_of(&twice, ManifestFormat::Binary).unwrap_err();
+        assert!(err.to_string().contains("\"b\" is duplicated"), "{err}");
+        // Written out in runs of two (merged in pairs): the same manifest, the same refusal.
+        let m = manifest_with_runs(&files, ManifestFormat::Binary, 2).unwrap();
+        assert_eq!(
+            m.files.iter().map(|f| f.key.as_str()).collect::<Vec<_>>(),
+            sorted
+        );
+        let twice = [
+            file("z", 1),
+            file("b", 1),
+            file("c", 1),
+            file("a", 1),
+            file("b", 1),
+        ];
+        let err = manifest_with_runs(&twice, ManifestFormat::Binary, 2).unwrap_err();
         assert!(err.to_string().contains("\"b\" is duplicated"), "{err}");
     }
 }
