@@ -229,7 +229,9 @@ pub(crate) async fn publish_manifest_body(
         ManifestBody::Bytes(bytes) => writer.write(bytes.into()).await?,
         ManifestBody::File(file) => {
             if let Err(e) = send_file(&mut writer, file).await {
-                writer.abort().await?;
+                if let Err(abort) = writer.abort().await {
+                    tracing::warn!(%uri, error = %abort, "cannot abort the manifest's upload");
+                }
                 return Err(e);
             }
         }
@@ -270,10 +272,13 @@ async fn send_file(writer: &mut MultipartWriter, file: File) -> Result<()> {
     }
 }
 
-/// An error of the temporary file a manifest is built in.
+/// An error of the temporary files a manifest is built in (`action`: what failed).
 fn temp_error(action: &str, source: std::io::Error) -> Error {
     Error::Io {
-        path: "the manifest's temporary file".to_owned(),
+        path: format!(
+            "a temporary file of the manifest in {} (set TMPDIR to a folder with room)",
+            std::env::temp_dir().display()
+        ),
         action: action.to_owned(),
         source,
     }
@@ -281,12 +286,7 @@ fn temp_error(action: &str, source: std::io::Error) -> Error {
 
 /// A new anonymous temporary file (deleted when closed), for a manifest being built.
 fn temp_file() -> Result<File> {
-    tempfile::tempfile().map_err(|source| Error::Io {
-        path: std::env::temp_dir().display().to_string(),
-        action: "create a temporary file for the manifest (set TMPDIR to a folder with room)"
-            .to_owned(),
-        source,
-    })
+    tempfile::tempfile().map_err(|e| temp_error("create", e))
 }
 
 /// `file`, written, read from its start.
