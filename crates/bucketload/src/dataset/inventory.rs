@@ -11,15 +11,15 @@
 //! `is_delete_marker`; keys as they are, which S3 encodes in CSV reports only; only those
 //! columns are decoded; Snappy, S3's compression, or none). Delete markers and non-current
 //! versions (a versioned report's `IsDeleteMarker` / `IsLatest` columns) are not objects of the
-//! dataset. A data file is held whole while it is read (S3 writes them a few hundred MB at
-//! most); the sink is called as rows are decoded.
+//! dataset. A data file's bytes are held while it is read (a CSV file's text is decompressed
+//! a line at a time); the sink is called as rows are decoded.
 //!
 //! What the report cannot know: objects written or deleted since it was taken. An object the
 //! report lists that the store no longer has is an error naming it when the dataset is read
 //! (the loader's stale-manifest error); objects added since are not in the dataset.
 //! ORC reports are refused with what to do (configure the inventory as CSV or Parquet).
 
-use std::io::Read;
+use std::io::BufRead;
 
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::record::Field;
@@ -275,14 +275,13 @@ impl Rows<'_, '_> {
 
 /// Hands every row of a gzipped CSV data file to `rows`.
 fn read_csv(gz: &[u8], columns: &Columns, uri: &str, rows: &mut Rows<'_, '_>) -> Result<()> {
-    let mut csv = String::new();
-    flate2::read::MultiGzDecoder::new(gz)
-        .read_to_string(&mut csv)
-        .map_err(|e| Error::Corrupt {
+    // Decompressed a line at a time: the text of a data file is several times its size.
+    let csv = std::io::BufReader::new(flate2::read::MultiGzDecoder::new(gz));
+    for (line_no, line) in csv.lines().enumerate() {
+        let line = line.map_err(|e| Error::Corrupt {
             uri: uri.to_owned(),
             reason: format!("not a gzipped UTF-8 CSV file ({e}); use a complete report"),
         })?;
-    for (line_no, line) in csv.lines().enumerate() {
         if line.is_empty() {
             continue;
         }
@@ -290,7 +289,7 @@ fn read_csv(gz: &[u8], columns: &Columns, uri: &str, rows: &mut Rows<'_, '_>) ->
             uri: uri.to_owned(),
             reason: format!("line {}: {reason}", line_no + 1),
         };
-        let fields = split_csv(line).map_err(at)?;
+        let fields = split_csv(&line).map_err(at)?;
         if fields.len() != columns.count {
             return Err(at(format!(
                 "{} fields where the schema has {}",
