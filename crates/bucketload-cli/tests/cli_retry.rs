@@ -146,3 +146,29 @@ fn an_interrupted_upload_is_aborted_before_the_process_ends() {
         assert!(left.is_empty(), "{signal}: uploads left behind: {left:?}");
     }
 }
+
+/// A delete whose answer is lost (the server deleted, then reset the connection) is sent again:
+/// `manifest --manifest-format 2` over a dataset with a format-1 manifest removes the JSON and
+/// writes the `.bin`, and says so with exit 0. (object_store deletes one S3 key with a
+/// DeleteObjects request.)
+#[test]
+fn a_delete_whose_answer_is_lost_is_sent_again() {
+    let fx = Fixture::start();
+    fx.generate("s3://del-lost/img", 6, 2, "2KB");
+    fx.run(&["manifest", "s3://del-lost/img", "--manifest-format", "1"])
+        .ok();
+    let store = fx.store("s3://del-lost/img");
+    assert!(common::try_get(&fx, &store, "_bucketload/manifest.json").is_some());
+    let deletes = fx.server().counters().get("DeleteObjects");
+    fx.server().faults().fail_next(
+        "DeleteObjects",
+        1,
+        bucketload_server::FaultKind::ResetMidBody,
+    );
+    let run = fx.run(&["manifest", "s3://del-lost/img", "--manifest-format", "2"]);
+    assert_eq!(run.code, 0, "a lost DELETE answer failed the run: {run:#?}");
+    assert_eq!(fx.server().faults().pending("DeleteObjects"), 0);
+    assert_eq!(fx.server().counters().get("DeleteObjects") - deletes, 2);
+    assert!(common::try_get(&fx, &store, "_bucketload/manifest.json").is_none());
+    assert!(common::try_get(&fx, &store, "_bucketload/manifest.bin").is_some());
+}

@@ -468,9 +468,9 @@ impl Fs {
             // Its upload completed just before (the release after the program's close).
             return Err(refused());
         }
-        let store = self.inner.store.object_store();
-        store
-            .delete(&bucketload_store::key_path(&key))
+        self.inner
+            .store
+            .delete_key(&bucketload_store::key_path(&key))
             .await
             .map_err(|e| self.map(&key, e))?;
         let mut tree = self.tree();
@@ -597,8 +597,9 @@ impl Fs {
             .copy(&from, &to)
             .await
             .map_err(|e| self.map(&src_key, e))?;
-        store
-            .delete(&from)
+        self.inner
+            .store
+            .delete_key(&from)
             .await
             .map_err(|e| self.map(&src_key, e))?;
         // The copy's ETag is not known: the next open asks the store.

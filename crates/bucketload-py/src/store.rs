@@ -222,7 +222,14 @@ impl NativeStore {
         let this = self.store.get("store")?;
         let object = object(this, key)?;
         let (store, path) = (object.store(), object.path());
-        let done = py.detach(|| self.rt.block_on(store.delete(path)));
+        let config = this.config();
+        let done = py.detach(|| {
+            self.rt.block_on(bucketload_store::delete_retried(
+                store.as_ref(),
+                path,
+                config,
+            ))
+        });
         match done.map_err(|e| object.map_error(e)) {
             Ok(()) | Err(bucketload_store::Error::NotFound { what: "object", .. }) => Ok(()),
             Err(e) => Err(errors::store(e)),

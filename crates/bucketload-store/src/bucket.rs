@@ -2,7 +2,7 @@
 //! `PUT /<bucket>` (path-style) or `PUT /` on `<bucket>.<host>`
 //! (virtual-hosted), with a LocationConstraint outside us-east-1.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::config::{Addressing, Credentials};
 use crate::error::BoxError;
@@ -210,8 +210,7 @@ pub(crate) async fn execute_answer(
 ) -> Result<Answer, Error> {
     let config = store.config();
     let start = Instant::now();
-    let backoff_config = crate::store::backoff_config();
-    let mut backoff = backoff_config.init_backoff;
+    let mut backoff = crate::store::backoff_config().init_backoff;
     let mut attempt = 0;
     loop {
         let outcome = send_once(store, client, make()?, uri).await;
@@ -231,11 +230,7 @@ pub(crate) async fn execute_answer(
         }
         tracing::debug!(%uri, attempt, "retrying a failed request");
         tokio::time::sleep(backoff).await;
-        // Decorrelated jitter: between the first wait and three times the last one.
-        let first = backoff_config.init_backoff.as_secs_f64();
-        let next =
-            rand::random_range(first..=(backoff.as_secs_f64() * backoff_config.base).max(first));
-        backoff = Duration::from_secs_f64(next).min(backoff_config.max_backoff);
+        backoff = crate::store::next_backoff(backoff);
         attempt += 1;
     }
 }

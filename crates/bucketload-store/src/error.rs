@@ -593,7 +593,7 @@ fn credential_error(err: &object_store::Error) -> Option<CredentialError> {
 
 /// The kind of the innermost HTTP error in the chain (the connector may wrap the transport's
 /// error to stop object_store retrying it; the wrapped kind says what happened).
-fn http_error_kind(err: &object_store::Error) -> Option<HttpErrorKind> {
+pub(crate) fn http_error_kind(err: &object_store::Error) -> Option<HttpErrorKind> {
     let mut source: Option<&(dyn StdError + 'static)> = Some(err);
     let mut kind = None;
     while let Some(e) = source {

@@ -35,6 +35,7 @@ mod bucket;
 mod cloud_env;
 mod config;
 mod credentials;
+mod delete;
 mod error;
 mod etag;
 mod exact;
@@ -60,6 +61,7 @@ pub use config::{
     DEFAULT_RETRY_TIMEOUT, DEFAULT_STORE_CONCURRENCY, FIRST_BACKOFF, MAX_BACKOFF, RetryMode,
     StoreConfig,
 };
+pub use delete::delete_retried;
 pub use error::{BoxError, Error, Hint, Tries};
 pub use etag::ETag;
 pub use keys::{Object, unaddressable, unspellable};

@@ -27,6 +27,7 @@ use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
 
 /// An opened store URI: the `ObjectStore` to use, its metrics and config.
 ///
@@ -378,6 +379,15 @@ pub(crate) fn backoff_config() -> BackoffConfig {
         max_backoff: MAX_BACKOFF,
         base: 3.0,
     }
+}
+
+/// The wait after one of `last`: decorrelated jitter, between the first wait and three times
+/// the last one, capped.
+pub(crate) fn next_backoff(last: Duration) -> Duration {
+    let config = backoff_config();
+    let first = config.init_backoff.as_secs_f64();
+    let next = rand::random_range(first..=(last.as_secs_f64() * config.base).max(first));
+    Duration::from_secs_f64(next).min(config.max_backoff)
 }
 
 fn retry_config(config: &StoreConfig) -> RetryConfig {

@@ -390,3 +390,37 @@ async fn an_object_replaced_before_the_resume_fails_naming_it() {
     );
     assert_eq!(err.kind(), bucketload_store::ErrorKind::Corrupt);
 }
+
+/// A delete whose answer is lost (the server deleted, then reset the connection) is sent once
+/// more, and its second answer (the key is gone) is success; a key that never existed is
+/// deleted too, and a bucket that does not exist is an error.
+#[tokio::test]
+async fn a_delete_whose_answer_is_lost_is_sent_once_more() {
+    let (server, store) = setup().await;
+    let key = Path::from("gone");
+    store
+        .object_store()
+        .put(&key, body(10).into())
+        .await
+        .unwrap();
+    server
+        .faults()
+        .fail_next("DeleteObjects", 1, FaultKind::ResetMidBody);
+    store.delete_key(&key).await.unwrap();
+    assert_eq!(server.faults().pending("DeleteObjects"), 0);
+    assert_eq!(server.counters().get("DeleteObjects"), 2);
+    let head = store.object_store().head(&key).await;
+    assert!(
+        matches!(
+            head,
+            Err(bucketload_store::object_store::Error::NotFound { .. })
+        ),
+        "{head:?}"
+    );
+    store.delete_key(&Path::from("never")).await.unwrap();
+    assert_eq!(server.counters().get("DeleteObjects"), 3);
+
+    let missing = Store::open("s3://no-such-bucket-del", &server.store_config()).unwrap();
+    let err = missing.delete_key(&key).await.unwrap_err();
+    assert!(err.to_string().contains("NoSuchBucket"), "{err}");
+}

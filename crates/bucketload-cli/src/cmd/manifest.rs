@@ -19,7 +19,7 @@ pub struct ManifestArgs {
     #[arg(long, value_parser = parse_manifest_format, default_value = "2", value_name = "N")]
     manifest_format: ManifestFormat,
     /// Take the objects from an S3 Inventory report instead of listing the bucket: the URI of
-    /// the report's manifest.json (CSV reports), e.g.
+    /// the report's manifest.json (CSV or Parquet reports), e.g.
     /// s3://inventory/data/daily/2026-11-28T01-00Z/manifest.json. Sizes and ETags come from the
     /// report and no object is read (no CRC32Cs); objects deleted since the report are errors
     /// naming them when the dataset is read, objects added since are not in it

@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use bucketload_store::ListedKind;
-use bucketload_store::object_store::ObjectStoreExt;
 use futures::TryStreamExt;
 
 use super::local::{PARTIAL_MARK, blocking, io_error};
@@ -186,11 +185,10 @@ impl Checkpoints {
     async fn delete_group(&self, name: &str, keys: &[String]) -> Result<()> {
         match &self.target {
             Target::Object(store) => {
-                let objects = store.object_store();
                 for key in keys {
                     let path = bucketload_store::key_path(key);
-                    objects
-                        .delete(&path)
+                    store
+                        .delete_key(&path)
                         .await
                         .map_err(|e| store.map_error(e, &path))?;
                 }

@@ -4,17 +4,26 @@
 //! A report is a `manifest.json` in the inventory's destination bucket
 //! (`<destination prefix>/<source bucket>/<configuration>/<YYYY-MM-DDTHH-MMZ>/manifest.json`)
 //! naming its data files, each with its MD5; [`read_inventory`] reads the manifest, then each
-//! data file (gzipped CSV, columns as the manifest's `fileSchema` says), checks its MD5, and hands
-//! every current object of the source bucket below a prefix to a sink, one at a time. Keys are
-//! URL-encoded in the report and are decoded here. Delete markers and non-current versions (a
-//! versioned report's `IsDeleteMarker` / `IsLatest` columns) are not objects of the dataset.
+//! data file, checks its MD5, and hands every current object of the source bucket below a
+//! prefix to a sink, one at a time. Two output formats are read: CSV (gzipped, columns as the
+//! manifest's `fileSchema` says, keys URL-encoded and decoded here) and Parquet (columns found
+//! by name in each file's own schema, `bucket`, `key`, `size`, `e_tag`, `is_latest`,
+//! `is_delete_marker`; keys as they are, which S3 encodes in CSV reports only; only those
+//! columns are decoded; Snappy, S3's compression, or none). Delete markers and non-current
+//! versions (a versioned report's `IsDeleteMarker` / `IsLatest` columns) are not objects of the
+//! dataset. A data file's bytes are held while it is read (a CSV file's text is decompressed
+//! a line at a time); the sink is called as rows are decoded.
 //!
 //! What the report cannot know: objects written or deleted since it was taken. An object the
 //! report lists that the store no longer has is an error naming it when the dataset is read
 //! (the loader's stale-manifest error); objects added since are not in the dataset.
-//! Parquet and ORC reports are refused with what to do (configure the inventory as CSV).
+//! ORC reports are refused with what to do (configure the inventory as CSV or Parquet).
 
-use std::io::Read;
+use std::io::BufRead;
+
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::record::Field;
+use parquet::schema::types::Type as ParquetType;
 
 use bucketload_store::Store;
 use bucketload_store::object_store::{ObjectStoreExt, path::Path};
@@ -141,14 +150,17 @@ pub async fn read_inventory(
             manifest.source_bucket
         )));
     }
-    if !manifest.file_format.eq_ignore_ascii_case("csv") {
-        return Err(Error::invalid_input(format!(
-            "{manifest_uri} is a {} report, which bucketload does not read yet; configure the \
-             inventory with the CSV output format",
-            manifest.file_format
-        )));
-    }
-    let columns = Columns::of(&manifest.file_schema, &manifest_uri)?;
+    let format = match manifest.file_format.to_ascii_lowercase().as_str() {
+        "csv" => ReportFormat::Csv(Columns::of(&manifest.file_schema, &manifest_uri)?),
+        "parquet" => ReportFormat::Parquet,
+        _ => {
+            return Err(Error::invalid_input(format!(
+                "{manifest_uri} is a {} report, which bucketload does not read; configure the \
+                 inventory with the CSV or Parquet output format",
+                manifest.file_format
+            )));
+        }
+    };
     let mut summary = InventorySummary {
         manifest_uri: manifest_uri.clone(),
         created: manifest.creation_timestamp.clone(),
@@ -160,9 +172,9 @@ pub async fn read_inventory(
     for file in &manifest.files {
         let path = Path::from(file.key.as_str());
         let uri = location.uri_of(&path);
-        let gz = get(&location, &path).await?;
+        let data = get(&location, &path).await?;
         if let Some(expected) = &file.md5 {
-            let got = hex::encode(Md5::digest(&gz));
+            let got = hex::encode(Md5::digest(&data));
             if !got.eq_ignore_ascii_case(expected) {
                 return Err(Error::Corrupt {
                     uri,
@@ -173,63 +185,15 @@ pub async fn read_inventory(
                 });
             }
         }
-        let mut csv = String::new();
-        flate2::read::MultiGzDecoder::new(&gz[..])
-            .read_to_string(&mut csv)
-            .map_err(|e| Error::Corrupt {
-                uri: uri.clone(),
-                reason: format!("not a gzipped UTF-8 CSV file ({e}); use a complete report"),
-            })?;
-        for (line_no, line) in csv.lines().enumerate() {
-            if line.is_empty() {
-                continue;
-            }
-            summary.rows += 1;
-            let at = |reason: String| Error::Corrupt {
-                uri: uri.clone(),
-                reason: format!("line {}: {reason}", line_no + 1),
-            };
-            let fields = split_csv(line).map_err(at)?;
-            if fields.len() != columns.count {
-                return Err(at(format!(
-                    "{} fields where the schema has {}",
-                    fields.len(),
-                    columns.count
-                )));
-            }
-            if columns.bucket.is_some_and(|b| fields[b] != bucket) {
-                continue;
-            }
-            let flag = |c: Option<usize>| c.map(|c| fields[c].eq_ignore_ascii_case("true"));
-            if flag(columns.is_latest) == Some(false)
-                || flag(columns.is_delete_marker) == Some(true)
-            {
-                summary.not_current += 1;
-                continue;
-            }
-            let key = url_decode(&fields[columns.key]).map_err(at)?;
-            let Some(relative) = key.strip_prefix(prefix) else {
-                continue;
-            };
-            if relative.is_empty() || relative.starts_with("_bucketload/") {
-                continue;
-            }
-            let size = fields[columns.size].parse::<u64>().map_err(|_| {
-                at(format!(
-                    "size {:?} of {key:?} is not a number",
-                    fields[columns.size]
-                ))
-            })?;
-            let etag = columns
-                .etag
-                .map(|c| fields[c].trim_matches('"').to_owned())
-                .filter(|e| !e.is_empty());
-            summary.objects += 1;
-            sink(InventoryObject {
-                key: relative.to_owned(),
-                size,
-                etag,
-            })?;
+        let mut rows = Rows {
+            bucket,
+            prefix,
+            summary: &mut summary,
+            sink: &mut *sink,
+        };
+        match &format {
+            ReportFormat::Csv(columns) => read_csv(&data, columns, &uri, &mut rows)?,
+            ReportFormat::Parquet => read_parquet(data, &uri, &mut rows)?,
         }
         summary.files += 1;
     }
@@ -239,6 +203,210 @@ pub async fn read_inventory(
 async fn get(location: &Location, path: &Path) -> Result<bytes::Bytes> {
     let got = async { location.store().get(path).await?.bytes().await }.await;
     got.map_err(|e| location.error(path, e))
+}
+
+/// How the report's data files are written.
+#[derive(Debug)]
+enum ReportFormat {
+    /// Gzipped CSV, columns as the manifest's `fileSchema` says.
+    Csv(Columns),
+    /// Parquet, columns named in each file's schema.
+    Parquet,
+}
+
+/// One row of a report, its key decoded.
+#[derive(Debug, Default)]
+struct Row<'a> {
+    bucket: Option<&'a str>,
+    key: Option<std::borrow::Cow<'a, str>>,
+    /// The size as written, for the error when it is not a number.
+    size: Option<Result<u64, String>>,
+    etag: Option<&'a str>,
+    is_latest: Option<bool>,
+    is_delete_marker: Option<bool>,
+}
+
+/// Where the rows of every data file go: the current objects of `bucket` below `prefix` to
+/// the sink, counted in the summary.
+struct Rows<'s, 'k> {
+    bucket: &'s str,
+    prefix: &'s str,
+    summary: &'s mut InventorySummary,
+    sink: &'s mut (dyn FnMut(InventoryObject) -> Result<()> + Send + 'k),
+}
+
+impl Rows<'_, '_> {
+    /// Takes one row; `at` words an error about it (where it is in the file).
+    fn offer(&mut self, row: Row<'_>, at: &dyn Fn(String) -> Error) -> Result<()> {
+        self.summary.rows += 1;
+        if row.bucket.is_some_and(|b| b != self.bucket) {
+            return Ok(());
+        }
+        if row.is_latest == Some(false) || row.is_delete_marker == Some(true) {
+            self.summary.not_current += 1;
+            return Ok(());
+        }
+        let Some(key) = row.key else {
+            return Err(at("the row has no key".to_owned()));
+        };
+        let Some(relative) = key.strip_prefix(self.prefix) else {
+            return Ok(());
+        };
+        if relative.is_empty() || relative.starts_with("_bucketload/") {
+            return Ok(());
+        }
+        let size = match row.size {
+            Some(Ok(size)) => size,
+            Some(Err(text)) => return Err(at(format!("size {text:?} of {key:?} is not a number"))),
+            None => return Err(at(format!("{key:?} has no size"))),
+        };
+        let etag = row
+            .etag
+            .map(|e| e.trim_matches('"').to_owned())
+            .filter(|e| !e.is_empty());
+        self.summary.objects += 1;
+        (self.sink)(InventoryObject {
+            key: relative.to_owned(),
+            size,
+            etag,
+        })
+    }
+}
+
+/// Hands every row of a gzipped CSV data file to `rows`.
+fn read_csv(gz: &[u8], columns: &Columns, uri: &str, rows: &mut Rows<'_, '_>) -> Result<()> {
+    // Decompressed a line at a time: the text of a data file is several times its size.
+    let csv = std::io::BufReader::new(flate2::read::MultiGzDecoder::new(gz));
+    for (line_no, line) in csv.lines().enumerate() {
+        let line = line.map_err(|e| Error::Corrupt {
+            uri: uri.to_owned(),
+            reason: format!("not a gzipped UTF-8 CSV file ({e}); use a complete report"),
+        })?;
+        if line.is_empty() {
+            continue;
+        }
+        let at = |reason: String| Error::Corrupt {
+            uri: uri.to_owned(),
+            reason: format!("line {}: {reason}", line_no + 1),
+        };
+        let fields = split_csv(&line).map_err(at)?;
+        if fields.len() != columns.count {
+            return Err(at(format!(
+                "{} fields where the schema has {}",
+                fields.len(),
+                columns.count
+            )));
+        }
+        let flag = |c: Option<usize>| c.map(|c| fields[c].eq_ignore_ascii_case("true"));
+        let size = &fields[columns.size];
+        let row = Row {
+            bucket: columns.bucket.map(|b| fields[b].as_str()),
+            key: Some(url_decode(&fields[columns.key]).map_err(at)?.into()),
+            size: (!size.is_empty()).then(|| size.parse::<u64>().map_err(|_| size.clone())),
+            etag: columns.etag.map(|c| fields[c].as_str()),
+            is_latest: flag(columns.is_latest),
+            is_delete_marker: flag(columns.is_delete_marker),
+        };
+        rows.offer(row, &at)?;
+    }
+    Ok(())
+}
+
+/// What a Parquet column of the report is to the dataset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Bucket,
+    Key,
+    Size,
+    ETag,
+    IsLatest,
+    IsDeleteMarker,
+}
+
+impl Role {
+    /// The role of the column named `name` (S3 Inventory's Parquet names), if the dataset
+    /// needs it.
+    fn of(name: &str) -> Option<Role> {
+        Some(match name.to_ascii_lowercase().as_str() {
+            "bucket" => Role::Bucket,
+            "key" => Role::Key,
+            "size" => Role::Size,
+            "e_tag" => Role::ETag,
+            "is_latest" => Role::IsLatest,
+            "is_delete_marker" => Role::IsDeleteMarker,
+            _ => return None,
+        })
+    }
+}
+
+/// Hands every row of a Parquet data file to `rows`, decoding only the columns it needs.
+fn read_parquet(file: bytes::Bytes, uri: &str, rows: &mut Rows<'_, '_>) -> Result<()> {
+    let corrupt = |e: parquet::errors::ParquetError| Error::Corrupt {
+        uri: uri.to_owned(),
+        reason: format!("not a readable Parquet file ({e}); use a complete report"),
+    };
+    let reader = SerializedFileReader::new(file).map_err(corrupt)?;
+    let schema = reader.metadata().file_metadata().schema();
+    let (mut roles, mut fields) = (Vec::new(), Vec::new());
+    for field in schema.get_fields() {
+        if let Some(role) = Role::of(field.name()).filter(|r| !roles.contains(r)) {
+            roles.push(role);
+            fields.push(field.clone());
+        }
+    }
+    for (role, name) in [(Role::Key, "key"), (Role::Size, "size")] {
+        if !roles.contains(&role) {
+            return Err(Error::Corrupt {
+                uri: uri.to_owned(),
+                reason: format!(
+                    "its schema has no {name} column; a dataset needs the report's key and \
+                     size: add the Size field to the inventory configuration"
+                ),
+            });
+        }
+    }
+    let projection = ParquetType::group_type_builder(schema.name())
+        .with_fields(fields)
+        .build()
+        .map_err(corrupt)?;
+    let records = reader.get_row_iter(Some(projection)).map_err(corrupt)?;
+    for (n, record) in records.enumerate() {
+        let at = |reason: String| Error::Corrupt {
+            uri: uri.to_owned(),
+            reason: format!("row {}: {reason}", n + 1),
+        };
+        let record = record.map_err(corrupt)?;
+        let mut row = Row::default();
+        for (role, (name, value)) in roles.iter().zip(record.get_column_iter()) {
+            let wrong = || at(format!("column {name} holds {value:?}"));
+            match (role, value) {
+                (_, Field::Null) => {}
+                (Role::Bucket, v) => row.bucket = Some(text(v).ok_or_else(wrong)?),
+                (Role::Key, v) => row.key = Some(text(v).ok_or_else(wrong)?.into()),
+                (Role::ETag, v) => row.etag = Some(text(v).ok_or_else(wrong)?),
+                (Role::Size, Field::Long(n)) => {
+                    row.size = Some(u64::try_from(*n).map_err(|_| n.to_string()));
+                }
+                (Role::Size, Field::Int(n)) => {
+                    row.size = Some(u64::try_from(*n).map_err(|_| n.to_string()));
+                }
+                (Role::IsLatest, Field::Bool(b)) => row.is_latest = Some(*b),
+                (Role::IsDeleteMarker, Field::Bool(b)) => row.is_delete_marker = Some(*b),
+                _ => return Err(wrong()),
+            }
+        }
+        rows.offer(row, &at)?;
+    }
+    Ok(())
+}
+
+/// A Parquet string value (a UTF-8 annotated column, or bytes that are UTF-8).
+fn text(value: &Field) -> Option<&str> {
+    match value {
+        Field::Str(s) => Some(s),
+        Field::Bytes(b) => std::str::from_utf8(b.data()).ok(),
+        _ => None,
+    }
 }
 
 /// The fields of one CSV line: quoted (`"a,b"`, `""` for a quote) or bare.
@@ -330,6 +498,37 @@ mod tests {
         assert!(url_decode("bad%2").is_err());
         assert!(url_decode("bad%zz").is_err());
         assert!(url_decode("%ff").is_err());
+    }
+
+    #[test]
+    fn parquet_columns_are_found_by_s3_names() {
+        assert_eq!(Role::of("key"), Some(Role::Key));
+        assert_eq!(Role::of("E_TAG"), Some(Role::ETag));
+        assert_eq!(Role::of("is_delete_marker"), Some(Role::IsDeleteMarker));
+        assert_eq!(Role::of("last_modified_date"), None);
+    }
+
+    #[test]
+    fn a_file_that_is_not_parquet_is_corrupt() {
+        let mut summary = InventorySummary {
+            manifest_uri: "m".into(),
+            created: None,
+            files: 0,
+            rows: 0,
+            objects: 0,
+            not_current: 0,
+        };
+        let mut sink = |_: InventoryObject| Ok(());
+        let mut rows = Rows {
+            bucket: "b",
+            prefix: "",
+            summary: &mut summary,
+            sink: &mut sink,
+        };
+        let bytes = bytes::Bytes::from_static(b"PAR1 not really");
+        let err = read_parquet(bytes, "s3://i/d.parquet", &mut rows).unwrap_err();
+        assert!(err.to_string().contains("s3://i/d.parquet"), "{err}");
+        assert!(err.to_string().contains("Parquet"), "{err}");
     }
 
     #[test]

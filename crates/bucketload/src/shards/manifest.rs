@@ -2,28 +2,60 @@
 //! object (many in flight) computing its CRC32C, keep its ETag and size, and write the
 //! manifest (format 2, `_bucketload/manifest.bin`, by default) last.
 //!
-//! Entries stream from the listing into the format-2 writer, which holds one block; what grows
-//! is the compressed manifest itself (tens of bytes per object), uploaded once every object was
-//! read. A listing that comes sorted (S3, GCS, Azure, the embedded server) is written as it
-//! arrives; keys listed out of order (a local folder lists in directory order) are held aside
-//! and merged in at the end, so the manifest is sorted whatever the store's order.
+//! Entries stream from the listing into the format-2 writer, which holds one block, and the
+//! writer into an anonymous temporary file: a manifest of 10⁹ objects is ~15 GB, which neither
+//! memory nor S3's single PUT (5 GB at most) can take. Once every object was read the file is
+//! uploaded ([`publish_manifest`]): one PUT when it is smaller than one part, else a multipart
+//! upload of [`MANIFEST_PART_SIZE`] parts, several in flight, that is visible only once
+//! complete and aborted on any failure. A listing that comes sorted (S3, GCS, Azure, the
+//! embedded server) is written as it arrives; keys listed out of order (a local folder lists in
+//! directory order, an inventory report's data files come in any order) are held aside
+//! ([`late`]: in memory up to half a million, then in sorted runs in temporary files) and
+//! merged in at the end, both streams read one entry at a time into a second file, so the
+//! manifest is sorted whatever the store's order and memory stays bounded. A format-1 (JSON)
+//! manifest is built in memory from the file.
 
 use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Seek};
 use std::time::Instant;
 
 use bucketload_format::{
     ClassCount, DatasetKind, Entry as ManifestEntry, FileEntry, Manifest, ManifestFormat,
     ManifestHeader, ManifestWriter, Parameters, class_of_key, read_manifest,
 };
-use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
-use bucketload_store::{ETag, Store};
+use bucketload_store::object_store::{ObjectStoreExt, path::Path};
+use bucketload_store::{ETag, MultipartOptions, MultipartWriter, Store};
 use futures::{StreamExt, TryStreamExt};
 
 use crate::base::{DataKey, Entry, KeyedObject, Location, Progress, list};
 use crate::error::{Error, Result};
 
+mod late;
+
+use late::Late;
+
 /// Prefix of bucketload's own objects at a dataset root (never part of the dataset).
 const RESERVED: &str = "_bucketload/";
+
+/// Bytes per part of a manifest's multipart upload: 10,000 parts (S3's limit) of 16 MiB hold a
+/// 156 GiB manifest, ten times a 10⁹-object one, and [`MANIFEST_PARTS_IN_FLIGHT`] of them
+/// buffer at most 144 MiB. A manifest smaller than one part is sent with one PUT. The
+/// environment variable `BUCKETLOAD_MANIFEST_PART_SIZE` (e.g. `5MiB`; S3 refuses parts under
+/// 5 MiB but the last) overrides it, so that tests reach the multipart path with small
+/// manifests.
+pub const MANIFEST_PART_SIZE: u64 = 16 << 20;
+
+/// Parts of a manifest uploaded at once: 8 × 16 MiB keeps ~1 GB/s in flight at S3's part
+/// latencies.
+pub const MANIFEST_PARTS_IN_FLIGHT: usize = 8;
+
+/// A manifest ready to upload: built in memory, or in a temporary file (read from its start).
+#[derive(Debug)]
+pub(crate) enum ManifestBody {
+    Bytes(Vec<u8>),
+    File(File),
+}
 
 /// What [`write_files_manifest`] did.
 #[derive(Debug, Clone)]
@@ -63,8 +95,8 @@ pub async fn write_files_manifest(
         let message = format!("no objects below {}; nothing to describe", store.uri());
         return Err(Error::invalid_input(message));
     }
-    let (bytes, header) = out.finish(&uri, format)?;
-    let uri = publish_manifest(store, format, bytes).await?;
+    let (body, header) = out.finish_blocking(uri, format).await?;
+    let uri = publish_manifest_body(store, format, body).await?;
     Ok(ManifestReport {
         header,
         uri,
@@ -79,7 +111,7 @@ pub async fn write_files_manifest(
 /// the manifest has no CRC32Cs (reads validate by ETag and size). Objects the report lists that
 /// the store no longer has are errors naming them when the dataset is read; objects added
 /// since the report are not in the dataset. Rows the report gives out of key order are merged
-/// in at the end (held in memory until then).
+/// in at the end (sorted with bounded memory, see the module docs).
 pub async fn write_inventory_manifest(
     store: &Store,
     reports: &Store,
@@ -125,8 +157,8 @@ pub async fn write_inventory_manifest(
             store.uri()
         )));
     }
-    let (bytes, header) = out.finish(&uri, format)?;
-    let uri = publish_manifest(store, format, bytes).await?;
+    let (body, header) = out.finish_blocking(uri, format).await?;
+    let uri = publish_manifest_body(store, format, body).await?;
     let report = ManifestReport {
         header,
         uri,
@@ -153,60 +185,139 @@ fn listed_object(entry: Entry) -> Option<KeyedObject> {
     (!object.key.to_string().starts_with(RESERVED)).then_some(object)
 }
 
-/// Writes `bytes` as the dataset manifest in `format` at `store`'s root, after deleting the
-/// manifest of the other format (if any): readers look for format 2 first, and a stale one
-/// must never shadow the new one. Returns the manifest's URI.
+/// Writes `bytes` as the dataset manifest in `format` at `store`'s root: see
+/// [`publish_manifest_body`].
 pub(crate) async fn publish_manifest(
     store: &Store,
     format: ManifestFormat,
     bytes: Vec<u8>,
 ) -> Result<String> {
+    publish_manifest_body(store, format, ManifestBody::Bytes(bytes)).await
+}
+
+/// Writes `body` as the dataset manifest in `format` at `store`'s root, after deleting the
+/// manifest of the other format (if any): readers look for format 2 first, and a stale one
+/// must never shadow the new one. The upload is one PUT or a multipart upload (see
+/// [`MANIFEST_PART_SIZE`]): either way the new manifest appears whole or not at all. Returns
+/// the manifest's URI.
+pub(crate) async fn publish_manifest_body(
+    store: &Store,
+    format: ManifestFormat,
+    body: ManifestBody,
+) -> Result<String> {
     let location = Location::from_store(store);
     let os = store.object_store();
     let other = Path::from(format.other_path());
-    // Looked for first (a HEAD, retried like any read): most datasets never had the other
-    // format, and a DELETE whose answer is lost is not retried.
+    // Looked for first (a HEAD, a read): most datasets never had the other format.
     let exists = match os.head(&other).await {
         Ok(_) => true,
         Err(bucketload_store::object_store::Error::NotFound { .. }) => false,
         Err(e) => return Err(location.error(&other, e)),
     };
     if exists {
-        match os.delete(&other).await {
-            Ok(()) | Err(bucketload_store::object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(location.error(&other, e)),
-        }
+        store
+            .delete_key(&other)
+            .await
+            .map_err(|e| location.error(&other, e))?;
     }
     let key = Path::from(format.path());
-    os.put(&key, PutPayload::from(bytes))
-        .await
-        .map_err(|e| location.error(&key, e))?;
-    Ok(store.object_uri(&key))
+    let uri = store.object_uri(&key);
+    let mut writer = MultipartWriter::new(os, key, upload_options())
+        .with_store(store)
+        .with_uri(&uri);
+    match body {
+        ManifestBody::Bytes(bytes) => writer.write(bytes.into()).await?,
+        ManifestBody::File(file) => {
+            if let Err(e) = send_file(&mut writer, file).await {
+                if let Err(abort) = writer.abort().await {
+                    tracing::warn!(%uri, error = %abort, "cannot abort the manifest's upload");
+                }
+                return Err(e);
+            }
+        }
+    }
+    writer.finish().await?;
+    Ok(uri)
+}
+
+/// The part size and parts in flight of a manifest's upload (see [`MANIFEST_PART_SIZE`]).
+fn upload_options() -> MultipartOptions {
+    let part_size = std::env::var("BUCKETLOAD_MANIFEST_PART_SIZE")
+        .ok()
+        .and_then(|s| bucketload_store::parse_size(&s).ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(MANIFEST_PART_SIZE);
+    MultipartOptions {
+        part_size,
+        concurrency: MANIFEST_PARTS_IN_FLIGHT,
+    }
+}
+
+/// Hands `writer` the bytes of `file` one part at a time (read off the Tokio workers).
+async fn send_file(writer: &mut MultipartWriter, file: File) -> Result<()> {
+    use tokio::io::AsyncReadExt;
+    let chunk = usize::try_from(upload_options().part_size).unwrap_or(usize::MAX);
+    let mut file = tokio::fs::File::from_std(file);
+    loop {
+        let mut part = Vec::with_capacity(chunk);
+        (&mut file)
+            .take(chunk as u64)
+            .read_to_end(&mut part)
+            .await
+            .map_err(|source| temp_error("read", source))?;
+        if part.is_empty() {
+            return Ok(());
+        }
+        writer.write(part.into()).await?;
+    }
+}
+
+/// An error of the temporary files a manifest is built in (`action`: what failed).
+fn temp_error(action: &str, source: std::io::Error) -> Error {
+    Error::Io {
+        path: format!(
+            "a temporary file of the manifest in {} (set TMPDIR to a folder with room)",
+            std::env::temp_dir().display()
+        ),
+        action: action.to_owned(),
+        source,
+    }
+}
+
+/// A new anonymous temporary file (deleted when closed), for a manifest being built.
+fn temp_file() -> Result<File> {
+    tempfile::tempfile().map_err(|e| temp_error("create", e))
+}
+
+/// `file`, written, read from its start.
+fn rewound(mut file: File) -> Result<File> {
+    file.rewind().map_err(|e| temp_error("rewind", e))?;
+    Ok(file)
 }
 
 /// The manifest being written: entries in key order go straight to the format-2 writer;
 /// entries listed out of order wait in `late` and are merged in by [`FilesOut::finish`].
 struct FilesOut {
-    writer: ManifestWriter<Vec<u8>>,
+    writer: ManifestWriter<BufWriter<File>>,
     source: String,
     last: Option<String>,
-    late: Vec<FileEntry>,
+    late: Late,
     classes: Option<BTreeMap<String, u64>>,
 }
 
 impl FilesOut {
     fn new(uri: &str, source: String) -> Result<FilesOut> {
         Ok(FilesOut {
-            writer: ManifestWriter::new(uri, Vec::new(), DatasetKind::Files)?,
+            writer: ManifestWriter::new(uri, BufWriter::new(temp_file()?), DatasetKind::Files)?,
             source,
             last: None,
-            late: Vec::new(),
+            late: Late::new(late::RUN_ENTRIES, late::FAN_IN),
             classes: Some(BTreeMap::new()),
         })
     }
 
     fn entries(&self) -> u64 {
-        self.writer.entries() + self.late.len() as u64
+        self.writer.entries() + self.late.len()
     }
 
     fn push(&mut self, entry: FileEntry) -> Result<()> {
@@ -222,16 +333,26 @@ impl FilesOut {
             .as_deref()
             .is_some_and(|last| last >= entry.key.as_str())
         {
-            self.late.push(entry);
-            return Ok(());
+            return self.late.push(entry);
         }
         self.writer.push_file(&entry)?;
         self.last = Some(entry.key);
         Ok(())
     }
 
-    /// The manifest's bytes in `format`, and its header.
-    fn finish(self, uri: &str, format: ManifestFormat) -> Result<(Vec<u8>, ManifestHeader)> {
+    /// [`FilesOut::finish`] off the Tokio workers (merging and reading back files).
+    async fn finish_blocking(
+        self,
+        uri: String,
+        format: ManifestFormat,
+    ) -> Result<(ManifestBody, ManifestHeader)> {
+        tokio::task::spawn_blocking(move || self.finish(&uri, format))
+            .await
+            .map_err(|e| Error::invalid_input(format!("writing the manifest stopped: {e}")))?
+    }
+
+    /// The manifest in `format`, and its header.
+    fn finish(self, uri: &str, format: ManifestFormat) -> Result<(ManifestBody, ManifestHeader)> {
         let classes: Vec<ClassCount> = self
             .classes
             .unwrap_or_default()
@@ -240,42 +361,61 @@ impl FilesOut {
             .collect();
         let policy = if classes.is_empty() { "none" } else { "folder" };
         let params = parameters(&self.source, policy);
-        let (mut bytes, mut header) = self.writer.finish(params.clone(), classes.clone())?;
-        if !self.late.is_empty() {
-            (bytes, header) = merge_late(uri, &bytes, self.late, params, classes)?;
+        let (out, mut header) = self.writer.finish(params.clone(), classes.clone())?;
+        let mut file = out
+            .into_inner()
+            .map_err(|e| temp_error("write", e.into_error()))?;
+        if self.late.len() > 0 {
+            (file, header) = merge_late(uri, rewound(file)?, self.late, params, classes)?;
         }
+        let file = rewound(file)?;
         if format == ManifestFormat::Json {
-            bytes = Manifest::read(uri, &bytes[..])?.to_json();
+            let json = Manifest::read(uri, BufReader::new(file))?.to_json();
+            return Ok((ManifestBody::Bytes(json), header));
         }
-        Ok((bytes, header))
+        Ok((ManifestBody::File(file), header))
     }
 }
 
-/// The manifest `sorted` with the entries `late` (listed out of order) merged in.
+/// The manifest `sorted` (a file read from its start) with the entries `late` (listed out of
+/// order) merged in, in a new temporary file: both stream through, the sorted ones one block
+/// at a time, the late ones one entry per run at a time.
 fn merge_late(
     uri: &str,
-    sorted: &[u8],
-    mut late: Vec<FileEntry>,
+    sorted: File,
+    late: Late,
     params: Parameters,
     classes: Vec<ClassCount>,
-) -> Result<(Vec<u8>, ManifestHeader)> {
+) -> Result<(File, ManifestHeader)> {
     tracing::debug!(late = late.len(), "the listing was not sorted; merging");
-    late.sort_by(|a, b| a.key.cmp(&b.key));
-    let mut writer = ManifestWriter::new(uri, Vec::new(), DatasetKind::Files)?;
-    let mut late = late.into_iter().peekable();
-    read_manifest(uri, sorted, &mut |entry| {
+    let mut late = late.into_sorted()?;
+    let out = BufWriter::new(temp_file()?);
+    let mut writer = ManifestWriter::new(uri, out, DatasetKind::Files)?;
+    let late_error = |source| bucketload_format::Error::ManifestIo {
+        manifest: format!("{uri} (entries listed out of order, in a temporary file)"),
+        offset: 0,
+        action: "read",
+        source,
+    };
+    read_manifest(uri, BufReader::new(sorted), &mut |entry| {
         let ManifestEntry::File(file) = entry else {
             return Ok(());
         };
-        while let Some(next) = late.next_if(|l| l.key <= file.key) {
-            writer.push_file(&next)?; // an equal key fails here: listed twice
+        while late.peek_key().is_some_and(|k| k <= file.key.as_str()) {
+            if let Some(next) = late.next() {
+                writer.push_file(&next.map_err(late_error)?)?; // an equal key fails: listed twice
+            }
         }
         writer.push_file(file)
     })?;
     for next in late {
-        writer.push_file(&next)?;
+        writer.push_file(&next.map_err(late_error)?)?;
     }
-    Ok(writer.finish(params, classes)?)
+    let (out, header) = writer.finish(params, classes)?;
+    let file = out
+        .into_inner()
+        .map_err(|e| temp_error("write", e.into_error()))?;
+    Ok((file, header))
 }
 
 /// GETs one object, streaming its body through CRC32C.
@@ -377,12 +517,29 @@ mod tests {
 
     /// The manifest of `files` pushed in this order.
     fn manifest_of(files: &[FileEntry], format: ManifestFormat) -> Result<Manifest> {
+        manifest_with_runs(files, format, late::RUN_ENTRIES)
+    }
+
+    /// The same, out-of-order entries written out in runs of `run`, merged two at a time.
+    fn manifest_with_runs(
+        files: &[FileEntry],
+        format: ManifestFormat,
+        run: usize,
+    ) -> Result<Manifest> {
         let mut out = FilesOut::new("m", "mem://x".into())?;
+        out.late = Late::new(run, 2);
         for f in files {
             out.push(f.clone())?;
         }
-        let (bytes, _) = out.finish("m", format)?;
-        Ok(Manifest::read("m", &bytes[..])?)
+        let body = match out.finish("m", format)?.0 {
+            ManifestBody::Bytes(bytes) => bytes,
+            ManifestBody::File(mut file) => {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut file, &mut bytes).unwrap();
+                bytes
+            }
+        };
+        Ok(Manifest::read("m", &body[..])?)
     }
 
     #[test]
@@ -418,6 +575,21 @@ mod tests {
         assert_eq!(m.classes.iter().map(|c| c.count).sum::<u64>(), 7);
         let twice = [file("b", 1), file("a", 1), file("b", 1)];
         let err = manifest_of(&twice, ManifestFormat::Binary).unwrap_err();
+        assert!(err.to_string().contains("\"b\" is duplicated"), "{err}");
+        // Written out in runs of two (merged in pairs): the same manifest, the same refusal.
+        let m = manifest_with_runs(&files, ManifestFormat::Binary, 2).unwrap();
+        assert_eq!(
+            m.files.iter().map(|f| f.key.as_str()).collect::<Vec<_>>(),
+            sorted
+        );
+        let twice = [
+            file("z", 1),
+            file("b", 1),
+            file("c", 1),
+            file("a", 1),
+            file("b", 1),
+        ];
+        let err = manifest_with_runs(&twice, ManifestFormat::Binary, 2).unwrap_err();
         assert!(err.to_string().contains("\"b\" is duplicated"), "{err}");
     }
 }

@@ -209,7 +209,6 @@ fn other_plan(dst: &Store, run: Option<&RunFile>, digest: &str) -> Error {
 /// shard.
 async fn clear(dst: &Store, listing: &HashMap<String, u64>) -> Result<()> {
     let location = Location::from_store(dst);
-    let os = dst.object_store();
     let mut keys: Vec<&String> = listing.keys().collect();
     keys.sort_by_key(|k| {
         (
@@ -221,10 +220,9 @@ async fn clear(dst: &Store, listing: &HashMap<String, u64>) -> Result<()> {
     tracing::info!(objects = keys.len(), "deleting an earlier run's objects");
     for key in keys {
         let path = key_path(key);
-        match os.delete(&path).await {
-            Ok(()) | Err(bucketload_store::object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(location.error(&path, e)),
-        }
+        dst.delete_key(&path)
+            .await
+            .map_err(|e| location.error(&path, e))?;
     }
     Ok(())
 }
