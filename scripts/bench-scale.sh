@@ -22,6 +22,12 @@
 # from a local directory). They open as one rank of one: more ranks need a torch.distributed
 # process group in both. TOOLS="bucketload peers" (the default) says which tools run, and
 # SURFACES="cli python" (the default) which of bucketload's surfaces.
+# With the Python surface, at ORDER shard counts (default 10^6; "" for none) the order itself is
+# measured (benchmarks/scale/order_py.py): rank 0's shuffle quality (distinct shards per batch
+# of 64, rank correlation between dataset and order positions); a resume at another world size
+# (rank 0 of N/10 saves half-way, N/20 ranks resume; checked on a closed subset of ranks); and a
+# mixture of the dataset with a second one of the same size (the first's directories under
+# `-b`, symlinks: no extra disk), read whole and resumed half-way at the same world size.
 # TIMEOUT (default 600 s) bounds each measurement; one that runs out is reported as such.
 # JSON lines go to OUT/results.jsonl and the table to OUT/table.md. docs/BENCHMARKS.md records
 # the table with this command.
@@ -141,6 +147,30 @@ for n in $shards_counts; do
             measure "python $format $((n * 1000)) samples, $n shards, rank 0 of $world" \
                 "$python" benchmarks/scale/open_py.py "s3://scale/$prefix" "$format" 0 "$world"
         fi
+    done
+done
+
+# The second dataset of a mixture: PREFIX's data and sidecar directories under another name.
+alias_prefix() {  # alias_prefix PREFIX ALIAS
+    ln -sfn "$1" "$root/scale/$2"
+    ln -sfn "$1" "$root/.bucketload/meta/scale/$2"
+}
+for n in ${ORDER-1000000}; do
+    [[ " $tools " == *" bucketload "* && " $surfaces " == *" python "* ]] || break
+    prefix="shards-$n"
+    build shards "$prefix" "$n" one/shard-000000.tar
+    alias_prefix "$prefix" "$prefix-b"
+    world=$((n / 10))
+    [ "$world" -ge 2 ] || world=2
+    for format in shards indexed; do
+        measure "python order $format $((n * 1000)) samples, $n shards, rank 0 of $world" \
+            "$python" benchmarks/scale/order_py.py order "s3://scale/$prefix" "$format" "$world"
+        measure "python resume $format $((n * 1000)) samples, $world ranks → $((world / 2)) after 5,000 each" \
+            "$python" benchmarks/scale/order_py.py resume "s3://scale/$prefix" "$format" "$world" \
+            "$((world / 2))" 5000
+        measure "python mixture $format 2 × $((n * 1000)) samples, rank 0 of $world" \
+            "$python" benchmarks/scale/order_py.py mix "s3://scale/$prefix" "s3://scale/$prefix-b" \
+            "$format" "$world"
     done
 done
 
