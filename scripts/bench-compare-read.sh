@@ -29,13 +29,18 @@ export AWS_ACCESS_KEY_ID=bucketload AWS_SECRET_ACCESS_KEY=bucketload-dev-secret 
 fast="http://127.0.0.1:$port0"
 slow="http://127.0.0.1:$port1"
 "$new" serve --root "$work/root" --addr "127.0.0.1:$port0" >"$work/serve0.log" 2>&1 & pids+=($!)
-wait_port "$port0"
-AWS_ENDPOINT_URL="$fast" "$new" gen s3://cmp/train --samples "$samples" --classes 10 --size "$size" \
+wait_port "$port0" 60
+# The older build makes the datasets: the newer reads its manifests, not always the reverse.
+AWS_ENDPOINT_URL="$fast" "$base" gen s3://cmp/train --samples "$samples" --classes 10 --size "$size" \
     --concurrency 256 >/dev/null
-AWS_ENDPOINT_URL="$fast" "$new" manifest s3://cmp/train >/dev/null
-AWS_ENDPOINT_URL="$fast" "$new" shard s3://cmp/train s3://cmp-shards/train --shard-size 100MB >/dev/null
-"$new" serve --root "$work/root" --addr "127.0.0.1:$port1" --latency "$latency" >"$work/serve1.log" 2>&1 & pids+=($!)
-wait_port "$port1"
+AWS_ENDPOINT_URL="$fast" "$base" manifest s3://cmp/train >/dev/null
+AWS_ENDPOINT_URL="$fast" "$base" shard s3://cmp/train s3://cmp-shards/train --shard-size 100MB >/dev/null
+# A server locks its root: the slow one serves a copy made of hard links (the same inodes, so
+# the same objects and ETags), without the first server's lock.
+cp -al "$work/root" "$work/root1"
+rm -f "$work/root1/.bucketload/lock"
+"$new" serve --root "$work/root1" --addr "127.0.0.1:$port1" --latency "$latency" >"$work/serve1.log" 2>&1 & pids+=($!)
+wait_port "$port1" 60
 
 echo "machine: $(machine)"
 echo "dataset: $samples samples of $size with a manifest; shards of 100MB with indexes"

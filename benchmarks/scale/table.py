@@ -23,17 +23,7 @@ def main() -> None:
     for r in rows:
         if ORDER_CASE.match(r["case"]):
             continue
-        status = (
-            "ok"
-            if r["status"] == 0
-            else (
-                f"timed out after {r['timed_out_after_s']} s"
-                if "timed_out_after_s" in r
-                else "killed (memory cap)"
-                if "killed" in r
-                else f"exit {r['status']}"
-            )
-        )
+        status = status_text(r)
         print(
             f"| {r['case']} | {cell(r.get('open_s'))} | {cell(r.get('first_batch_s'))} "
             f"| {cell(r.get('share_s') or r.get('wall_s'))} | {r.get('samples', '—')} "
@@ -53,10 +43,18 @@ def main() -> None:
     order_table(rows)
 
 
+def status_text(r: dict) -> str:
+    if r["status"] == 0:
+        return "ok"
+    if "timed_out_after_s" in r:
+        return f"timed out after {r['timed_out_after_s']} s"
+    return "killed (memory cap)" if "killed" in r else f"exit {r['status']}"
+
+
 def checks(r: dict) -> str:
-    """What order_py.py checked, in words; "—" where the case did not run to its end."""
+    """What order_py.py checked, in words; the status where the case did not run to its end."""
     if r["status"] != 0:
-        return "—"
+        return status_text(r)
     said = [f"{r.get('duplicates', '—')} duplicates"]
     if "counts_ok" in r:
         said.append(
