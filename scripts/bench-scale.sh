@@ -174,7 +174,7 @@ for n in ${ORDER-1000000}; do
             "$python" benchmarks/scale/order_py.py order "s3://scale/$prefix" "$format" "$world"
         # Streams resume in a world of N/1,000 ranks (shares of 10^6), 10^4 left each: the
         # restore replays every old rank and cuts its run from the shard order, O(ranks x
-        # shards), too slow at N/10 or N/100 ranks of 10^6 shards (docs/BENCHMARKS.md).
+        # shards); at 10^6 shards it did not finish within 1,200 s even so (docs/BENCHMARKS.md).
         from=$world
         [ "$format" = indexed ] || from=$((n / 1000))
         [ "$from" -ge 2 ] || from=2
