@@ -36,7 +36,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shards_counts="${SHARDS:-1000 10000 100000 1000000}"
-files_counts="${FILES:-100000 1000000 2000000}"
+files_counts="${FILES-100000 1000000 2000000}"  # FILES="" for none
 root="$(realpath -m "${ROOT:-/var/tmp/bucketload-scale}")"
 out="$(realpath -m "${OUT:-bench-scale-out}")"
 port="${PORT:-9361}"
