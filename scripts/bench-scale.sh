@@ -21,14 +21,22 @@
 # MosaicML Streaming and LitData open the same shard counts (their own formats, hard links too,
 # from a local directory). They open as one rank of one: more ranks need a torch.distributed
 # process group in both. TOOLS="bucketload peers" (the default) says which tools run, and
-# SURFACES="cli python" (the default) which of bucketload's surfaces.
+# SURFACES="cli python" (the default) which of bucketload's surfaces ("python-without-torch":
+# the Python loader with torch hidden from bucketload, for the loader's memory without torch's).
+# With the Python surface, at ORDER shard counts (default 10^6; "" for none) the order itself is
+# measured (benchmarks/scale/order_py.py): rank 0's shuffle quality (distinct shards per batch
+# of 64, rank correlation between dataset and order positions); a resume at another world size
+# (indexed: rank 0 of N/10 saves half-way, N/20 ranks resume; streamed: N/1,000 ranks to
+# N/2,000, 10^4 samples left per old rank; checked on a closed subset of ranks); and a
+# mixture of the dataset with a second one of the same size (the first's directories under
+# `-b`, symlinks: no extra disk), read whole and resumed half-way at the same world size.
 # TIMEOUT (default 600 s) bounds each measurement; one that runs out is reported as such.
 # JSON lines go to OUT/results.jsonl and the table to OUT/table.md. docs/BENCHMARKS.md records
 # the table with this command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shards_counts="${SHARDS:-1000 10000 100000 1000000}"
-files_counts="${FILES:-100000 1000000 2000000}"
+files_counts="${FILES-100000 1000000 2000000}"  # FILES="" for none
 root="$(realpath -m "${ROOT:-/var/tmp/bucketload-scale}")"
 out="$(realpath -m "${OUT:-bench-scale-out}")"
 port="${PORT:-9361}"
@@ -141,6 +149,43 @@ for n in $shards_counts; do
             measure "python $format $((n * 1000)) samples, $n shards, rank 0 of $world" \
                 "$python" benchmarks/scale/open_py.py "s3://scale/$prefix" "$format" 0 "$world"
         fi
+        if [[ " $surfaces " == *" python-without-torch "* ]]; then
+            measure "python without torch $format $((n * 1000)) samples, $n shards, rank 0 of $world" \
+                "$python" benchmarks/scale/open_py.py "s3://scale/$prefix" "$format" 0 "$world" \
+                --without-torch
+        fi
+    done
+done
+
+# The second dataset of a mixture: PREFIX's data and sidecar directories under another name.
+alias_prefix() {  # alias_prefix PREFIX ALIAS
+    ln -sfn "$1" "$root/scale/$2"
+    ln -sfn "$1" "$root/.bucketload/meta/scale/$2"
+}
+for n in ${ORDER-1000000}; do
+    [[ " $tools " == *" bucketload "* && " $surfaces " == *" python "* ]] || break
+    prefix="shards-$n"
+    build shards "$prefix" "$n" one/shard-000000.tar
+    alias_prefix "$prefix" "$prefix-b"
+    world=$((n / 10))
+    [ "$world" -ge 2 ] || world=2
+    for format in shards indexed; do
+        measure "python order $format $((n * 1000)) samples, $n shards, rank 0 of $world" \
+            "$python" benchmarks/scale/order_py.py order "s3://scale/$prefix" "$format" "$world"
+        # Streams resume in a world of N/1,000 ranks (shares of 10^6), 10^4 left each: the
+        # restore replays every old rank and cuts its run from the shard order, O(ranks x
+        # shards); at 10^6 shards it did not finish within 1,200 s even so (docs/BENCHMARKS.md).
+        from=$world
+        [ "$format" = indexed ] || from=$((n / 1000))
+        [ "$from" -ge 2 ] || from=2
+        consumed=$((n * 1000 / from - 10000))
+        [ "$format" = shards ] || consumed=5000
+        measure "python resume $format $((n * 1000)) samples, $from ranks → $((from / 2)) after $consumed each" \
+            "$python" benchmarks/scale/order_py.py resume "s3://scale/$prefix" "$format" "$from" \
+            "$((from / 2))" "$consumed"
+        measure "python mixture $format 2 × $((n * 1000)) samples, rank 0 of $world" \
+            "$python" benchmarks/scale/order_py.py mix "s3://scale/$prefix" "s3://scale/$prefix-b" \
+            "$format" "$world"
     done
 done
 

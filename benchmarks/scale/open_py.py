@@ -2,17 +2,20 @@
 scripts/bench-scale.sh: prints one JSON line with the seconds to construct the loader (and take
 its len()), then from there to its first batch and to the end of the share, the samples read, len() and the peak RSS.
 
-    open_py.py URI FORMAT RANK WORLD [--batch-size 64]
+    open_py.py URI FORMAT RANK WORLD [--batch-size 64] [--without-torch]
+
+`--without-torch` hides torch from bucketload (which imports it when it is installed, for its
+tensors), for the loader's own memory without torch's import (about 600 MB of peak RSS).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import resource
+import sys
 import time
-
-import bucketload
 
 
 def main() -> None:
@@ -22,7 +25,11 @@ def main() -> None:
     p.add_argument("rank", type=int)
     p.add_argument("world", type=int)
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--without-torch", action="store_true")
     a = p.parse_args()
+    if a.without_torch:
+        sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` raises
+    bucketload = importlib.import_module("bucketload")
     started = time.monotonic()
     loader = bucketload.Loader(
         a.uri,
