@@ -7,6 +7,7 @@ DataLoader workers) because a worker process never has torch.distributed initial
 from __future__ import annotations
 
 import os
+import sys
 
 from .errors import ConfigError
 
@@ -70,13 +71,17 @@ def distributed() -> tuple[int, int]:
         pair = _env_pair("LOCAL_RANK", "LOCAL_WORLD_SIZE", strict=False)
     if pair is not None:
         return pair
-    try:
-        import ray.train
+    # A Ray Train worker has imported ray already: a process that has not is not one, and
+    # importing ray (with pyarrow and pydantic) only to ask would cost each loader's process
+    # tens of MB and seconds (docs/BENCHMARKS.md, the files catalog's PSS).
+    if "ray" in sys.modules:
+        try:
+            import ray.train
 
-        context = ray.train.get_context()
-        return context.get_world_rank(), context.get_world_size()
-    except Exception:  # noqa: BLE001, S110 - not installed, or not inside a Train worker
-        pass
+            context = ray.train.get_context()
+            return context.get_world_rank(), context.get_world_size()
+        except Exception:  # noqa: BLE001, S110 - not inside a Train worker
+            pass
     if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
         raise ConfigError(
             "cannot tell this process's rank: MASTER_ADDR/MASTER_PORT configure a "

@@ -14,6 +14,7 @@ from ._types import DType, Format, JpegDecode, LabelFrom, Saved, Transform
 __version__: str
 #: The disk cache's default size in bytes (``cache_size``), as the engine and the CLI use it.
 DEFAULT_CACHE_SIZE: int
+DEFAULT_INDEX_CACHE: int
 
 #: ``(key, size)`` of an object.
 Object: TypeAlias = tuple[str, int]
@@ -101,8 +102,9 @@ class NativeLoader:
                  client: ClientConfig | None = None, transform: Transform | None = None,
                  use_manifest: bool = True, check_manifest: bool = False,
                  decode_members: list[str] = ..., metadata_ttl: float = 0.0,
-                 allow_incomplete: bool = False) -> None:
-        """``allow_incomplete``: read a dataset whose ``bucketload shard`` run never finished
+                 allow_incomplete: bool = False, index_cache: int = 256 << 20) -> None:
+        """``index_cache``: bytes of shard indexes an indexed loader holds (least recently
+        used first out; the index in use is kept whatever the bound). ``allow_incomplete``: read a dataset whose ``bucketload shard`` run never finished
         (its run record without a manifest) instead of raising ``ConfigError``. ``metadata_ttl``: seconds a streamed shard's version is trusted with a cache
         (``math.inf``: for the loader's life). ``decode_members`` (with ``decode=False``): extensions of members that
         ``NativeEpoch.next_sample_batch`` also decodes and augments, as ``decode=True`` would

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import _native
+from .errors import ConfigError
 
 
 def parse_size(size: int | str) -> int:
@@ -11,7 +12,7 @@ def parse_size(size: int | str) -> int:
     1000, ``KiB``, ``MiB``, ``GiB`` powers of 1024. Raises ``ConfigError`` (a ``ValueError``)."""
     if isinstance(size, int):
         if size < 0:
-            raise ValueError(f"size {size} is negative")
+            raise ConfigError(f"size {size} is negative: give a number of bytes >= 0")
         return size
     return _native.parse_size(str(size))
 

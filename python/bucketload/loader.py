@@ -71,7 +71,9 @@ class Loader(_Base):
     once asked, for datasets that never change in place: a warm epoch then sends no request,
     and a shard replaced within the time is read as the version first read (or, for a block not
     cached, fails naming it). Each process keeps what it asked: DataLoader workers made anew each
-    epoch ask again, persistent workers do not.
+    epoch ask again, persistent workers do not. ``index_cache`` (bytes: an int or a size such as
+    ``"64MiB"``; default 256 MiB) bounds the shard indexes an indexed loader holds, least
+    recently used out first; the index in use is kept whatever the bound.
     Iterating yields :class:`Batch` tuples ``(images, labels)``: ``images`` a ``float32`` tensor ``[N, 3, H, W]``
     normalised with ``mean`` and ``std`` (``dtype="float32"``) or a ``uint8`` tensor
     ``[N, 3, H, W]`` in ``torch.channels_last`` memory format (``dtype="uint8"``: the pixels
@@ -186,6 +188,7 @@ class Loader(_Base):
         decode: bool = True,
         decode_members: Sequence[str] = (),
         metadata_ttl: float | Literal["indefinite"] | None = None,
+        index_cache: int | str | None = None,
         transform: Callable[[dict[str, Any]], Any] | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
     ) -> None:
@@ -225,6 +228,7 @@ class Loader(_Base):
             "weights": None if weights is None else [float(w) for w in weights],
             "samples_per_epoch": samples_per_epoch, "decode_members": list(decode_members),
             "metadata_ttl": ttl,
+            "index_cache": _index_cache(index_cache),
         }
         self.uri: str | list[str] = uri if isinstance(uri, str) else list(uri)
         self._return_indices = return_indices
@@ -432,6 +436,16 @@ def _columns(samples: list[dict[str, Any]], images: dict[str, Any]) -> dict[str,
     list per other key (``None`` where a sample lacks it)."""
     keys = dict.fromkeys(key for sample in samples for key in sample)
     return {key: images[key] if key in images else [s.get(key) for s in samples] for key in keys}
+
+
+def _index_cache(size: int | str | None) -> int:
+    if size is None:
+        return _native.DEFAULT_INDEX_CACHE
+    try:
+        return parse_size(size)
+    except ValueError as e:
+        raise ConfigError(f"index_cache={size!r} is not a size in bytes ({e}): give an int "
+                          "or a size such as \"64MiB\"") from None
 
 
 def _metadata_ttl(ttl: float | str | None) -> float:

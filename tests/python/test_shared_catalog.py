@@ -80,3 +80,25 @@ def test_spawned_processes_map_one_catalog_and_a_damaged_one_is_rebuilt(
     assert mapped == {(path, rebuilt)}
     assert Path(path).read_bytes() != bytes(data)
     assert keys == listed
+
+
+def test_opening_a_loader_imports_no_ray(bucketload_bin, env, s3, tmp_path):  # noqa: F811
+    """Asking whether this process is a Ray Train worker must not import ray (with pyarrow and
+    pydantic: ~140 MB of every DataLoader worker's memory, more than the catalog of 10⁷
+    samples)."""
+    import subprocess
+    import sys
+
+    bucket = "no-ray"
+    s3.create_bucket(Bucket=bucket)
+    uri = f"s3://{bucket}/train"
+    ok(bucketload_bin, env, "gen", uri, "--samples", "6", "--classes", "2", "--size", "1KB")
+    ok(bucketload_bin, env, "manifest", uri)
+    code = ("import sys, bucketload; loader = bucketload.Loader(sys.argv[1], decode=False); "
+            "assert len(loader) > 0; print(sorted(m for m in ('ray', 'pyarrow') "
+            "if m in sys.modules))")
+    child_env = {**os.environ, "BUCKETLOAD_CATALOG_DIR": str(tmp_path / "catalogs")}
+    out = subprocess.run([sys.executable, "-c", code, uri], env=child_env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout

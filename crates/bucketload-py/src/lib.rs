@@ -26,6 +26,10 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("DEFAULT_CACHE_SIZE", bucketload_cache::DEFAULT_CAPACITY)?;
+    m.add(
+        "DEFAULT_INDEX_CACHE",
+        bucketload::loader::DEFAULT_INDEX_CACHE,
+    )?;
     m.add_class::<buffer::Buffer>()?;
     m.add_class::<store::NativeStore>()?;
     m.add_class::<loader::NativeLoader>()?;

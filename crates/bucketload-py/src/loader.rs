@@ -185,6 +185,7 @@ impl NativeLoader {
         drop_last=false, pad=true, skip_corrupt=false, endpoint=None, region=None,
         jpeg_decode="region", client=None, transform=None, use_manifest=true,
         check_manifest=false, decode_members=Vec::new(), metadata_ttl=0.0, allow_incomplete=false,
+        index_cache=bucketload::loader::DEFAULT_INDEX_CACHE,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -221,6 +222,7 @@ impl NativeLoader {
         decode_members: Vec<String>,
         metadata_ttl: f64,
         allow_incomplete: bool,
+        index_cache: u64,
     ) -> PyResult<NativeLoader> {
         if batch_size == 0 {
             return Err(errors::raise(
@@ -286,6 +288,7 @@ impl NativeLoader {
                 .with_manifest(manifest)
                 .with_allow_incomplete(allow_incomplete)
                 .with_metadata_ttl(metadata_ttl)
+                .with_index_cache(index_cache)
                 // Batches are checkpointed by count: samples must arrive in the worker's order.
                 .with_delivery(Delivery::Strict);
             if let Some(n) = concurrency {

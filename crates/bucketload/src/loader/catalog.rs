@@ -205,10 +205,15 @@ async fn from_manifest_get(
         drop(lock);
         return Ok((catalog, origin));
     }
-    // Streamed: each entry goes into the files table or the shard rows as the GET's body is
-    // parsed, so no whole manifest is ever held.
+    // Streamed: each entry goes into the files table (written into the shared file as it is
+    // built) or the shard rows as the GET's body is parsed, so no whole manifest is ever held.
+    let files = match (format, &shared) {
+        (Format::Auto | Format::Files, Some(shared)) => Some(shared.builder()),
+        (Format::Auto | Format::Files, None) => Some(FilesTableBuilder::default()),
+        (Format::Shards | Format::Indexed, _) => None,
+    };
     let building = Arc::new(std::sync::Mutex::new(Building {
-        files: matches!(format, Format::Auto | Format::Files).then(FilesTableBuilder::default),
+        files,
         shards: Vec::new(),
     }));
     let into = Arc::clone(&building);
@@ -230,12 +235,17 @@ async fn from_manifest_get(
     let origin = ManifestOrigin::new(location, &key, header.kind, &header.parameters.source);
     let catalog = match (header.kind, format, built.files) {
         (DatasetKind::Files, Format::Auto | Format::Files, Some(files)) => {
-            let identity = shared.as_ref().map_or(&PRIVATE, |s| s.identity());
-            let table = files.finish(identity);
-            match &shared {
-                Some(shared) => Catalog::Files(shared.publish(table)),
-                None => Catalog::Files(table),
-            }
+            let table = match &shared {
+                Some(shared) => shared.publish_built(files).map_err(|source| Error::Io {
+                    path: format!("the files catalog of {}", location.uri_of(&key)),
+                    action: "build (free space where shared catalogs are kept, or set \
+                             BUCKETLOAD_CATALOG_DIR)"
+                        .to_owned(),
+                    source,
+                })?,
+                None => files.finish_in_memory(&PRIVATE),
+            };
+            Catalog::Files(table)
         }
         (DatasetKind::Shards, Format::Auto | Format::Shards | Format::Indexed, _) => {
             let rows = built
@@ -317,7 +327,7 @@ fn from_manifest(
                     .and_then(|c| u32::from_str_radix(c, 16).ok());
                 files.push(&f.key, f.size, f.etag.as_deref(), crc32c);
             }
-            Ok(Catalog::Files(files.finish(identity)))
+            Ok(Catalog::Files(files.finish_in_memory(identity)))
         }
         (DatasetKind::Shards, Format::Auto | Format::Shards | Format::Indexed) => {
             let rows = manifest.shards.iter().map(|s| ShardRow {
@@ -451,7 +461,7 @@ async fn catalog_of(
     }
     match (format, listing.has_shards, listing.files) {
         (Format::Files, _, Some(files)) | (Format::Auto, false, Some(files)) => {
-            Ok(Catalog::Files(files.finish(&PRIVATE)))
+            Ok(Catalog::Files(files.finish_in_memory(&PRIVATE)))
         }
         (Format::Shards | Format::Indexed | Format::Auto, true, _) => {
             let indexed = format == Format::Indexed;

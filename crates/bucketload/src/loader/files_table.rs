@@ -34,6 +34,9 @@
 //! checksum), no longer also against the manifest's CRC32C.
 
 use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::PathBuf;
 
 use bucketload_format::class_of_key;
 use bucketload_store::ETag;
@@ -97,10 +100,71 @@ pub(crate) struct FilesTable {
     labels: bool,
 }
 
-/// Builds a [`FilesTable`] one entry at a time (from a manifest's entries or a listing's pages).
+/// A file the table is written to as it is built, removed when dropped unless
+/// [`kept`](TempFile::keep) (a build cut short leaves nothing; a killed one leaves a temporary
+/// file that is never read and ages out, `shared_catalog.rs`).
+#[derive(Debug)]
+pub(crate) struct TempFile {
+    pub(crate) file: File,
+    pub(crate) path: PathBuf,
+    keep: bool,
+}
+
+impl TempFile {
+    pub(crate) fn new(file: File, path: PathBuf) -> TempFile {
+        TempFile {
+            file,
+            path,
+            keep: false,
+        }
+    }
+
+    /// Leaves the file in place when dropped (it was renamed to its final name).
+    pub(crate) fn keep(mut self) {
+        self.keep = true;
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Bytes a builder writing to a file holds before it writes them: the process that builds a
+/// catalog holds the table once (as the file's pages), not also in a growing buffer.
+const SPILL_AT: usize = 1 << 20;
+
+/// Where a builder's bytes go when they are not all held in memory.
+#[derive(Debug)]
+struct Spill {
+    temp: TempFile,
+    /// Bytes written to the file so far (the header's placeholder included).
+    written: u64,
+    /// CRC32C of the written bytes after the header.
+    body_crc: u32,
+}
+
+/// What [`FilesTableBuilder::finish`] made.
+#[derive(Debug)]
+pub(crate) enum Finished {
+    /// The table, held by this process.
+    Memory(FilesTable),
+    /// The table written whole to the builder's file, to be checked and mapped.
+    Written(TempFile),
+}
+
+/// Builds a [`FilesTable`] one entry at a time (from a manifest's entries or a listing's pages),
+/// in memory or ([`to_file`](FilesTableBuilder::to_file)) into a file.
 #[derive(Debug)]
 pub(crate) struct FilesTableBuilder {
+    /// The table so far; with a spill file, what is not yet written to it.
     buf: Vec<u8>,
+    spill: Option<Spill>,
+    /// The spill file failed and what it held could not be read back: the table is lost.
+    lost: Option<io::Error>,
     offsets: Vec<u64>,
     count: u64,
     previous: String,
@@ -115,6 +179,8 @@ impl Default for FilesTableBuilder {
     fn default() -> Self {
         FilesTableBuilder {
             buf: vec![0; HEADER_LEN],
+            spill: None,
+            lost: None,
             offsets: Vec::new(),
             count: 0,
             previous: String::new(),
@@ -126,11 +192,87 @@ impl Default for FilesTableBuilder {
 }
 
 impl FilesTableBuilder {
+    /// A builder that writes the table into `temp` (an empty file) as it goes, holding at most
+    /// about [`SPILL_AT`] bytes of it: [`finish`](Self::finish) gives the file back whole.
+    /// Should a write fail (a full disk), the builder reads back what it wrote and goes on in
+    /// memory, with a warning.
+    pub(crate) fn to_file(temp: TempFile) -> FilesTableBuilder {
+        let mut buf = Vec::with_capacity(SPILL_AT + 4096);
+        buf.resize(HEADER_LEN, 0); // the header's place, written last
+        FilesTableBuilder {
+            buf,
+            spill: Some(Spill {
+                temp,
+                written: 0,
+                body_crc: 0,
+            }),
+            ..FilesTableBuilder::default()
+        }
+    }
+
+    /// Bytes of the table so far, header included.
+    fn position(&self) -> u64 {
+        self.spill.as_ref().map_or(0, |s| s.written) + self.buf.len() as u64
+    }
+
+    /// Writes the buffer to the spill file (when there is one and it holds `at_least` bytes).
+    fn spill(&mut self, at_least: usize) {
+        let Some(spill) = &mut self.spill else {
+            return;
+        };
+        if self.buf.len() < at_least || self.buf.is_empty() {
+            return;
+        }
+        match spill.temp.file.write_all(&self.buf) {
+            Ok(()) => {
+                let header = HEADER_LEN.saturating_sub(spill.written as usize);
+                spill.body_crc =
+                    crc32c::crc32c_append(spill.body_crc, &self.buf[header.min(self.buf.len())..]);
+                spill.written += self.buf.len() as u64;
+                self.buf.clear();
+            }
+            Err(e) => self.unspill(&e),
+        }
+    }
+
+    /// Goes on in memory after the spill file failed: reads back what was written to it.
+    fn unspill(&mut self, error: &io::Error) {
+        let Some(spill) = self.spill.take() else {
+            return;
+        };
+        tracing::warn!(path = %spill.temp.path.display(), %error, "loader: cannot write the shared catalog; this process builds its own in memory");
+        let mut file = &spill.temp.file;
+        let mut written = Vec::new();
+        let read = file.seek(SeekFrom::Start(0)).and_then(|_| {
+            file.take(spill.written)
+                .read_to_end(&mut written)
+                .map(|_| ())
+        });
+        match read {
+            Ok(()) if written.len() as u64 == spill.written => {
+                written.append(&mut self.buf);
+                self.buf = written;
+            }
+            Ok(()) => self.lose(io::Error::other(format!(
+                "{} holds {} bytes, not the {} written",
+                spill.temp.path.display(),
+                written.len(),
+                spill.written
+            ))),
+            Err(e) => self.lose(e),
+        }
+    }
+
+    fn lose(&mut self, error: io::Error) {
+        self.buf = Vec::new();
+        self.lost.get_or_insert(error);
+    }
+
     /// Adds the next entry: its key, size, ETag as the store or manifest spells it, and CRC32C.
     pub(crate) fn push(&mut self, key: &str, size: u64, etag: Option<&str>, crc32c: Option<u32>) {
         let first = self.count.is_multiple_of(BLOCK);
         if first {
-            self.offsets.push((self.buf.len() - HEADER_LEN) as u64);
+            self.offsets.push(self.position() - HEADER_LEN as u64);
             put_varint(&mut self.buf, key.len() as u128);
             self.buf.extend_from_slice(key.as_bytes());
         } else {
@@ -151,6 +293,7 @@ impl FilesTableBuilder {
         self.previous.clear();
         self.previous.push_str(key);
         self.count += 1;
+        self.spill(SPILL_AT);
     }
 
     fn push_coded_key(&mut self, key: &str) {
@@ -187,51 +330,107 @@ impl FilesTableBuilder {
         self.runs.push((self.count, id));
     }
 
-    /// The table, with `identity` in its header.
-    pub(crate) fn finish(self, identity: &Identity) -> FilesTable {
-        let FilesTableBuilder {
-            mut buf,
-            offsets,
-            count,
-            runs,
-            folders,
-            unlabelled,
-            ..
-        } = self;
-        let data_len = buf.len() - HEADER_LEN;
-        buf.reserve_exact(offsets.len() * 8 + runs.len() * RUN_LEN);
-        for o in &offsets {
-            buf.extend_from_slice(&o.to_le_bytes());
-        }
-        let labels = !unlabelled && count > 0;
-        let mut runs_len = 0u64;
-        if labels {
-            let sorted = sorted_labels(folders);
-            for (start, id) in &runs {
-                buf.extend_from_slice(&start.to_le_bytes());
-                buf.extend_from_slice(&sorted[*id as usize].to_le_bytes());
-            }
-            runs_len = runs.len() as u64;
-        }
-        let header = Header {
-            flags: if labels { FLAG_LABELS } else { 0 },
-            count,
-            blocks: offsets.len() as u64,
-            data_len: data_len as u64,
-            runs: runs_len,
-            identity: *identity,
-            body_crc: crc32c::crc32c(&buf[HEADER_LEN..]),
-        };
-        header.write(&mut buf[..HEADER_LEN]);
+    /// The table in memory, with `identity` in its header (a builder with a spill file reads
+    /// it back first: use [`finish`](Self::finish) for those).
+    pub(crate) fn finish_in_memory(mut self, identity: &Identity) -> FilesTable {
+        debug_assert!(
+            self.spill.is_none(),
+            "only a builder in memory finishes in memory"
+        );
+        let mut header = self.append_tables(identity);
+        header.body_crc = crc32c::crc32c(&self.buf[HEADER_LEN..]);
+        header.write(&mut self.buf[..HEADER_LEN]);
         FilesTable {
-            bytes: TableBytes::Owned(buf),
-            count,
+            bytes: TableBytes::Owned(std::mem::take(&mut self.buf)),
+            count: header.count,
             blocks: header.blocks,
-            data_len,
-            runs: runs_len,
-            labels,
+            data_len: header.data_len as usize,
+            runs: header.runs,
+            labels: header.flags & FLAG_LABELS != 0,
         }
     }
+
+    /// The table, with `identity` in its header: written whole to the builder's file, or in
+    /// memory when it has none (or the file failed; warned). `Err` only when the file failed
+    /// and what it held could not be read back.
+    pub(crate) fn finish(mut self, identity: &Identity) -> io::Result<Finished> {
+        if self.spill.is_some() {
+            let mut header = self.append_tables(identity);
+            self.spill(1);
+            if let Some(e) = self.lost.take() {
+                return Err(e);
+            }
+            if let Some(spill) = self.spill.take() {
+                header.body_crc = spill.body_crc;
+                match write_header(&spill.temp.file, &header) {
+                    Ok(()) => return Ok(Finished::Written(spill.temp)),
+                    Err(e) => {
+                        self.spill = Some(spill);
+                        self.unspill(&e);
+                    }
+                }
+            }
+            if let Some(e) = self.lost.take() {
+                return Err(e);
+            }
+            // Back in memory, the tables appended: finish as a table of this process.
+            header.body_crc = crc32c::crc32c(&self.buf[HEADER_LEN..]);
+            header.write(&mut self.buf[..HEADER_LEN]);
+            return Ok(Finished::Memory(FilesTable {
+                bytes: TableBytes::Owned(std::mem::take(&mut self.buf)),
+                count: header.count,
+                blocks: header.blocks,
+                data_len: header.data_len as usize,
+                runs: header.runs,
+                labels: header.flags & FLAG_LABELS != 0,
+            }));
+        }
+        if let Some(e) = self.lost.take() {
+            return Err(e);
+        }
+        Ok(Finished::Memory(self.finish_in_memory(identity)))
+    }
+
+    /// Appends the block offsets and label runs after the data; the header to write (its body
+    /// checksum still to fill in).
+    fn append_tables(&mut self, identity: &Identity) -> Header {
+        let data_len = self.position() - HEADER_LEN as u64;
+        let labels = !self.unlabelled && self.count > 0;
+        let offsets = std::mem::take(&mut self.offsets);
+        let runs = match labels {
+            true => std::mem::take(&mut self.runs),
+            false => Vec::new(),
+        };
+        self.buf
+            .reserve_exact(offsets.len() * 8 + runs.len() * RUN_LEN);
+        for o in &offsets {
+            self.buf.extend_from_slice(&o.to_le_bytes());
+        }
+        let sorted = sorted_labels(std::mem::take(&mut self.folders));
+        for (start, id) in &runs {
+            self.buf.extend_from_slice(&start.to_le_bytes());
+            self.buf
+                .extend_from_slice(&sorted[*id as usize].to_le_bytes());
+        }
+        Header {
+            flags: if labels { FLAG_LABELS } else { 0 },
+            count: self.count,
+            blocks: offsets.len() as u64,
+            data_len,
+            runs: runs.len() as u64,
+            identity: *identity,
+            body_crc: 0,
+        }
+    }
+}
+
+/// Writes `header` over the placeholder at the start of `file`.
+fn write_header(mut file: &File, header: &Header) -> io::Result<()> {
+    let mut bytes = [0u8; HEADER_LEN];
+    header.write(&mut bytes);
+    file.seek(SeekFrom::Start(0))?;
+    file.write_all(&bytes)?;
+    file.flush()
 }
 
 /// For each folder's label by first appearance, its index among the sorted folder names.
@@ -594,7 +793,7 @@ mod tests {
         for e in entries {
             b.push(&e.key, e.size, e.etag.as_deref(), e.crc32c);
         }
-        b.finish(&[7; 32])
+        b.finish_in_memory(&[7; 32])
     }
 
     fn check(entries: &[Plain]) {

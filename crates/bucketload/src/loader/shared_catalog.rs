@@ -12,8 +12,11 @@
 //!    user's own and no one else can write to it), else the same under the temporary directory.
 //!
 //! The first process to open a version takes `NAME.lock` (flock: the others wait, then map what
-//! it wrote), builds the table, writes it to a temporary name and renames it into place. A file
-//! is checked whole before use (its header, its length, the CRC32C of its body, its identity):
+//! it wrote) and builds the table straight into a temporary file of the directory (so the
+//! builder holds the table once, as that file's pages, not also in a growing buffer); once
+//! written whole it is mapped, checked and renamed into place. A builder killed midway leaves a
+//! temporary file that no reader opens (they open only the final name); one whose build fails
+//! removes it. A file is checked whole before use (its header, its length, the CRC32C of its body, its identity):
 //! a damaged one is removed and rebuilt, never used. Files are never changed in place (a map
 //! keeps reading the inode it was made from, even once it is replaced or removed).
 //!
@@ -25,11 +28,14 @@
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 
-use super::files_table::{FilesTable, Identity, LAYOUT_VERSION, TableBytes};
+use super::files_table::{
+    FilesTable, FilesTableBuilder, Finished, Identity, LAYOUT_VERSION, TableBytes, TempFile,
+};
 
 /// Catalog files not opened for this long are removed (a training job opens its dataset at
 /// least once per run; a day keeps the files of jobs that are restarted).
@@ -146,6 +152,59 @@ impl SharedCatalog {
         }
     }
 
+    /// A builder that writes this catalog into a temporary file of the directory as it goes
+    /// (hand it to [`publish_built`](Self::publish_built)); one in memory when no file can be
+    /// made (warned).
+    pub(crate) fn builder(&self) -> FilesTableBuilder {
+        let tmp = self.temp_path();
+        match create_private(&tmp) {
+            Ok(file) => FilesTableBuilder::to_file(TempFile::new(file, tmp)),
+            Err(e) => {
+                tracing::warn!(path = %tmp.display(), error = %e, "loader: cannot write the shared catalog; this process builds its own in memory");
+                FilesTableBuilder::default()
+            }
+        }
+    }
+
+    /// The table `builder` (from [`builder`](Self::builder)) made: its file mapped, checked
+    /// whole and renamed into place; kept by this process alone when that fails (warned).
+    /// `Err` when the table was lost (its file failed and could not be read back).
+    pub(crate) fn publish_built(&self, builder: FilesTableBuilder) -> io::Result<FilesTable> {
+        let temp = match builder.finish(&self.identity)? {
+            Finished::Memory(table) => return Ok(self.publish(table)),
+            Finished::Written(temp) => temp,
+        };
+        let table = map(&temp.file).and_then(|m| {
+            FilesTable::from_bytes(TableBytes::Mapped(m), &self.identity).map_err(|why| {
+                io::Error::other(format!(
+                    "{} as written does not check: {why}",
+                    temp.path.display()
+                ))
+            })
+        })?;
+        match fs::rename(&temp.path, &self.path) {
+            Ok(()) => temp.keep(),
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), error = %e, "loader: cannot rename the shared catalog into place; this process keeps its own");
+            }
+        }
+        Ok(table)
+    }
+
+    /// A temporary file's name, unique to this process and call.
+    fn temp_path(&self) -> PathBuf {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        self.dir.join(format!(
+            ".{}.{}.{}.tmp",
+            self.path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or(EXT),
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+
     /// Writes `table` to the shared file and returns the file's map; `table` itself when it
     /// cannot be shared (warned).
     pub(crate) fn publish(&self, table: FilesTable) -> FilesTable {
@@ -166,14 +225,7 @@ impl SharedCatalog {
 
     /// `bytes` to a temporary file, renamed into place.
     fn write(&self, bytes: &[u8]) -> io::Result<()> {
-        let tmp = self.dir.join(format!(
-            ".{}.{}.tmp",
-            self.path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or(EXT),
-            std::process::id()
-        ));
+        let tmp = self.temp_path();
         let written = (|| {
             let mut file = create_private(&tmp)?;
             file.write_all(bytes)?;
@@ -189,7 +241,8 @@ impl SharedCatalog {
 
 fn create_private(path: &Path) -> io::Result<File> {
     let mut options = File::options();
-    options.write(true).create(true).truncate(true);
+    // Readable too: a builder's file is mapped once written.
+    options.read(true).write(true).create(true).truncate(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     options.open(path)
@@ -326,7 +379,7 @@ mod tests {
         let mut b = FilesTableBuilder::default();
         b.push("a/1.jpg", 3, Some("e"), None);
         b.push("b/2.jpg", 4, None, Some(7));
-        b.finish(identity)
+        b.finish_in_memory(identity)
     }
 
     #[test]
@@ -380,6 +433,98 @@ mod tests {
         )
         .unwrap();
         assert!(shared.find().is_none());
+    }
+
+    /// Entries enough to pass the spill threshold several times (about 3 MB of table).
+    fn push_many(b: &mut FilesTableBuilder, n: u64) {
+        for i in 0..n {
+            let key = format!("train/class_{:03}/sample_{i:07}.jpg", i / 1000);
+            let etag = format!("{:032x}", u128::from(i) * 0x9e37_79b9_7f4a_7c15);
+            b.push(&key, 100_000 + i % 40_000, Some(&etag), Some(i as u32));
+        }
+    }
+
+    /// Temporary files in the directory of shared catalogs of the cache directory `cache`.
+    fn temp_files(cache: &Path) -> Vec<String> {
+        fs::read_dir(cache.join("catalogs"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_catalog_built_into_its_file_is_the_table_built_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = SharedCatalog::new("s3://b/x", &version("e1"), Some(dir.path())).unwrap();
+        let mut in_file = shared.builder();
+        let mut in_memory = FilesTableBuilder::default();
+        push_many(&mut in_file, 200_000);
+        push_many(&mut in_memory, 200_000);
+        assert!(!temp_files(dir.path()).is_empty(), "written as it is built");
+        let published = shared.publish_built(in_file).unwrap();
+        let expected = in_memory.finish_in_memory(shared.identity());
+        assert!(published.is_mapped());
+        assert_eq!(published.as_bytes(), expected.as_bytes());
+        assert_eq!(fs::read(shared.path()).unwrap(), expected.as_bytes());
+        assert!(temp_files(dir.path()).is_empty());
+        assert_eq!(shared.find().unwrap().get(123_456), expected.get(123_456));
+    }
+
+    #[test]
+    fn a_build_cut_short_leaves_nothing_that_is_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = SharedCatalog::new("s3://b/x", &version("e1"), Some(dir.path())).unwrap();
+        // A build that fails (the manifest's GET breaks): its file is removed.
+        let mut failed = shared.builder();
+        push_many(&mut failed, 100_000);
+        drop(failed);
+        assert!(temp_files(dir.path()).is_empty());
+        // A builder killed midway (nothing of it runs again): its file stays, unread.
+        let mut killed = shared.builder();
+        push_many(&mut killed, 100_000);
+        std::mem::forget(killed);
+        let left = temp_files(dir.path());
+        assert_eq!(left.len(), 1);
+        assert!(
+            shared.find().is_none(),
+            "a temporary file is never the catalog"
+        );
+        // The next process builds it anew, whole.
+        let mut again = shared.builder();
+        push_many(&mut again, 1_000);
+        let table = shared.publish_built(again).unwrap();
+        assert_eq!(table.len(), 1_000);
+        assert_eq!(shared.find().unwrap().len(), 1_000);
+        // The killed builder's file ages out.
+        let old = SystemTime::now() - TMP_STALE_AFTER - Duration::from_secs(60);
+        let f = File::options()
+            .write(true)
+            .open(dir.path().join("catalogs").join(&left[0]))
+            .unwrap();
+        f.set_modified(old).unwrap();
+        clean(&dir.path().join("catalogs"));
+        assert!(temp_files(dir.path()).is_empty());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_builder_whose_file_fills_up_goes_on_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = SharedCatalog::new("s3://b/x", &version("e1"), Some(dir.path())).unwrap();
+        // Every write to /dev/full fails with ENOSPC, as a full /dev/shm would.
+        let full = File::options()
+            .read(true)
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let mut b = FilesTableBuilder::to_file(TempFile::new(full, dir.path().join("gone.tmp")));
+        let mut in_memory = FilesTableBuilder::default();
+        push_many(&mut b, 100_000);
+        push_many(&mut in_memory, 100_000);
+        let table = shared.publish_built(b).unwrap();
+        let expected = in_memory.finish_in_memory(shared.identity());
+        assert_eq!(table.as_bytes(), expected.as_bytes());
     }
 
     #[test]
