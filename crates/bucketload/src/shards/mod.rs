@@ -27,7 +27,7 @@
 //! # Ok(()) }
 //! ```
 
-mod build;
+pub(crate) mod build;
 mod indexes;
 mod manifest;
 mod scan;

@@ -18,7 +18,7 @@
 
 mod dest;
 mod plan;
-mod table;
+pub(crate) mod table;
 mod write;
 
 use std::collections::HashMap;

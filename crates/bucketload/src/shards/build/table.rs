@@ -68,20 +68,37 @@ impl Pages {
     }
 }
 
-/// The source's objects, front-coded, in [`plan_order`].
+/// The source's objects, front-coded, in [`plan_order`] (or by key: [`TableBuilder::by_key`]).
 #[derive(Debug, Default)]
-pub(super) struct ObjectTable {
+pub(crate) struct ObjectTable {
     pages: Pages,
 }
 
 impl ObjectTable {
     /// Objects in the table.
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.pages.len
     }
 
+    /// The position of the object `key` in a table sorted by key.
+    pub(crate) fn find(&self, key: &str) -> Option<usize> {
+        let first_key = |block: usize| {
+            let (page, offset) = self.pages.blocks[block];
+            Reader::new(&self.pages.pages[page as usize][offset as usize..])
+                .next()
+                .key
+        };
+        let blocks = self.pages.blocks.len();
+        let after = partition(blocks, |b| first_key(b).as_str() <= key);
+        let block = after.checked_sub(1)?;
+        let start = block * BLOCK;
+        let end = (start + BLOCK).min(self.len());
+        let found = self.get(start..end).iter().position(|o| o.key == key)?;
+        Some(start + found)
+    }
+
     /// Objects `range`, decoded.
-    pub(super) fn get(&self, range: std::ops::Range<usize>) -> Vec<SourceObject> {
+    pub(crate) fn get(&self, range: std::ops::Range<usize>) -> Vec<SourceObject> {
         let mut out = Vec::with_capacity(range.len());
         let mut reader = Reader::new(&[]);
         for i in range.start / BLOCK * BLOCK..range.end {
@@ -98,7 +115,7 @@ impl ObjectTable {
     }
 
     /// Every object in order, decoded one at a time.
-    pub(super) fn iter(&self) -> impl Iterator<Item = SourceObject> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = SourceObject> + '_ {
         let mut pages = self.pages.pages.iter();
         let mut reader = Reader::new(&[]);
         (0..self.len()).map(move |_| {
@@ -116,16 +133,39 @@ impl ObjectTable {
     }
 }
 
+/// How a table's records are ordered.
+type Order = fn(&str, &str) -> Ordering;
+
 /// Sorts objects into an [`ObjectTable`] as they arrive, in any order.
-#[derive(Debug, Default)]
-pub(super) struct TableBuilder {
+#[derive(Debug)]
+pub(crate) struct TableBuilder {
     pending: Vec<SourceObject>,
     runs: Vec<Pages>,
+    order: Order,
+}
+
+impl Default for TableBuilder {
+    /// A builder of a table in [`plan_order`].
+    fn default() -> TableBuilder {
+        TableBuilder {
+            pending: Vec::new(),
+            runs: Vec::new(),
+            order: plan_order,
+        }
+    }
 }
 
 impl TableBuilder {
+    /// A builder of a table sorted by key, in which [`ObjectTable::find`] finds keys.
+    pub(crate) fn by_key() -> TableBuilder {
+        TableBuilder {
+            order: str::cmp,
+            ..TableBuilder::default()
+        }
+    }
+
     /// Adds one object.
-    pub(super) fn push(&mut self, object: SourceObject) {
+    pub(crate) fn push(&mut self, object: SourceObject) {
         self.pending.push(object);
         if self.pending.len() >= RUN_LEN {
             self.spill();
@@ -134,7 +174,8 @@ impl TableBuilder {
 
     /// Sorts the pending objects into a run.
     fn spill(&mut self) {
-        self.pending.sort_by(|a, b| plan_order(&a.key, &b.key));
+        let order = self.order;
+        self.pending.sort_by(|a, b| order(&a.key, &b.key));
         let mut run = Pages::default();
         for object in self.pending.drain(..) {
             run.push(&object);
@@ -144,7 +185,7 @@ impl TableBuilder {
     }
 
     /// Merges the runs into the table.
-    pub(super) fn finish(mut self) -> ObjectTable {
+    pub(crate) fn finish(mut self) -> ObjectTable {
         if !self.pending.is_empty() {
             self.spill();
         }
@@ -162,15 +203,22 @@ impl TableBuilder {
                 heap.push(Head {
                     object: head,
                     cursor,
+                    order: self.order,
                 });
             }
         }
-        while let Some(Head { object, mut cursor }) = heap.pop() {
+        while let Some(Head {
+            object,
+            mut cursor,
+            order,
+        }) = heap.pop()
+        {
             table.push(&object);
             if let Some(next) = cursor.next() {
                 heap.push(Head {
                     object: next,
                     cursor,
+                    order,
                 });
             }
         }
@@ -214,11 +262,12 @@ impl RunCursor {
 struct Head {
     object: SourceObject,
     cursor: RunCursor,
+    order: Order,
 }
 
 impl Ord for Head {
     fn cmp(&self, other: &Head) -> Ordering {
-        plan_order(&other.object.key, &self.object.key)
+        (self.order)(&other.object.key, &self.object.key)
             .then_with(|| other.cursor.run.cmp(&self.cursor.run))
     }
 }
@@ -236,6 +285,20 @@ impl PartialEq for Head {
 }
 
 impl Eq for Head {}
+
+/// The first of `0..n` for which `is_before` is false (it is true, then false).
+fn partition(n: usize, is_before: impl Fn(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if is_before(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
 
 /// How a record's ETag is stored.
 const ETAG_NONE: u8 = 0;
@@ -424,6 +487,30 @@ mod tests {
         }
         let per_object = table.heap_bytes() / n;
         assert!(per_object < 48, "{per_object} bytes an object");
+    }
+
+    #[test]
+    fn a_table_by_key_finds_every_key_and_nothing_else() {
+        let n = RUN_LEN + 100;
+        let mut builder = TableBuilder::by_key();
+        for i in 0..n {
+            builder.push(object((i * 7_919) % n));
+        }
+        let table = builder.finish();
+        let all: Vec<SourceObject> = table.iter().collect();
+        assert!(all.windows(2).all(|w| w[0].key < w[1].key));
+        for i in (0..n).step_by(97).chain([0, n - 1]) {
+            assert_eq!(table.find(&all[i].key), Some(i));
+        }
+        for absent in [
+            "",
+            "a",
+            "class_000/sample_",
+            "zzz",
+            "class_036/sample_999999.jpg~",
+        ] {
+            assert_eq!(table.find(absent), None, "{absent}");
+        }
     }
 
     #[test]
