@@ -3,11 +3,12 @@
 an embedded server's root, cheaply: a few real objects written through the server, then hard
 links of their data files and sidecars (ext4 allows 65,000 links per inode, so 60,000 per seed).
 
-    scripts/bench-listing-build.py BUCKETLOAD_BIN ROOT
+    scripts/bench-listing-build.py BUCKETLOAD_BIN ROOT [tools|flat]
     # then: bucketload serve --root ROOT ...; scripts/bench-listing-pages.py ENDPOINT LABEL
 
-Buckets: `tools` with t5/ (100 classes × 1,000) and t2m/ (1,000 classes × 2,000) for the CLI
-tools; `flat` with n5/, n6/, n7/: 10⁵, 10⁶, 10⁷ keys in one directory each for the server.
+Buckets: `tools` with t5/ (100 classes × 1,000), t50/ (500 × 1,000), t1m/ (1,000 × 1,000) and
+t2m/ (1,000 classes × 2,000) for the CLI tools; `flat` with n5/, n6/, n7/: 10⁵, 10⁶, 10⁷ keys in
+one directory each for the server. The third argument builds only one of the two.
 Delete ROOT when done: 10⁷ links cost about 1 GB of directory blocks.
 """
 import io, os, subprocess, sys, time, socket
@@ -16,6 +17,7 @@ from botocore.config import Config
 from PIL import Image
 
 BIN, ROOT = sys.argv[1], sys.argv[2]
+ONLY = sys.argv[3] if len(sys.argv) > 3 else None
 os.makedirs(ROOT, exist_ok=True)
 port = 9377
 proc = subprocess.Popen([BIN, "serve", "--root", ROOT, "--addr", f"127.0.0.1:{port}",
@@ -30,7 +32,7 @@ s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", aws_access_key_
                   aws_secret_access_key="s", region_name="us-east-1",
                   config=Config(s3={"addressing_style": "path"}))
 buf = io.BytesIO(); Image.new("RGB", (32, 24), (200, 10, 10)).save(buf, "JPEG")
-SEEDS = {"flat": 200, "tools": 40}
+SEEDS = {"flat": 200, "tools": 70}
 PER_SEED = 60000  # ext4 allows 65,000 links per inode
 for b, n in SEEDS.items():
     s3.create_bucket(Bucket=b)
@@ -65,9 +67,13 @@ def flat(prefix, n):
             print("flat", prefix, i, time.strftime("%T"), flush=True)
     print("flat", prefix, n, "done", time.strftime("%T"), flush=True)
 
-tools("t5", 100, 1000)
-tools("t2m", 1000, 2000)
-flat("n5", 100_000)
-flat("n6", 1_000_000)
-flat("n7", 10_000_000)
+if ONLY in (None, "tools"):
+    tools("t5", 100, 1000)
+    tools("t50", 500, 1000)
+    tools("t1m", 1000, 1000)
+    tools("t2m", 1000, 2000)
+if ONLY in (None, "flat"):
+    flat("n5", 100_000)
+    flat("n6", 1_000_000)
+    flat("n7", 10_000_000)
 print("ALL DONE", flush=True)

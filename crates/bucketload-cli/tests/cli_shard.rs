@@ -251,8 +251,55 @@ fn skip_missing_counts_and_names_what_it_left_out() {
     assert_eq!(report["missing"].as_array().unwrap().len(), 1);
     assert!(report["missing"][0].as_str().unwrap().ends_with(&victim));
     let dst = fx.store(dst_uri);
-    assert_eq!(manifest(&fx, &dst).samples, 11);
+    let first = manifest(&fx, &dst);
+    assert_eq!(first.samples, 11);
+    assert_eq!(first.classes.iter().map(|c| c.count).sum::<u64>(), 11);
     assert_eq!(read_dataset(&fx, &dst).len(), 11);
+    // A rerun keeps every shard; the classes still count only the samples they hold.
+    let run = fx
+        .run(&["shard", src_uri, dst_uri, "--skip-missing", "--json"])
+        .ok();
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(report["written"], 0, "{report}");
+    let again = manifest(&fx, &dst);
+    assert_eq!((again.classes, again.shards), (first.classes, first.shards));
+}
+
+#[test]
+fn a_folder_listed_in_directory_order_gives_the_shards_a_bucket_gives() {
+    let fx = Fixture::start();
+    let src_uri = "s3://order-src/train";
+    fx.generate(src_uri, 90, 4, "1KB");
+    let src = fx.store(src_uri);
+    // Sidecars make samples of two members.
+    for key in keys(&fx, &src).into_iter().step_by(3) {
+        let (sample, _) = bucketload_format::split_key(&key);
+        put(
+            &fx,
+            &src,
+            &format!("{sample}.json"),
+            Bytes::from(key.clone()),
+        );
+    }
+    let local = fx.work_path("order-local");
+    let local = local.to_str().unwrap();
+    fx.run(&["cp", "-r", src_uri, local]).ok();
+    let common = ["--samples-per-shard", "16", "--shuffle", "--seed", "3"];
+    let mut manifests = Vec::new();
+    for (from, to) in [
+        (src_uri, "s3://order-dst/bucket"),
+        (local, "s3://order-dst/folder"),
+    ] {
+        let mut args = vec!["shard", from, to];
+        args.extend(common);
+        fx.run(&args).ok();
+        manifests.push(manifest(&fx, &fx.store(to)));
+    }
+    let (a, b) = (&manifests[0], &manifests[1]);
+    assert_eq!(a.samples, 90);
+    assert_eq!(a.shards, b.shards);
+    assert_eq!(a.classes, b.classes);
+    assert_eq!(a.parameters.plan, b.parameters.plan);
 }
 
 #[test]

@@ -27,7 +27,7 @@
 //! # Ok(()) }
 //! ```
 
-mod build;
+pub(crate) mod build;
 mod indexes;
 mod manifest;
 mod scan;
@@ -42,9 +42,9 @@ pub use bucketload_format as format;
 use bucketload_format::ShardIndex;
 use bucketload_store::Store;
 use bucketload_store::object_store::{ObjectStoreExt, PutPayload, path::Path};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 
-use crate::base::{Location, Progress};
+use crate::base::{DataKey, Location, Progress};
 use crate::error::{Error, Result};
 
 pub(crate) use build::planned;
@@ -224,17 +224,30 @@ pub async fn find_shards(store: &Store, key: Option<&Path>) -> Result<Vec<ShardO
             has_index,
         }]);
     }
-    let metas = crate::base::list_all(&location).await?;
-    let keys: HashSet<&str> = metas.iter().map(|m| m.location.as_ref()).collect();
-    let mut shards: Vec<ShardObject> = metas
-        .iter()
-        .filter(|m| m.location.as_ref().ends_with(SHARD_EXT))
-        .map(|m| ShardObject {
-            key: m.location.clone(),
-            size: m.size,
-            has_index: keys.contains(index_key(&m.location).as_ref()),
-        })
-        .collect();
+    // Streamed: only the shards and their indexes are kept, not the listing.
+    let (mut shards, mut indexes) = (Vec::new(), HashSet::new());
+    let mut listing = crate::base::list_each(&location);
+    while let Some(object) = listing.try_next().await? {
+        let key = match object.key {
+            DataKey::Path(path) => path,
+            DataKey::Raw(key) => {
+                crate::base::warn_unaddressable(&location, &key);
+                continue;
+            }
+        };
+        if key.as_ref().ends_with(SHARD_EXT) {
+            shards.push(ShardObject {
+                key,
+                size: object.size,
+                has_index: false,
+            });
+        } else if key.as_ref().ends_with(INDEX_SUFFIX) {
+            indexes.insert(key.to_string());
+        }
+    }
+    for shard in &mut shards {
+        shard.has_index = indexes.contains(index_key(&shard.key).as_ref());
+    }
     shards.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(shards)
 }

@@ -7,7 +7,7 @@
 //! CRC32C) compared with the index. Every problem is collected; nothing stops early.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use bucketload_format::{
@@ -17,6 +17,8 @@ use bucketload_store::object_store::ObjectStoreExt;
 use bucketload_store::{ETag, Store, key_path};
 use futures::{StreamExt, TryStreamExt};
 
+use super::build::SourceObject;
+use super::build::table::{ObjectTable, TableBuilder};
 use super::{IndexOptions, SHARD_EXT, ShardObject, find_shards, index_key, index_shard};
 use crate::base::{DataKey, Location, Progress};
 use crate::error::{Error, Result};
@@ -70,11 +72,12 @@ pub async fn verify(
     progress: &dyn Progress,
 ) -> Result<VerifyReport> {
     let started = Instant::now();
-    let mut report = match Location::from_store(store).manifest().await? {
-        Some(m) if m.kind == DatasetKind::Files => {
-            verify_files(store, m.files, concurrency, progress).await?
+    let mut report = match read_manifest(store).await? {
+        Some(Held::Files(files)) => verify_files(store, files, concurrency, progress).await?,
+        Some(Held::Shards(manifest)) => {
+            verify_shards(store, Some(manifest), options, progress).await?
         }
-        manifest => verify_shards(store, manifest, options, progress).await?,
+        None => verify_shards(store, None, options, progress).await?,
     };
     progress.finish();
     report.problems.sort_by(|a, b| a.uri.cmp(&b.uri));
@@ -83,9 +86,72 @@ pub async fn verify(
     Ok(report)
 }
 
+/// A dataset manifest as [`verify`] holds it.
+enum Held {
+    /// The files of a `files` manifest, sorted by key in a compact table (a few tens of bytes a
+    /// file instead of a [`FileEntry`]'s ~150).
+    Files(ObjectTable),
+    /// A `shards` manifest (a few entries a shard).
+    Shards(Manifest),
+}
+
+/// The dataset's manifest, streamed into what [`verify`] keeps of it; `None` without one.
+async fn read_manifest(store: &Store) -> Result<Option<Held>> {
+    #[derive(Default)]
+    struct Kept {
+        files: TableBuilder,
+        shards: Vec<ShardEntry>,
+    }
+    let kept = Arc::new(Mutex::new(Kept {
+        files: TableBuilder::by_key(),
+        shards: Vec::new(),
+    }));
+    let into = Arc::clone(&kept);
+    let sink = move |entry: bucketload_format::Entry<'_>| {
+        let mut kept = into.lock().unwrap_or_else(PoisonError::into_inner);
+        match entry {
+            bucketload_format::Entry::File(f) => kept.files.push(SourceObject {
+                key: f.key.clone(),
+                size: f.size,
+                etag: ETag::from_store(f.etag.as_deref()),
+                crc32c: f
+                    .crc32c
+                    .as_deref()
+                    .and_then(|c| u32::from_str_radix(c, 16).ok()),
+            }),
+            bucketload_format::Entry::Shard(s) => kept.shards.push(s.clone()),
+        }
+        Ok(())
+    };
+    let Some(read) = Location::from_store(store).read_manifest(sink).await? else {
+        return Ok(None);
+    };
+    let header = read.header;
+    drop(read.sink);
+    let kept = std::mem::take(&mut *kept.lock().unwrap_or_else(PoisonError::into_inner));
+    Ok(Some(match header.kind {
+        DatasetKind::Files => Held::Files(kept.files.finish()),
+        _ => {
+            let mut manifest = header.into_manifest();
+            manifest.shards = kept.shards;
+            Held::Shards(manifest)
+        }
+    }))
+}
+
+/// The manifest entry of a file kept in a table.
+fn file_entry(object: SourceObject) -> FileEntry {
+    FileEntry {
+        etag: object.etag.map(|e| e.to_string()),
+        crc32c: object.crc32c.map(|c| format!("{c:08x}")),
+        key: object.key,
+        size: object.size,
+    }
+}
+
 async fn verify_files(
     store: &Store,
-    files: Vec<FileEntry>,
+    files: ObjectTable,
     concurrency: usize,
     progress: &dyn Progress,
 ) -> Result<VerifyReport> {
@@ -96,8 +162,6 @@ async fn verify_files(
     // Every key as the store holds it: a manifest may name `a//b.jpg`. The listing streams
     // past the manifest's files, sorted by key to be found: one state byte per file.
     let location = Location::from_store(store);
-    let mut files = files;
-    files.sort_by(|a, b| a.key.cmp(&b.key));
     let mut state = vec![Listing::Missing; files.len()];
     let mut listing = crate::base::list_each(&location);
     while let Some(object) = listing.try_next().await? {
@@ -105,12 +169,12 @@ async fn verify_files(
         if key.starts_with(RESERVED) {
             continue;
         }
-        let at = files.partition_point(|f| f.key.as_str() < key);
-        let Some(file) = files.get(at).filter(|f| f.key == key) else {
+        let Some(at) = files.find(key) else {
             let uri = location.uri_of_data_key(&object.key);
             report.warnings.push(problem(uri, "not in the manifest"));
             continue;
         };
+        let file = files.get(at..at + 1).remove(0);
         state[at] = match object.size == file.size {
             true => Listing::Found,
             false => {
@@ -124,18 +188,24 @@ async fn verify_files(
             }
         };
     }
+    let (mut count, mut bytes) = (0, 0);
     for (file, state) in files.iter().zip(&state) {
-        if *state == Listing::Missing {
-            let uri = location.uri_of_data_key(&DataKey::new(&file.key));
-            report.problems.push(problem(uri, "missing"));
+        match *state {
+            Listing::Missing => {
+                let uri = location.uri_of_data_key(&DataKey::new(&file.key));
+                report.problems.push(problem(uri, "missing"));
+            }
+            Listing::Found => (count, bytes) = (count + 1, bytes + file.size),
+            Listing::WrongSize => {}
         }
     }
-    let mut found = state.iter().map(|s| *s == Listing::Found);
-    let mut todo = files;
-    todo.retain(|_| found.next() == Some(true));
-    progress.set_total(todo.len() as u64, Some(todo.iter().map(|f| f.size).sum()));
+    progress.set_total(count, Some(bytes));
+    let todo = files
+        .iter()
+        .zip(&state)
+        .filter(|(_, s)| **s == Listing::Found);
     let mut results = futures::stream::iter(todo)
-        .map(|file| check_file(&location, file, progress))
+        .map(|(file, _)| check_file(&location, file_entry(file), progress))
         .buffer_unordered(concurrency.max(1));
     while let Some(checked) = results.next().await {
         report.objects += 1;

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::write::Finished;
 use super::{PARTS_DIR, Plan, RUN_PATH, ShardOptions};
 use crate::Setting;
-use crate::base::Location;
+use crate::base::{DataKey, Location, warn_unaddressable};
 use crate::error::{Error, Result};
 use crate::shards::index_key;
 use crate::shards::manifest::now_rfc3339;
@@ -55,17 +55,14 @@ pub(super) async fn prepare(
     source: &str,
 ) -> Result<DestState> {
     let location = Location::from_store(dst);
-    let mut listing = list(dst).await?;
+    let (mut listing, foreign) = list(dst).await?;
     let run = read_run(dst).await?;
-    let ours = |key: &str| is_ours(key);
-    let foreign: Vec<&String> = listing.keys().filter(|k| !ours(k)).collect();
-    if let Some(first) = foreign.first() {
+    if let Some((count, first)) = foreign {
         return Err(Error::invalid_input(format!(
-            "the destination {} holds {} objects that `bucketload shard` did not write (e.g. {}); \
-             write the shards to an empty prefix",
+            "the destination {} holds {count} objects that `bucketload shard` did not write \
+             (e.g. {}); write the shards to an empty prefix",
             dst.uri(),
-            foreign.len(),
-            location.uri_of(&key_path(first))
+            location.uri_of(&key_path(&first))
         )));
     }
     let same_plan = run.as_ref().is_some_and(|r| r.plan == plan.digest);
@@ -81,7 +78,7 @@ pub(super) async fn prepare(
             plan: plan.digest.clone(),
             source: source.to_owned(),
             shards: plan.shards.len() as u64,
-            samples: plan.samples.len() as u64,
+            samples: plan.len() as u64,
             created: now_rfc3339(),
         };
         claim(dst, &run).await?;
@@ -119,17 +116,35 @@ async fn abort_unfinished(dst: &Store, plan: &Plan, part: Range<usize>) {
     }
 }
 
-/// Everything below the destination: key → size.
-async fn list(dst: &Store) -> Result<HashMap<String, u64>> {
-    let listed = crate::base::list_all(&Location::from_store(dst)).await?;
-    Ok(listed
-        .into_iter()
-        .map(|m| (m.location.to_string(), m.size))
-        .collect())
+/// What a sharding run wrote below `dst` (key → size; a few objects a shard), streamed from
+/// the listing, and how many other objects there are with the first of them by key.
+pub(super) async fn list(dst: &Store) -> Result<(HashMap<String, u64>, Option<(u64, String)>)> {
+    let location = Location::from_store(dst);
+    let mut listing = crate::base::list_each(&location);
+    let (mut ours, mut foreign) = (HashMap::new(), None::<(u64, String)>);
+    while let Some(object) = listing.try_next().await? {
+        let key = match object.key {
+            DataKey::Path(path) => path.to_string(),
+            DataKey::Raw(key) => {
+                // Never a name of ours: left out, as the shard tools read through paths.
+                warn_unaddressable(&location, &key);
+                continue;
+            }
+        };
+        if is_ours(&key) {
+            ours.insert(key, object.size);
+            continue;
+        }
+        foreign = Some(match foreign {
+            None => (1, key),
+            Some((n, first)) => (n + 1, first.min(key)),
+        });
+    }
+    Ok((ours, foreign))
 }
 
 /// Whether a sharding run writes objects named `key`.
-fn is_ours(key: &str) -> bool {
+pub(super) fn is_ours(key: &str) -> bool {
     let shard_like = |k: &str| {
         k.strip_prefix("shard-")
             .and_then(|rest| rest.strip_suffix(".tar"))
@@ -353,10 +368,9 @@ async fn check_shard(
         tracing::warn!(index = %location.uri_of(&key), "unreadable index; the shard is redone");
         return Ok(None);
     };
-    let planned: Vec<&str> = plan.samples[plan.shards[i].clone()]
-        .iter()
-        .map(|s| s.key.as_str())
-        .collect();
+    let positions = plan.shards[i].clone();
+    let planned: Vec<String> = plan.samples(positions.clone()).map(|s| s.key).collect();
+    let planned: Vec<&str> = planned.iter().map(String::as_str).collect();
     let keys: Vec<String> = index.samples.iter().map(|s| s.key.clone()).collect();
     if index.shard_size != size || !is_subsequence(&keys, &planned) {
         tracing::warn!(shard = name, "does not match the plan; it is redone");
@@ -376,7 +390,13 @@ async fn check_shard(
         members: index.member_count(),
     };
     let entry = ShardEntry::from_summary(name, key.to_string(), keys.len() as u64, &summary);
-    Ok(Some(Finished { entry, keys }))
+    let held: HashSet<&str> = keys.iter().map(String::as_str).collect();
+    let left_out = positions
+        .zip(&planned)
+        .filter(|(_, key)| !held.contains(**key))
+        .map(|(p, _)| p)
+        .collect();
+    Ok(Some(Finished { entry, left_out }))
 }
 
 /// Whether `keys` appear in `planned` in the same order (some may be left out).

@@ -18,9 +18,11 @@
 
 mod dest;
 mod plan;
+pub(crate) mod table;
 mod write;
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use bucketload_format::{
@@ -33,11 +35,11 @@ use futures::TryStreamExt;
 
 use super::manifest::{now_rfc3339, publish_manifest};
 use crate::Setting;
-use crate::base::{DataKey, Location, Progress, list_all, list_each, warn_unaddressable};
+use crate::base::{DataKey, Location, Progress, list_each, warn_unaddressable};
 use crate::error::{Error, Result};
 
 pub(crate) use dest::planned;
-pub use plan::{LABEL_EXT, Plan, PlannedSample, SourceObject, make_plan};
+pub use plan::{LABEL_EXT, Plan, PlanBuilder, PlannedSample, SourceObject, make_plan};
 
 /// Folder of the slices' manifests at the destination root.
 pub const PARTS_DIR: &str = "_bucketload/parts";
@@ -301,8 +303,14 @@ pub async fn shard_dataset(
 ) -> Result<ShardReport> {
     let started = Instant::now();
     check_disjoint(src, dst)?;
-    let objects = source_objects(src, options.source_manifest).await?;
-    let plan = make_plan(objects, options)?;
+    let plan = source_objects(src, options.source_manifest)
+        .await?
+        .finish(options)?;
+    tracing::debug!(
+        samples = plan.len(),
+        bytes = plan.heap_bytes(),
+        "planned (bytes: the plan's tables)"
+    );
     let part = plan.part_shards(options.part);
     let source = src.uri().to_string();
     let state = dest::prepare(dst, &plan, part.clone(), options, &source).await?;
@@ -311,10 +319,8 @@ pub async fn shard_dataset(
         .filter(|i| !state.kept.contains_key(i))
         .collect();
     let (objects, bytes) = todo.iter().fold((0, 0), |(o, b), &i| {
-        let members = plan.samples[plan.shards[i].clone()]
-            .iter()
-            .flat_map(|s| &s.members);
-        members.fold((o, b), |(o, b), m| (o + 1, b + m.size))
+        let (objects, bytes) = plan.shard_sources(i);
+        (o + objects, b + bytes)
     });
     progress.set_total(objects, Some(bytes));
     let written = write::write_shards(src, dst, &plan, &todo, options, progress).await;
@@ -365,41 +371,17 @@ fn check_disjoint(src: &Store, dst: &Store) -> Result<()> {
     Ok(())
 }
 
-/// The source's objects: from its `files` manifest if it has one and `use_manifest`, else one
-/// listing.
-async fn source_objects(src: &Store, use_manifest: bool) -> Result<Vec<SourceObject>> {
+/// The source's objects, gathered for the plan: from its `files` manifest if it has one and
+/// `use_manifest`, else from one listing; streamed either way, never held as a list.
+async fn source_objects(src: &Store, use_manifest: bool) -> Result<PlanBuilder> {
     let location = Location::from_store(src);
-    let manifest = match use_manifest {
-        true => location.manifest().await?,
-        false => None,
-    };
-    if let Some(manifest) = manifest {
-        if manifest.kind != DatasetKind::Files {
-            return Err(Error::invalid_input(format!(
-                "{} already is a shard dataset; shard a one-object-per-sample dataset",
-                src.uri()
-            )));
-        }
-        tracing::info!(
-            files = manifest.files.len(),
-            "source read from its manifest"
-        );
-        let files = manifest.files.into_iter();
-        return Ok(files
-            .map(|f| SourceObject {
-                etag: ETag::from_store(f.etag.as_deref()),
-                crc32c: f
-                    .crc32c
-                    .as_deref()
-                    .and_then(|c| u32::from_str_radix(c, 16).ok()),
-                key: f.key,
-                size: f.size,
-            })
-            .collect());
+    if use_manifest && let Some(builder) = from_manifest(src, &location).await? {
+        tracing::info!(files = builder.objects(), "source read from its manifest");
+        return Ok(builder);
     }
-    // Streamed straight into the source objects: no second copy of the listing. Keys
-    // object_store cannot spell are left out, as shards are read and written through paths.
-    let mut objects = Vec::new();
+    // Keys object_store cannot spell are left out, as shards are read and written through
+    // paths.
+    let mut builder = PlanBuilder::new();
     let mut listing = list_each(&location);
     while let Some(object) = listing.try_next().await? {
         let path = match object.key {
@@ -411,7 +393,7 @@ async fn source_objects(src: &Store, use_manifest: bool) -> Result<Vec<SourceObj
         };
         let key = path.as_ref();
         if !key.starts_with("_bucketload/") {
-            objects.push(SourceObject {
+            builder.push(SourceObject {
                 key: key.to_owned(),
                 size: object.size,
                 etag: ETag::from_store(object.e_tag.as_deref()),
@@ -419,7 +401,41 @@ async fn source_objects(src: &Store, use_manifest: bool) -> Result<Vec<SourceObj
             });
         }
     }
-    Ok(objects)
+    Ok(builder)
+}
+
+/// The objects of the source's `files` manifest, streamed into a plan; `None` without one.
+async fn from_manifest(src: &Store, location: &Location) -> Result<Option<PlanBuilder>> {
+    // The parser runs the sink on a blocking thread; the builder comes back through this.
+    let builder = Arc::new(Mutex::new(PlanBuilder::new()));
+    let into = Arc::clone(&builder);
+    let sink = move |entry: bucketload_format::Entry<'_>| {
+        if let bucketload_format::Entry::File(f) = entry {
+            let mut builder = into.lock().unwrap_or_else(PoisonError::into_inner);
+            builder.push(SourceObject {
+                etag: ETag::from_store(f.etag.as_deref()),
+                crc32c: f
+                    .crc32c
+                    .as_deref()
+                    .and_then(|c| u32::from_str_radix(c, 16).ok()),
+                key: f.key.clone(),
+                size: f.size,
+            });
+        }
+        Ok(())
+    };
+    let Some(read) = location.read_manifest(sink).await? else {
+        return Ok(None);
+    };
+    if read.header.kind != DatasetKind::Files {
+        return Err(Error::invalid_input(format!(
+            "{} already is a shard dataset; shard a one-object-per-sample dataset",
+            src.uri()
+        )));
+    }
+    drop(read);
+    let mut builder = builder.lock().unwrap_or_else(PoisonError::into_inner);
+    Ok(Some(std::mem::take(&mut *builder)))
 }
 
 /// The manifest of the slice's shards (the whole dataset without `--part`).
@@ -430,20 +446,17 @@ fn slice_manifest(
     done: &HashMap<usize, write::Finished>,
     options: &ShardOptions,
 ) -> Result<Manifest> {
-    let class_of: HashMap<&str, u32> = plan
-        .samples
-        .iter()
-        .filter_map(|s| Some((s.key.as_str(), s.class?)))
-        .collect();
     let mut counts = vec![0u64; plan.classes.len()];
     let mut shards: Vec<ShardEntry> = Vec::with_capacity(part.len());
     for i in part {
         let finished = done.get(&i).ok_or_else(|| Error::Task {
             reason: format!("shard {i} was neither written nor kept"),
         })?;
-        for key in &finished.keys {
-            if let Some(&c) = class_of.get(key.as_str()) {
-                counts[c as usize] += 1;
+        if !counts.is_empty() {
+            let positions = plan.shards[i].clone();
+            let held = positions.filter(|p| !finished.left_out.contains(p));
+            for class in held.filter_map(|p| plan.sample(p).class) {
+                counts[class as usize] += 1;
             }
         }
         shards.push(finished.entry.clone());
@@ -540,11 +553,8 @@ pub struct MergeReport {
 pub async fn merge_parts(dst: &Store, format: ManifestFormat) -> Result<MergeReport> {
     let location = Location::from_store(dst);
     let os = dst.object_store();
-    let listing: HashMap<String, u64> = list_all(&location)
-        .await?
-        .into_iter()
-        .map(|m| (m.location.to_string(), m.size))
-        .collect();
+    // Only what sharding runs write: slices' manifests, shards and their indexes.
+    let (listing, _) = dest::list(dst).await?;
     let mut keys: Vec<&String> = listing
         .keys()
         .filter(|k| k.starts_with(&format!("{PARTS_DIR}/")) && k.ends_with(".json"))

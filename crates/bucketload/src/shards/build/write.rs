@@ -19,7 +19,7 @@ use md5::{Digest, Md5};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use super::{Plan, ShardOptions, SourceObject};
+use super::{Plan, PlannedSample, ShardOptions, SourceObject};
 use crate::base::{DataKey, Location, Progress};
 use crate::error::{Error, Result};
 use crate::io::checked::{Change, Promise, compare};
@@ -32,11 +32,12 @@ const FLUSH_BYTES: usize = 1 << 20;
 /// Shards whose upload may complete in the background while the next one fills.
 const FINISHING: usize = 2;
 
-/// A finished shard: its manifest entry and the sample keys it holds, in order.
+/// A finished shard: its manifest entry and the planned samples it does not hold (positions in
+/// the plan; an earlier `--skip-missing` run may have left some out).
 #[derive(Debug, Clone)]
 pub(super) struct Finished {
     pub entry: ShardEntry,
-    pub keys: Vec<String>,
+    pub left_out: Vec<usize>,
 }
 
 /// A shard written by this run.
@@ -51,11 +52,19 @@ pub(super) struct Written {
 }
 
 /// One source object to fetch: where it goes.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Slot {
     shard: usize,
-    sample: usize,
+    /// The sample's position in the plan.
+    position: usize,
+    sample: Arc<PlannedSample>,
     member: usize,
+}
+
+impl Slot {
+    fn object(&self) -> &SourceObject {
+        &self.sample.members[self.member]
+    }
 }
 
 /// A fetched object (`None`: gone, and `--skip-missing` was given, or changed, and
@@ -76,11 +85,14 @@ pub(super) async fn write_shards(
     options: &ShardOptions,
     progress: &dyn Progress,
 ) -> Result<Vec<Written>> {
+    // Samples are decoded from the plan as their GETs are started, not before.
     let slots = todo.iter().flat_map(|&shard| {
-        plan.shards[shard].clone().flat_map(move |sample| {
-            (0..plan.samples[sample].members.len()).map(move |member| Slot {
+        plan.shards[shard].clone().flat_map(move |position| {
+            let sample = Arc::new(plan.sample(position));
+            (0..sample.members.len()).map(move |member| Slot {
                 shard,
-                sample,
+                position,
+                sample: sample.clone(),
                 member,
             })
         })
@@ -95,7 +107,7 @@ pub(super) async fn write_shards(
         .then(|slot| {
             let budget = budget.clone();
             async move {
-                let size = plan.samples[slot.sample].members[slot.member].size;
+                let size = slot.object().size;
                 let kib = size.div_ceil(1024).clamp(1, budget_kib) as u32;
                 let permit = budget.acquire_many_owned(kib).await;
                 permit.map(|p| (slot, p)).map_err(|e| Error::Task {
@@ -106,7 +118,7 @@ pub(super) async fn write_shards(
         .map_ok(|(slot, permit)| {
             // A task per GET: bodies are collected on the runtime's workers while this task
             // writes tar; the guard cancels the GET if the run stops first.
-            let object = plan.samples[slot.sample].members[slot.member].clone();
+            let object = slot.object().clone();
             let skip = (options.skip_missing, options.skip_changed);
             let task = tokio::spawn(fetch(source.clone(), object, slot, permit, skip));
             let guard = AbortOnDrop(task.abort_handle());
@@ -235,8 +247,9 @@ struct Open {
     index: ShardIndexBuilder,
     out: Out,
     /// Sample being written and whether any of its members was written.
-    sample: Option<(usize, bool)>,
-    keys: Vec<String>,
+    sample: Option<(Slot, bool)>,
+    samples: u64,
+    left_out: Vec<usize>,
     objects: u64,
     object_bytes: u64,
     missing: Vec<String>,
@@ -308,7 +321,8 @@ impl<'a> Sink<'a> {
             },
             name,
             sample: None,
-            keys: Vec::new(),
+            samples: 0,
+            left_out: Vec::new(),
             objects: 0,
             object_bytes: 0,
             missing: Vec::new(),
@@ -324,15 +338,18 @@ impl<'a> Sink<'a> {
         data: Option<Bytes>,
         changed: Option<String>,
     ) -> Result<()> {
-        let plan = self.plan;
         let Some(open) = self.open.as_mut() else {
             return Ok(());
         };
-        if open.sample.is_some_and(|(s, _)| s != slot.sample) {
-            close_sample(plan, open)?;
+        if open
+            .sample
+            .as_ref()
+            .is_some_and(|(s, _)| s.position != slot.position)
+        {
+            close_sample(open)?;
         }
-        let written = open.sample.is_some_and(|(_, w)| w);
-        let object = &plan.samples[slot.sample].members[slot.member];
+        let written = open.sample.as_ref().is_some_and(|(_, w)| *w);
+        let object = slot.object().clone();
         let Some(data) = data else {
             let uri = self.source.uri_of(&key_path(&object.key));
             match changed {
@@ -345,14 +362,14 @@ impl<'a> Sink<'a> {
                     open.missing.push(uri);
                 }
             }
-            open.sample = Some((slot.sample, written));
+            open.sample = Some((slot, written));
             return Ok(());
         };
         let location = open.tar.append(&mut open.out.buf, &object.key, &data)?;
         open.index.add(&object.key, location, &data);
         open.objects += 1;
         open.object_bytes += data.len() as u64;
-        open.sample = Some((slot.sample, true));
+        open.sample = Some((slot, true));
         if open.out.buf.len() >= FLUSH_BYTES {
             open.out.flush().await?;
         }
@@ -364,7 +381,7 @@ impl<'a> Sink<'a> {
         let Some(mut open) = self.open.take() else {
             return Ok(());
         };
-        close_sample(self.plan, &mut open)?;
+        close_sample(&mut open)?;
         while self.finishing.len() >= FINISHING {
             self.join_one().await?;
         }
@@ -401,21 +418,23 @@ impl<'a> Sink<'a> {
     }
 }
 
-/// Ends the sample being written: its label member, if it has one and any member was written.
-fn close_sample(plan: &Plan, open: &mut Open) -> Result<()> {
-    let Some((index, written)) = open.sample.take() else {
+/// Ends the sample being written: its label member, if it has one and any member was written
+/// (a sample none of whose members was written is left out).
+fn close_sample(open: &mut Open) -> Result<()> {
+    let Some((slot, written)) = open.sample.take() else {
         return Ok(());
     };
     if !written {
+        open.left_out.push(slot.position);
         return Ok(());
     }
-    let sample = &plan.samples[index];
+    let sample = &slot.sample;
     if let Some(label) = sample.label_bytes() {
         let name = sample.label_name();
         let location = open.tar.append(&mut open.out.buf, &name, &label)?;
         open.index.add(&name, location, &label);
     }
-    open.keys.push(sample.key.clone());
+    open.samples += 1;
     Ok(())
 }
 
@@ -494,18 +513,13 @@ async fn finish(dst: Store, open: Open) -> Result<Written> {
         .put(&index_path, PutPayload::from(bytes))
         .await
         .map_err(|e| Location::from_store(&dst).error(&index_path, e))?;
-    tracing::info!(shard = %dst.object_uri(&shard_path), samples = open.keys.len(), "shard written");
-    let entry = ShardEntry::from_summary(
-        open.name,
-        index_path.to_string(),
-        open.keys.len() as u64,
-        &summary,
-    );
+    tracing::info!(shard = %dst.object_uri(&shard_path), samples = open.samples, "shard written");
+    let entry = ShardEntry::from_summary(open.name, index_path.to_string(), open.samples, &summary);
     Ok(Written {
         shard: open.shard,
         finished: Finished {
             entry,
-            keys: open.keys,
+            left_out: open.left_out,
         },
         objects: open.objects,
         object_bytes: open.object_bytes,
