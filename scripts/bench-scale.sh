@@ -173,8 +173,8 @@ for n in ${ORDER-1000000}; do
         measure "python order $format $((n * 1000)) samples, $n shards, rank 0 of $world" \
             "$python" benchmarks/scale/order_py.py order "s3://scale/$prefix" "$format" "$world"
         # Streams resume in a world of N/1,000 ranks (shares of 10^6), 10^4 left each: the
-        # restore replays every old rank and cuts its run from the shard order, O(ranks x
-        # shards); at 10^6 shards it did not finish within 1,200 s even so (docs/BENCHMARKS.md).
+        # check reads two old ranks' whole shares, so fewer, larger ranks than indexed; the
+        # restore replays every old rank (a binary search into the shard order for each).
         from=$world
         [ "$format" = indexed ] || from=$((n / 1000))
         [ "$from" -ge 2 ] || from=2

@@ -92,3 +92,30 @@ fn a_failed_upload_is_aborted_and_leaves_no_manifest() {
     let store = fx.store("s3://mpu-fail/img");
     assert!(try_get(&fx, &store, "_bucketload/manifest.bin").is_none());
 }
+
+/// A manifest larger than one read range (`BUCKETLOAD_MANIFEST_RANGE`) is read by ranged GETs,
+/// each read whole whatever the parser's pace, in either format; the dataset reads whole
+/// through it.
+#[test]
+fn a_manifest_larger_than_a_range_is_read_by_ranged_gets() {
+    let fx = small_parts();
+    fx.generate("s3://mpr/img", 300, 3, "1KB");
+    for format in ["2", "1"] {
+        let args = ["manifest", "s3://mpr/img", "--manifest-format", format];
+        assert_eq!(with_small_parts(&fx, &args).code, 0, "format {format}");
+        let before = fx.server().counters();
+        let out = fx
+            .command()
+            .args(["read", "s3://mpr/img", "--json", "--no-shuffle"])
+            .env("BUCKETLOAD_MANIFEST_RANGE", "1KiB")
+            .output()
+            .unwrap();
+        let run = Run::from(out).ok();
+        assert_eq!(json(&run)["epochs"][0]["samples"].as_u64(), Some(300));
+        let after = fx.server().counters();
+        // One GET a sample and the manifest's first answer (and a 404 for the missing
+        // format 2 one), then a ranged GET for each KiB of a manifest of several.
+        let gets = after.get("GetObject") - before.get("GetObject");
+        assert!(gets >= 300 + 4, "format {format}: {gets} GETs");
+    }
+}

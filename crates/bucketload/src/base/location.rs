@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use bucketload_store::object_store::{ObjectStore, ObjectStoreExt, path::Path};
+use bucketload_store::object_store::{GetOptions, ObjectStore, ObjectStoreExt, path::Path};
 use futures::StreamExt;
 
 use crate::error::Error;
@@ -35,6 +35,21 @@ struct Collect {
 }
 
 /// A GET body, fed chunk by chunk over a channel, read as a blocking [`std::io::Read`].
+/// Bytes of a manifest read by one ranged GET, when it is larger than that (see
+/// [`Location::stream_manifest`]); `BUCKETLOAD_MANIFEST_RANGE` (bytes, e.g. `1KiB`) overrides it,
+/// for tests; `0` reads the whole body in one GET.
+const MANIFEST_RANGE: u64 = 8 << 20;
+/// Ranged GETs of one manifest in flight.
+const MANIFEST_RANGES_IN_FLIGHT: usize = 3;
+
+fn manifest_range() -> Option<u64> {
+    let range = std::env::var("BUCKETLOAD_MANIFEST_RANGE")
+        .ok()
+        .and_then(|v| bucketload_store::parse_size(&v).ok())
+        .unwrap_or(MANIFEST_RANGE);
+    (range > 0).then_some(range)
+}
+
 struct ChannelReader {
     rx: tokio::sync::mpsc::Receiver<std::io::Result<bytes::Bytes>>,
     current: bytes::Bytes,
@@ -185,6 +200,19 @@ impl Location {
         Ok(None)
     }
 
+    /// The error of a ranged read of manifest `key`: a failed `If-Match` means the manifest was
+    /// replaced while it was read.
+    fn manifest_error(&self, key: &Path, e: bucketload_store::object_store::Error) -> Error {
+        match e {
+            bucketload_store::object_store::Error::Precondition { .. } => Error::Corrupt {
+                uri: self.uri_of(key),
+                reason: "the manifest was replaced while it was read; open the dataset again"
+                    .to_owned(),
+            },
+            e => self.error(key, e),
+        }
+    }
+
     /// Streams the body of a [`Location::manifest_get`] response into `sink` (see
     /// [`Location::read_manifest`]).
     pub async fn stream_manifest<S>(
@@ -198,10 +226,15 @@ impl Location {
             + Send
             + 'static,
     {
-        // Chunks in flight between the GET and the parser: enough to overlap network and
-        // parsing, few enough that memory stays a few MB whatever the manifest's size.
-        const CHUNKS_IN_FLIGHT: usize = 16;
-        let (tx, rx) = tokio::sync::mpsc::channel(CHUNKS_IN_FLIGHT);
+        // A manifest larger than one range is read by ranged GETs, each read whole at the
+        // network's pace, a few in flight, all of the version first answered (`If-Match`): read
+        // at the parser's pace, one body of GBs would outlive the client's request timeout.
+        let size = got.meta.size;
+        let ranged = manifest_range().filter(|&r| size > r && got.meta.e_tag.is_some());
+        // Chunks in flight between the GETs and the parser: enough to overlap network and
+        // parsing, few enough that memory stays bounded (body chunks are KBs, ranges MBs).
+        let in_flight = if ranged.is_some() { 2 } else { 16 };
+        let (tx, rx) = tokio::sync::mpsc::channel(in_flight);
         let name = self.uri_of(&key);
         let parse = tokio::task::spawn_blocking(move || {
             let reader = ChannelReader {
@@ -211,11 +244,38 @@ impl Location {
             let header = bucketload_format::read_manifest(&name, reader, &mut sink);
             (header, sink)
         });
-        let mut body = got.into_stream();
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| std::io::Error::other(self.error(&key, e)));
-            if tx.send(chunk).await.is_err() {
-                break; // the parser stopped (an error it returns below)
+        match ranged {
+            None => {
+                let mut body = got.into_stream();
+                while let Some(chunk) = body.next().await {
+                    let chunk = chunk.map_err(|e| std::io::Error::other(self.error(&key, e)));
+                    if tx.send(chunk).await.is_err() {
+                        break; // the parser stopped (an error it returns below)
+                    }
+                }
+            }
+            Some(range) => {
+                let etag = got.meta.e_tag.clone();
+                drop(got);
+                let starts = (0..size).step_by(usize::try_from(range).unwrap_or(usize::MAX));
+                let mut ranges = futures::stream::iter(starts)
+                    .map(|start| {
+                        let options = GetOptions {
+                            range: Some((start..size.min(start + range)).into()),
+                            if_match: etag.clone(),
+                            ..GetOptions::default()
+                        };
+                        let (store, key) = (&self.store, &key);
+                        async move { store.get_opts(key, options).await?.bytes().await }
+                    })
+                    .buffered(MANIFEST_RANGES_IN_FLIGHT);
+                while let Some(chunk) = ranges.next().await {
+                    let chunk =
+                        chunk.map_err(|e| std::io::Error::other(self.manifest_error(&key, e)));
+                    if tx.send(chunk).await.is_err() {
+                        break;
+                    }
+                }
             }
         }
         drop(tx);

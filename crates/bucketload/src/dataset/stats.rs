@@ -19,6 +19,7 @@
 //! concurrently. In shards the image members located by the indexes are sampled the same way.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bucketload_format::{DatasetKind, Manifest, Parameters};
 use bucketload_store::object_store::{ObjectStoreExt, path::Path};
@@ -248,14 +249,17 @@ pub async fn stats(
     options: &StatsOptions,
     progress: &dyn Progress,
 ) -> Result<DatasetStats> {
-    let manifest = match options.manifest {
-        true => location.manifest_found().await?,
+    let read = match options.manifest {
+        true => read_manifest(location).await?,
         false => None,
     };
-    if let Some((key, manifest)) = manifest {
+    if let Some((key, mut manifest, files)) = read {
         let mut stats = match manifest.kind {
-            DatasetKind::Files => files_from_manifest(location, manifest, options).await,
-            DatasetKind::Shards => shards_from_manifest(location, manifest, options).await,
+            DatasetKind::Files => files_from_manifest(location, manifest, files, options).await,
+            DatasetKind::Shards => {
+                manifest.files.clear();
+                shards_from_manifest(location, manifest, options).await
+            }
         }?;
         stats.manifest = Some(key.to_string());
         return Ok(stats);
@@ -271,6 +275,46 @@ pub async fn stats(
         warn_unfinished(location, found, stats.samples).await?;
     }
     Ok(stats)
+}
+
+/// What stats keeps of a manifest's entries as they stream by: files tallied (never held),
+/// shards kept (one entry a shard), and the first error of the tally.
+#[derive(Default)]
+struct ManifestEntries {
+    files: FilesTally,
+    shards: Vec<bucketload_format::ShardEntry>,
+    failed: Option<crate::Error>,
+}
+
+/// The dataset's manifest, if it has one: where it was, its metadata with its shards (a files
+/// manifest's entries are not kept), and its files tallied.
+async fn read_manifest(location: &Location) -> Result<Option<(Path, Manifest, FilesTally)>> {
+    let kept = Arc::new(Mutex::new(ManifestEntries::default()));
+    let into = Arc::clone(&kept);
+    let sink = move |entry: bucketload_format::Entry<'_>| {
+        let mut into = into.lock().unwrap_or_else(PoisonError::into_inner);
+        match entry {
+            bucketload_format::Entry::File(file) if into.failed.is_none() => {
+                if let Err(e) = into.files.add(&DataKey::new(&file.key), file.size) {
+                    into.failed = Some(e);
+                }
+            }
+            bucketload_format::Entry::File(_) => {}
+            bucketload_format::Entry::Shard(shard) => into.shards.push(shard.clone()),
+        }
+        Ok(())
+    };
+    let Some(read) = location.read_manifest(sink).await? else {
+        return Ok(None);
+    };
+    drop(read.sink);
+    let kept = std::mem::take(&mut *kept.lock().unwrap_or_else(PoisonError::into_inner));
+    if let Some(e) = kept.failed {
+        return Err(e);
+    }
+    let mut manifest = read.header.into_manifest();
+    manifest.shards = kept.shards;
+    Ok(Some((read.key, manifest, kept.files)))
 }
 
 /// Warns that the `bucketload shard` run whose run record is at the root of `location` never
@@ -482,9 +526,12 @@ async fn files_from_listing(
     Ok(out)
 }
 
+/// Describes a `files` dataset from its manifest: the metadata, and the files tallied as they
+/// streamed by.
 async fn files_from_manifest(
     location: &Location,
     manifest: Manifest,
+    files: FilesTally,
     options: &StatsOptions,
 ) -> Result<DatasetStats> {
     let mut out = DatasetStats::empty(
@@ -492,10 +539,6 @@ async fn files_from_manifest(
         DatasetKind::Files,
         StatsFrom::Manifest,
     );
-    let mut files = FilesTally::default();
-    for file in &manifest.files {
-        files.add(&DataKey::new(&file.key), file.size)?;
-    }
     describe_files(&mut out, location, files, options).await?;
     out.classes = manifest_classes(&manifest);
     out.classes_from = (!out.classes.is_empty()).then_some(ClassesFrom::Manifest);

@@ -6,7 +6,7 @@
 //! sorted, disjoint spans of local indices.
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::permute::{Permutation, derive_key};
 use super::{Kind, Plan, Remainder, SampleRef, WorkItem};
@@ -136,6 +136,9 @@ pub(crate) fn epoch_permutation(n: u64, shuffle: Option<u64>, tag: u64, epoch: u
 pub(crate) struct EpochOrder<'a> {
     plan: &'a Plan,
     perm: Permutation,
+    /// Streams: where each shard of the permuted order starts ([`cycle_starts`]), computed
+    /// once for every rank cut from this order (a resume cuts one per old rank).
+    starts: Arc<OnceLock<Vec<u64>>>,
 }
 
 impl EpochOrder<'_> {
@@ -144,7 +147,11 @@ impl EpochOrder<'_> {
             Kind::Files | Kind::Indexed => epoch_permutation(plan.total, seed, TAG_SAMPLES, epoch),
             Kind::Shards => epoch_permutation(plan.counts.len() as u64, seed, TAG_SHARDS, epoch),
         };
-        EpochOrder { plan, perm }
+        EpochOrder {
+            plan,
+            perm,
+            starts: Arc::default(),
+        }
     }
 
     /// Rank `place`'s samples, drawn from `left` (all positions when `None`).
@@ -175,7 +182,10 @@ impl EpochOrder<'_> {
                         .flat_map(|piece| left.slice(piece.start, piece.end))
                         .collect(),
                 };
-                RankSeq::Stream(StreamRank::new(&plan.counts, &self.perm, &spans))
+                let starts = self
+                    .starts
+                    .get_or_init(|| cycle_starts(&plan.counts, &self.perm));
+                RankSeq::Stream(StreamRank::new(&plan.counts, &self.perm, starts, &spans))
             }
         }
     }
@@ -269,11 +279,17 @@ pub(crate) struct StreamRank {
 
 impl StreamRank {
     /// The rank's part of the epoch's sequence: shards in permuted order, concatenated, repeated
-    /// from the start as often as padding needs, cut at `spans` (in this order).
-    pub(crate) fn new(counts: &[u64], perm: &Permutation, spans: &[Range<u64>]) -> StreamRank {
+    /// from the start as often as padding needs, cut at `spans` (in this order). `starts` is
+    /// [`cycle_starts`] of `counts` and `perm`.
+    pub(crate) fn new(
+        counts: &[u64],
+        perm: &Permutation,
+        starts: &[u64],
+        spans: &[Range<u64>],
+    ) -> StreamRank {
         let items: Vec<WorkItem> = spans
             .iter()
-            .flat_map(|span| cut(counts, perm, span.start, span.end))
+            .flat_map(|span| cut(counts, perm, starts, span.start, span.end))
             .collect();
         let mut offsets = Vec::with_capacity(items.len());
         let mut len = 0;
@@ -320,33 +336,53 @@ impl StreamRank {
     }
 }
 
+/// Where each shard of the cyclic sequence in `perm` order starts within one cycle: `starts[k]`
+/// for the shard at position `k`, then the cycle's length. 8 bytes a shard, built once an epoch.
+pub(crate) fn cycle_starts(counts: &[u64], perm: &Permutation) -> Vec<u64> {
+    let mut starts = Vec::with_capacity(counts.len() + 1);
+    let mut at = 0;
+    for k in 0..perm.len() {
+        starts.push(at);
+        at += counts[perm.get(k) as usize];
+    }
+    starts.push(at);
+    starts
+}
+
 /// The shard ranges covering positions `[lo, hi)` of the cyclic sequence of shards in `perm`
-/// order.
-fn cut(counts: &[u64], perm: &Permutation, lo: u64, hi: u64) -> Vec<WorkItem> {
-    let total: u64 = counts.iter().sum();
+/// order, found from `starts` ([`cycle_starts`]) by binary search: the cost is the ranges
+/// returned, not the shards before `lo`.
+fn cut(counts: &[u64], perm: &Permutation, starts: &[u64], lo: u64, hi: u64) -> Vec<WorkItem> {
+    let total = starts.last().copied().unwrap_or(0);
     let mut items = Vec::new();
     if lo >= hi || total == 0 {
         return items;
     }
-    // Whole cycles before `lo` are skipped at once.
+    // Whole cycles before `lo` are skipped at once, then the shards before it in its cycle:
+    // the last position starting at or before `lo` holds it (an empty shard there starts where
+    // the next one does, so it is never the last).
     let mut base = lo / total * total;
+    let shards = starts.len() - 1;
+    let mut k = starts.partition_point(|&s| s <= lo - base) - 1;
     loop {
-        for k in 0..perm.len() {
-            let shard = perm.get(k);
-            let (start, end) = (base, base + counts[shard as usize]);
-            base = end;
-            if end <= lo || start == end {
-                continue;
+        while k < shards {
+            let (start, end) = (base + starts[k], base + starts[k + 1]);
+            if end > lo && start < end {
+                let shard = perm.get(k as u64);
+                debug_assert_eq!(end - start, counts[shard as usize]);
+                let (a, b) = (lo.max(start), hi.min(end));
+                items.push(WorkItem {
+                    shard,
+                    samples: a - start..b - start,
+                });
+                if end >= hi {
+                    return items;
+                }
             }
-            let (a, b) = (lo.max(start), hi.min(end));
-            items.push(WorkItem {
-                shard,
-                samples: a - start..b - start,
-            });
-            if end >= hi {
-                return items;
-            }
+            k += 1;
         }
+        base += total;
+        k = 0;
     }
 }
 
@@ -458,8 +494,10 @@ mod tests {
     fn cut_splits_shards_and_wraps_for_padding() {
         let counts = [3, 0, 4];
         let perm = Permutation::identity(3);
+        let starts = cycle_starts(&counts, &perm);
+        assert_eq!(starts, vec![0, 3, 3, 7]);
         let items = |lo, hi| -> Vec<(u64, Range<u64>)> {
-            cut(&counts, &perm, lo, hi)
+            cut(&counts, &perm, &starts, lo, hi)
                 .into_iter()
                 .map(|w| (w.shard, w.samples))
                 .collect()
@@ -470,11 +508,54 @@ mod tests {
         assert_eq!(items(6, 9), vec![(2, 3..4), (0, 0..2)]);
         assert_eq!(items(15, 16), vec![(0, 1..2)]);
         assert!(items(4, 4).is_empty());
+        // Starting exactly where the empty shard 1 sits: shard 2 holds position 3.
+        assert_eq!(items(3, 4), vec![(2, 0..1)]);
+        assert_eq!(items(7, 8), vec![(0, 0..1)]);
+    }
+
+    /// The binary search finds what walking every shard from the start finds, for shuffled
+    /// orders with empty shards and spans across cycles.
+    #[test]
+    fn cut_agrees_with_a_walk_from_the_first_shard() {
+        let counts: Vec<u64> = (0..40u64).map(|i| (i * 7 + 3) % 5).collect();
+        let perm = epoch_permutation(40, Some(9), TAG_SHARDS, 2);
+        let starts = cycle_starts(&counts, &perm);
+        let order: Vec<u64> = (0..40).map(|k| perm.get(k)).collect();
+        let total: u64 = counts.iter().sum();
+        for lo in 0..2 * total + 3 {
+            for len in [1, 2, 5, total, total + 4] {
+                let hi = lo + len;
+                // Every position of [lo, hi) in turn, from the cyclic sequence itself.
+                let mut want: Vec<(u64, u64)> = Vec::new();
+                for p in lo..hi {
+                    let mut at = p % total;
+                    let shard = *order
+                        .iter()
+                        .find(|&&s| {
+                            let c = counts[s as usize];
+                            if at < c {
+                                true
+                            } else {
+                                at -= c;
+                                false
+                            }
+                        })
+                        .unwrap();
+                    want.push((shard, at));
+                }
+                let got: Vec<(u64, u64)> = cut(&counts, &perm, &starts, lo, hi)
+                    .into_iter()
+                    .flat_map(|w| w.samples.map(move |s| (w.shard, s)))
+                    .collect();
+                assert_eq!(got, want, "[{lo}, {hi})");
+            }
+        }
     }
 
     #[test]
     fn stream_rank_maps_local_indices() {
-        let rank = StreamRank::new(&[3, 4], &Permutation::identity(2), &[2..6]);
+        let perm = Permutation::identity(2);
+        let rank = StreamRank::new(&[3, 4], &perm, &cycle_starts(&[3, 4], &perm), &[2..6]);
         assert_eq!(rank.len, 4);
         assert_eq!(
             rank.sample(1),

@@ -254,7 +254,7 @@ impl ShuffleBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::partition::{Layout, RandomRank, StreamRank};
+    use crate::source::partition::{Layout, RandomRank, StreamRank, cycle_starts};
     use crate::source::permute::Permutation;
 
     fn files(n: u64) -> Arc<RankSeq> {
@@ -397,9 +397,12 @@ mod tests {
 
     #[test]
     fn reads_start_with_the_held_samples() {
+        let perm = Permutation::identity(2);
+        let starts = cycle_starts(&[6, 6], &perm);
         let seq = Arc::new(RankSeq::Stream(StreamRank::new(
             &[6, 6],
-            &Permutation::identity(2),
+            &perm,
+            &starts,
             &[0..12],
         )));
         let fresh = WorkerIter::new(seq.clone(), 0, vec![0..12], Some((3, 1)), 0);
