@@ -341,17 +341,7 @@ fn a_corrupt_image_suggests_skip_corrupt() {
     fx.generate("s3://jpeg/img", 2, 1, "2KB");
     let store = fx.store("s3://jpeg/img");
     let key = bucketload_store::key_path("class_000/000001.jpg");
-    let whole = fx.block_on(async {
-        use bucketload_store::object_store::ObjectStoreExt;
-        store
-            .object_store()
-            .get(&key)
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap()
-    });
+    let whole = fx.block_on(bucketload_test_support::get_whole(&store, &key));
     put(&fx, "s3://jpeg/img/class_000/000001.jpg", &whole[..300]);
     let run = fx.run(&["read", "s3://jpeg/img", "--decode", "--batch-size", "1"]);
     fails(&run, 6, "--skip-corrupt");

@@ -39,14 +39,7 @@ async fn two_503s_on_get_are_two_retries() {
     server
         .faults()
         .fail_next("GetObject", 2, FaultKind::Status(503));
-    let got = store
-        .object_store()
-        .get(&key)
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    let got = bucketload_test_support::get_whole(&store, &key).await;
     assert_eq!(got, body(4096));
     assert_eq!(server.counters().get("GetObject"), 3);
     let s = store.metrics().snapshot();
@@ -95,14 +88,7 @@ async fn reset_mid_body_is_resumed_and_counted() {
     server
         .faults()
         .fail_next("GetObject", 1, FaultKind::ResetMidBody);
-    let got = store
-        .object_store()
-        .get(&key)
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    let got = bucketload_test_support::get_whole(&store, &key).await;
     assert_eq!(got, data);
     assert_eq!(server.counters().get("GetObject"), 2);
     let s = store.metrics().snapshot();

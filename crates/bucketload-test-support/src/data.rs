@@ -1,4 +1,19 @@
-//! Deterministic test bytes.
+//! Deterministic test bytes, and one object's bytes read back.
+
+use bucketload_store::Store;
+use bucketload_store::object_store::ObjectStoreExt;
+use bucketload_store::object_store::path::Path;
+
+/// The whole of the object at `key` in `store`, read with one GET through its object store
+/// (retries and metrics included). Panics naming the key when the read fails.
+pub async fn get_whole(store: &Store, key: &Path) -> Vec<u8> {
+    let got = store.object_store().get(key).await;
+    let got = got.unwrap_or_else(|e| panic!("GET {key}: {e}"));
+    let bytes = got.bytes().await;
+    bytes
+        .unwrap_or_else(|e| panic!("reading {key}: {e}"))
+        .to_vec()
+}
 
 /// `len` bytes from a xorshift generator seeded by `seed`: no run of a few bytes repeats
 /// within megabytes, so a misplaced, shifted or repeated chunk cannot compare equal, and

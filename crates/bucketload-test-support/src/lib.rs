@@ -14,7 +14,7 @@
 //!
 //! - [`on_every_backend!`]: one test per backend from one test body.
 //! - [`venv_python`], [`venv_bin`]: the workspace virtualenv's tools.
-//! - [`pattern`]: deterministic test bytes.
+//! - [`pattern`]: deterministic test bytes; [`get_whole`]: one object's bytes, by one GET.
 //!
 //! Fixtures panic with a message saying what to do when they cannot start:
 //! a test that cannot reach its backend or tool must fail, never skip.
@@ -35,7 +35,7 @@ mod backends;
 mod data;
 mod seaweed;
 mod venv;
-pub use data::pattern;
+pub use data::{get_whole, pattern};
 pub use seaweed::{SEAWEED_COLLEAGUE, SEAWEED_OWNER, SEAWEED_WRITER, SeaweedServer};
 pub use venv::{SETUP_HINT, run_python, venv, venv_bin, venv_python};
 

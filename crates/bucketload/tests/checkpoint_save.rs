@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use bucketload::checkpoint::{CheckpointConfig, Checkpoints};
 use bucketload_server::FaultKind;
-use bucketload_store::object_store::ObjectStoreExt;
 use bucketload_test_support::{Backend, Fixture, on_every_backend, pattern};
 use bytes::Bytes;
 
@@ -98,14 +97,7 @@ async fn injected_faults_are_retried_and_the_bytes_are_exact() {
     );
     // Read back by a plain GET through a separate client.
     let plain = bucketload_store::Store::open(&format!("{}/faults", fx.uri), &fx.config).unwrap();
-    let got = plain
-        .object_store()
-        .get(&bucketload_store::key_path("c.pt"))
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    let got = bucketload_test_support::get_whole(&plain, &bucketload_store::key_path("c.pt")).await;
     assert_eq!(got, bytes);
 }
 

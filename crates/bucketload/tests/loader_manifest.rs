@@ -88,14 +88,7 @@ async fn a_truncated_or_damaged_manifest_loads_nothing_and_is_named() {
     let data = TestData::files(20, true).await;
     let src = data.store("src");
     let key = Path::from(MANIFEST_BIN_PATH);
-    let whole = src
-        .object_store()
-        .get(&key)
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    let whole = bucketload_test_support::get_whole(&src, &key).await;
     let uri = format!("s3://{}/src/{MANIFEST_BIN_PATH}", data.bucket);
     let mut damaged = whole.to_vec();
     let middle = damaged.len() / 2;

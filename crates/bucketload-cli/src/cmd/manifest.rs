@@ -37,17 +37,25 @@ pub async fn manifest(args: &StoreArgs, a: ManifestArgs) -> anyhow::Result<()> {
     let bar = Bar::new("reading");
     let report =
         shards::write_files_manifest(&store, config.concurrency(), a.manifest_format, &bar).await?;
-    let m = &report.header;
     writeln!(
         std::io::stdout().lock(),
-        "wrote {} ({} files, {} bytes, {} classes) in {:.1} s",
-        report.uri,
-        m.samples,
-        m.bytes,
-        m.classes.len(),
+        "{} in {:.1} s",
+        wrote(&report),
         report.seconds
     )?;
     Ok(())
+}
+
+/// "wrote URI (N files, B bytes, C classes)": what a written manifest describes.
+fn wrote(report: &shards::ManifestReport) -> String {
+    let m = &report.header;
+    format!(
+        "wrote {} ({} files, {} bytes, {} classes)",
+        report.uri,
+        m.samples,
+        m.bytes,
+        m.classes.len()
+    )
 }
 
 /// `manifest --from-inventory`.
@@ -70,14 +78,10 @@ async fn from_inventory(
     let bar = Bar::new("reading the report");
     let (report, summary) =
         shards::write_inventory_manifest(store, &reports, key, format, &bar).await?;
-    let m = &report.header;
     writeln!(
         std::io::stdout().lock(),
-        "wrote {} ({} files, {} bytes, {} classes) from {} ({} data files, {} rows{}) in {:.1} s",
-        report.uri,
-        m.samples,
-        m.bytes,
-        m.classes.len(),
+        "{} from {} ({} data files, {} rows{}) in {:.1} s",
+        wrote(&report),
         summary.manifest_uri,
         summary.files,
         summary.rows,

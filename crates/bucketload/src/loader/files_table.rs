@@ -337,7 +337,13 @@ impl FilesTableBuilder {
             self.spill.is_none(),
             "only a builder in memory finishes in memory"
         );
-        let mut header = self.append_tables(identity);
+        let header = self.append_tables(identity);
+        self.seal_in_memory(header)
+    }
+
+    /// The table held in the builder's buffer (its tables already appended), with `header`
+    /// checksummed and written at its start.
+    fn seal_in_memory(&mut self, mut header: Header) -> FilesTable {
         header.body_crc = crc32c::crc32c(&self.buf[HEADER_LEN..]);
         header.write(&mut self.buf[..HEADER_LEN]);
         FilesTable {
@@ -374,16 +380,7 @@ impl FilesTableBuilder {
                 return Err(e);
             }
             // Back in memory, the tables appended: finish as a table of this process.
-            header.body_crc = crc32c::crc32c(&self.buf[HEADER_LEN..]);
-            header.write(&mut self.buf[..HEADER_LEN]);
-            return Ok(Finished::Memory(FilesTable {
-                bytes: TableBytes::Owned(std::mem::take(&mut self.buf)),
-                count: header.count,
-                blocks: header.blocks,
-                data_len: header.data_len as usize,
-                runs: header.runs,
-                labels: header.flags & FLAG_LABELS != 0,
-            }));
+            return Ok(Finished::Memory(self.seal_in_memory(header)));
         }
         if let Some(e) = self.lost.take() {
             return Err(e);
