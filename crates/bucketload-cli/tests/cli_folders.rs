@@ -109,6 +109,39 @@ impl Backend {
             .map(|(size, key)| (size, key[prefix.len() + 1..].to_string()))
             .collect()
     }
+
+    /// `aws s3 ls s3://BUCKET/PREFIX/`: the names it prints, in order ([`listed_names`]).
+    fn aws_ls(&self, bucket: &str, prefix: &str) -> Vec<String> {
+        let out = Command::new(venv_python())
+            .arg(venv_bin("aws"))
+            .args(["--endpoint-url", &self.endpoint, "s3", "ls"])
+            .arg(format!("s3://{bucket}/{prefix}/"))
+            .env("HOME", self.work.path())
+            .env("AWS_ACCESS_KEY_ID", self.key)
+            .env("AWS_SECRET_ACCESS_KEY", self.secret)
+            .env("AWS_DEFAULT_REGION", "us-east-1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "aws failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        listed_names(&String::from_utf8_lossy(&out.stdout))
+    }
+}
+
+/// The names `aws s3 ls` or `bucketload ls` printed, in order: `dir/` for a `PRE dir/` line,
+/// the key for an object line.
+fn listed_names(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter_map(|words| match words.as_slice() {
+            ["PRE", name] => Some((*name).to_string()),
+            [_, _, _, key] => Some((*key).to_string()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// `date time size key` lines (of `aws s3 ls` or `bucketload ls`): (size, key).
@@ -435,4 +468,42 @@ fn unspellable_keys_are_samples_on_moto() {
     let moto = MotoServer::start();
     let b = Backend::moto(&moto);
     unspellable_keys_are_samples(&b);
+}
+
+/// A folder of more objects than one page holds is listed page by page as the store answers,
+/// each page's directories and then its objects, as `aws s3 ls` prints it: nothing waits for
+/// (or holds) the whole folder. With a directory sorting first and one sorting last, a listing
+/// gathered whole would print both directories before every object.
+fn a_folder_of_many_pages_lists_page_by_page(b: &Backend) {
+    let bucket = unique_bucket();
+    b.python(&format!(
+        "from concurrent.futures import ThreadPoolExecutor\n\
+         s3.create_bucket(Bucket={bucket:?})\n\
+         keys = ['big/a/x', 'big/z/x'] + ['big/k%04d' % i for i in range(1500)]\n\
+         list(ThreadPoolExecutor(8).map(lambda k: s3.put_object(Bucket={bucket:?}, Key=k, \
+         Body=b'1'), keys))\n"
+    ));
+    let aws = b.aws_ls(&bucket, "big");
+    assert_eq!(aws.len(), 1502, "{aws:?}");
+    let run = b.bucketload(&["ls", &format!("s3://{bucket}/big/")]);
+    assert_eq!(run.code, 0, "{run:#?}");
+    let ours = listed_names(&run.stdout);
+    assert_eq!(ours, aws);
+    let z = ours.iter().position(|n| n == "z/").unwrap();
+    assert!(
+        z > 1 && z < 1501,
+        "z/ printed with the page that holds it: {z}"
+    );
+}
+
+#[test]
+fn a_folder_of_many_pages_lists_page_by_page_on_the_embedded_server() {
+    let fx = Fixture::start();
+    a_folder_of_many_pages_lists_page_by_page(&Backend::embedded(&fx));
+}
+
+#[test]
+fn a_folder_of_many_pages_lists_page_by_page_on_moto() {
+    let moto = MotoServer::start();
+    a_folder_of_many_pages_lists_page_by_page(&Backend::moto(&moto));
 }

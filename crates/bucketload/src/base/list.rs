@@ -127,12 +127,13 @@ fn entry(location: &Location, listed: Listed) -> Entry {
     }
 }
 
-/// Lists `prefix` (the root when `None`) in `location`, one level or recursively.
+/// Lists `prefix` (the root when `None`) in `location`, one level or recursively, page by page
+/// as the store answers: nothing beyond one page is held.
 ///
-/// A recursive listing streams page by page and yields folder markers as [`Entry::Dir`]; a
-/// one-level listing arrives whole (directories first), as the store's delimiter listing
-/// does, and includes the folder marker of `prefix` itself, if any, as an [`Entry::Dir`] of
-/// `prefix` (`""` for the root).
+/// A recursive listing yields folder markers as [`Entry::Dir`]. A one-level listing yields each
+/// page's directories, then its objects, each sorted (a local folder answers in one page, in
+/// directory order), as `aws s3 ls` prints them; it includes the folder marker of `prefix`
+/// itself, if any, as an [`Entry::Dir`] of `prefix` (`""` for the root).
 pub fn list(
     location: &Location,
     prefix: Option<Path>,
@@ -140,32 +141,25 @@ pub fn list(
 ) -> BoxStream<'static, Result<Entry>> {
     let location = location.clone();
     let prefix = folder(prefix.as_ref());
-    if recursive {
-        return pages(&location, &prefix, false)
-            .map_ok(move |page| {
-                let location = location.clone();
-                let entries = page.objects.into_iter().map(move |l| entry(&location, l));
-                futures::stream::iter(entries.map(Ok))
-            })
-            .try_flatten()
-            .boxed();
-    }
-    futures::stream::once(async move {
-        let level: Vec<ListPage> = pages(&location, &prefix, true).try_collect().await?;
-        let (mut dirs, mut objects) = (Vec::new(), Vec::new());
-        for page in level {
-            dirs.extend(page.prefixes);
-            // A folder marker here can only be the listed folder's own.
-            objects.extend(page.objects.into_iter().map(|l| entry(&location, l)));
-        }
-        // Local folders list in directory order; sort so every store prints alike.
-        dirs.sort();
-        objects.sort_by(|a, b| key_of(a).cmp(key_of(b)));
-        let dirs = dirs.into_iter().map(Entry::Dir);
-        Ok::<_, Error>(futures::stream::iter(dirs.chain(objects).map(Ok)))
-    })
-    .try_flatten()
-    .boxed()
+    let delimiter = !recursive;
+    pages(&location, &prefix, delimiter)
+        .map_ok(move |page| {
+            let mut dirs = page.prefixes;
+            dirs.sort();
+            // A folder marker in a one-level page can only be the listed folder's own.
+            let mut objects: Vec<Entry> = page
+                .objects
+                .into_iter()
+                .map(|l| entry(&location, l))
+                .collect();
+            if delimiter {
+                objects.sort_by(|a, b| key_of(a).cmp(key_of(b)));
+            }
+            let entries = dirs.into_iter().map(Entry::Dir).chain(objects);
+            futures::stream::iter(entries.map(Ok))
+        })
+        .try_flatten()
+        .boxed()
 }
 
 fn key_of(entry: &Entry) -> &str {
