@@ -21,6 +21,10 @@ use crate::{Error, Result};
 /// A row field's value saying "in the side table".
 const WIDE: u16 = u16::MAX;
 
+/// Extensions looked up by a scan of the table, before a hash map: an index has two or three
+/// (`jpg`, `cls`, `json`), and comparing a few short strings costs less than hashing one.
+const FEW_EXTS: usize = 8;
+
 /// One member: 24 bytes.
 #[derive(Debug, Clone, Copy)]
 struct Row {
@@ -75,11 +79,7 @@ impl CompactIndex {
             built.keys.push_str(&sample.key);
             built.key_ends.push(built.keys.len() as u32);
             for m in &sample.members {
-                let next = ids.len() as u32;
-                let id = *ids.entry(m.ext.as_str()).or_insert(next);
-                if id == next {
-                    built.exts.push(m.ext.as_str().into());
-                }
+                let id = built.ext_id(&m.ext, &mut ids);
                 built.push(m, id);
             }
             built.member_ends.push(built.rows.len() as u32);
@@ -88,6 +88,21 @@ impl CompactIndex {
         built.wide_data.shrink_to_fit();
         built.wide_exts.shrink_to_fit();
         Ok(built)
+    }
+
+    /// The id of extension `ext`, added to the table if new; `ids` maps every extension in the
+    /// table to its id.
+    fn ext_id<'a>(&mut self, ext: &'a str, ids: &mut HashMap<&'a str, u32>) -> u32 {
+        let known = match self.exts.len() <= FEW_EXTS {
+            true => self.exts.iter().position(|e| **e == *ext).map(|i| i as u32),
+            false => ids.get(ext).copied(),
+        };
+        known.unwrap_or_else(|| {
+            let id = self.exts.len() as u32;
+            self.exts.push(ext.into());
+            ids.insert(ext, id);
+            id
+        })
     }
 
     /// Appends member `m` with extension id `ext` (the caller has checked the member count
