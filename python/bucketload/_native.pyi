@@ -102,7 +102,7 @@ class NativeLoader:
                  client: ClientConfig | None = None, transform: Transform | None = None,
                  use_manifest: bool = True, check_manifest: bool = False,
                  decode_members: list[str] = ..., metadata_ttl: float = 0.0,
-                 allow_incomplete: bool = False, index_cache: int = 256 << 20) -> None:
+                 allow_incomplete: bool = False, index_cache: int = 128 << 20) -> None:
         """``index_cache``: bytes of shard indexes an indexed loader holds (least recently
         used first out; the index in use is kept whatever the bound). ``allow_incomplete``: read a dataset whose ``bucketload shard`` run never finished
         (its run record without a manifest) instead of raising ``ConfigError``. ``metadata_ttl``: seconds a streamed shard's version is trusted with a cache

@@ -72,7 +72,7 @@ class Loader(_Base):
     and a shard replaced within the time is read as the version first read (or, for a block not
     cached, fails naming it). Each process keeps what it asked: DataLoader workers made anew each
     epoch ask again, persistent workers do not. ``index_cache`` (bytes: an int or a size such as
-    ``"64MiB"``; default 256 MiB) bounds the shard indexes an indexed loader holds, least
+    ``"64MiB"``; default 128 MiB) bounds the shard indexes an indexed loader holds, least
     recently used out first; the index in use is kept whatever the bound.
     Iterating yields :class:`Batch` tuples ``(images, labels)``: ``images`` a ``float32`` tensor ``[N, 3, H, W]``
     normalised with ``mean`` and ``std`` (``dtype="float32"``) or a ``uint8`` tensor

@@ -58,7 +58,7 @@ pub struct LoaderArgs {
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub memory_budget: Option<u64>,
     /// Bytes of shard indexes held in memory at most (indexed reads), e.g. 256MiB [default:
-    /// 256MiB]
+    /// 128MiB]
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub index_cache: Option<u64>,
     /// Bytes each shard stream requests ahead of the parser at most [default: 64MiB]

@@ -16,6 +16,7 @@ use bucketload_store::object_store::{GetResult, path::Path};
 
 use std::collections::BTreeMap;
 
+use super::compact_index::CompactIndex;
 use super::config::{Format, ManifestUse};
 use super::files_table::{FilesTable, FilesTableBuilder, Identity};
 use super::indexes::{IndexCache, checked};
@@ -502,7 +503,8 @@ async fn shards_of(
     for (i, index) in scanned(location, &found, &without).await? {
         counts[i] = index.samples.len() as u64;
         if indexed {
-            indexes.insert(i, Arc::new(index));
+            let uri = location.uri_of(&found[i].key);
+            indexes.insert(i, CompactIndex::new(&index, &uri)?);
         }
     }
     let rows = found.iter().zip(&counts).map(|(s, &samples)| ShardRow {

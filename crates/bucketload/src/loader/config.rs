@@ -33,11 +33,11 @@ pub const DEFAULT_COALESCE_WINDOW: usize = 64;
 /// under 1 ms of transfer at 100 MB/s, far less than the 50 ms first byte of a second GET.
 pub const DEFAULT_COALESCE_GAP: u64 = 64 << 10;
 
-/// Default bound of the shard indexes an indexed loader holds in memory: 256 MiB, about a
-/// thousand indexes of 1,000 samples (some 260 KB each in memory) — the indexes of the chunks
-/// being planned and the units in flight many times over, and every index of a dataset of up to
-/// a million samples, so that its later epochs fetch none again.
-pub const DEFAULT_INDEX_CACHE: u64 = 256 << 20;
+/// Default bound of the shard indexes an indexed loader holds in memory: 128 MiB, some 1,800
+/// indexes of 1,000 two-member samples (about 72 KB each, held compact) — the indexes of the
+/// chunks being planned and the units in flight many times over, and every index of a dataset
+/// of up to a million samples, so that its later epochs fetch none again.
+pub const DEFAULT_INDEX_CACHE: u64 = 128 << 20;
 
 /// Largest coalesced ranged GET (8 MiB, the prefetcher's part size): bigger reads gain
 /// nothing over parallel ones and delay every sample in them.

@@ -52,6 +52,7 @@
 //! ```
 
 mod catalog;
+mod compact_index;
 mod config;
 mod file_bytes;
 mod files_table;

@@ -25,6 +25,7 @@ use futures::{FutureExt, StreamExt, TryStreamExt};
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::catalog::Catalog;
+use super::compact_index::CompactIndex;
 use super::config::{Delivery, MAX_COALESCED_BYTES};
 use super::indexes::index_of;
 use super::{Inner, Item, Sample};
@@ -271,12 +272,7 @@ fn shard_of(sref: SampleRef) -> Result<usize> {
     }
 }
 
-fn locate(
-    inner: &Inner,
-    index: &bucketload_format::ShardIndex,
-    position: u64,
-    sref: SampleRef,
-) -> Result<Wanted> {
+fn locate(inner: &Inner, index: &CompactIndex, position: u64, sref: SampleRef) -> Result<Wanted> {
     let SampleRef::Shard { shard, sample } = sref else {
         return Err(Error::invalid_input(
             "an indexed loader was given a file sample",
@@ -286,7 +282,7 @@ fn locate(
     let key = || inner.shards().key(s);
     let entry = usize::try_from(sample)
         .ok()
-        .and_then(|i| index.samples.get(i))
+        .and_then(|i| index.sample(i))
         .ok_or_else(|| Error::Corrupt {
             uri: inner.location.uri_of(&key()),
             reason: format!("its index has no sample {sample}; rebuild the index"),
@@ -306,7 +302,7 @@ fn locate(
         sref,
         shard: s,
         range,
-        entry: entry.clone(),
+        entry,
     })
 }
 

@@ -349,10 +349,9 @@ async fn first_header(inner: &Inner, shard: usize, sample: u64) -> Result<u64> {
     Ok(offset_in(&index, sample))
 }
 
-fn offset_in(index: &bucketload_format::ShardIndex, sample: u64) -> u64 {
+fn offset_in(index: &super::compact_index::CompactIndex, sample: u64) -> u64 {
     usize::try_from(sample)
         .ok()
-        .and_then(|s| index.samples.get(s))
-        .and_then(|s| s.members.first())
-        .map_or(0, |m| m.header_offset)
+        .and_then(|s| index.first_header_offset(s))
+        .unwrap_or(0)
 }
