@@ -15,9 +15,11 @@
 //! bounded channel ([`ManifestEntries`]), the listing is one flat listing page after page
 //! ([`list_in_order`]). A key in both has its size compared and, when it matches, is GET once
 //! ([`check_file`], `concurrency` in flight); a key only in the manifest is missing; a key only
-//! in the listing is a warning. Memory holds a page of the listing, a channel of entries and the
-//! GETs in flight, whatever the dataset's size: the cost is one LIST request per 1,000 keys in
-//! sequence (overlapped with the GETs) instead of folders listed in parallel. The progress has
+//! in the listing is a warning. Memory holds a few pages of the listing, a channel of entries
+//! and the GETs in flight, whatever the dataset's size: the cost is one LIST request per 1,000
+//! keys in sequence (listed ahead, overlapped with the GETs) instead of folders listed in
+//! parallel. A manifest that is not sorted or names a key twice fails as it always did, when
+//! its reader reaches the entry (the whole `verify` fails, naming it). The progress has
 //! no total until both streams are through (format 2 keeps its totals in its trailer, read
 //! last), then the exact count of objects to read.
 //!
