@@ -71,6 +71,15 @@ impl Progress for Bar {
         }
     }
 
+    fn restart(&self) {
+        self.bytes.store(0, Ordering::Relaxed);
+        if let Some(bar) = &self.bar {
+            bar.reset();
+            bar.set_length(0);
+            bar.set_style(style(false));
+        }
+    }
+
     fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();

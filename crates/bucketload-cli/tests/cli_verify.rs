@@ -309,3 +309,186 @@ fn a_multipart_etag_that_differs_over_the_same_bytes_is_a_warning() {
     assert!(problems[0].contains("wrong ETag"), "{run:#?}");
     assert!(problems[1].contains("checksum mismatch"), "{run:#?}");
 }
+
+/// Runs `script` in the workspace's Python with boto3 client `s3` for the fixture's server.
+fn boto3(fx: &Fixture, script: &str) -> String {
+    let prelude = "import boto3, sys\n\
+                   s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', \
+                   aws_access_key_id=sys.argv[2], aws_secret_access_key=sys.argv[3])\n";
+    bucketload_test_support::run_python(
+        &format!("{prelude}{script}"),
+        [
+            fx.endpoint().as_str(),
+            bucketload_server::DEFAULT_ACCESS_KEY,
+            bucketload_server::DEFAULT_SECRET_KEY,
+        ],
+    )
+}
+
+/// The lines of a `verify` report that name an object (warnings, then problems), in order.
+fn findings(run: &Run) -> Vec<&str> {
+    run.stdout
+        .lines()
+        .filter(|l| l.starts_with("s3://") || l.starts_with("warning: s3://"))
+        .collect()
+}
+
+/// The manifest and the listing interleave in every way (keys missing first, last and in the
+/// middle, extra keys before, between and after, a wrong size; keys with `//`, non-ASCII keys,
+/// and `.` < `/` < `0` in byte order): the report names each, and only them, as the table of
+/// the whole manifest did. Objects written and changed by boto3.
+#[test]
+fn a_files_dataset_whose_listing_and_manifest_interleave_in_every_way() {
+    let fx = Fixture::start();
+    let bucket = bucketload_test_support::unique_bucket();
+    // Byte order: `.` < `/` < `0`; ASCII < `ü` < U+FFFD < U+10000 (UTF-16 order would put
+    // U+10000 before U+FFFD).
+    let keys = [
+        "a.b",
+        "a/b",
+        "a0",
+        "b//c",
+        "mid/x",
+        "u.txt",
+        "\u{fc}.txt",
+        "z/\u{fffd}",
+        "z/\u{10000}",
+    ];
+    boto3(
+        &fx,
+        &format!(
+            "s3.create_bucket(Bucket={bucket:?})\n\
+             for i, k in enumerate({keys:?}): \
+             s3.put_object(Bucket={bucket:?}, Key='ds/' + k, Body=b'x' * (100 + i))\n"
+        ),
+    );
+    let uri = format!("s3://{bucket}/ds");
+    let made = fx.run(&["manifest", &uri]).ok();
+    assert!(made.stdout.contains("(9 files"), "{made:#?}");
+    let (run, _) = verify(&fx, &uri);
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert!(run.stdout.contains("verified 9 objects ("), "{run:#?}");
+    assert!(findings(&run).is_empty(), "{run:#?}");
+
+    boto3(
+        &fx,
+        &format!(
+            "for k in ['a.b', 'mid/x', 'z/\\U00010000']: \
+             s3.delete_object(Bucket={bucket:?}, Key='ds/' + k)\n\
+             for k in ['0first', 'a/c', 'zz', '\\u00fc.txt.2']: \
+             s3.put_object(Bucket={bucket:?}, Key='ds/' + k, Body=b'extra')\n\
+             s3.put_object(Bucket={bucket:?}, Key='ds/u.txt', Body=b'shorter')\n"
+        ),
+    );
+    let lists = fx.server().counters().get("ListObjectsV2");
+    let (run, gets) = verify(&fx, &uri);
+    assert_eq!(run.code, 6, "{run:#?}");
+    let want = [
+        format!("warning: {uri}/0first: not in the manifest"),
+        format!("warning: {uri}/a/c: not in the manifest"),
+        format!("warning: {uri}/zz: not in the manifest"),
+        format!("warning: {uri}/\u{fc}.txt.2: not in the manifest"),
+        format!("{uri}/a.b: missing"),
+        format!("{uri}/mid/x: missing"),
+        format!("{uri}/u.txt: wrong size: 7 bytes, the manifest says 105"),
+        format!("{uri}/z/\u{10000}: missing"),
+    ];
+    assert_eq!(findings(&run), want, "{run:#?}");
+    // a/b, a0, b//c, ü.txt and z/U+FFFD: 101 + 102 + 103 + 106 + 107 bytes.
+    assert!(
+        run.stdout.contains("verified 5 objects (519 bytes) in "),
+        "{run:#?}"
+    );
+    assert!(run.stdout.trim_end().ends_with(": 4 problems"), "{run:#?}");
+    // The manifest, then each object found with its size once; one flat listing.
+    assert_eq!(gets, 6, "{run:#?}");
+    let lists = fx.server().counters().get("ListObjectsV2") - lists;
+    assert_eq!(lists, 1, "{run:#?}");
+}
+
+/// A format-2 manifest is merged with one flat listing, never held whole: a dataset of three
+/// class folders costs one LIST (the table path lists the root, then each folder), and the
+/// debug log says which path was taken.
+#[test]
+fn a_format_2_manifest_is_merged_with_one_flat_listing() {
+    let fx = Fixture::start();
+    let uri = "s3://verify-merge/train";
+    fx.generate(uri, 12, 3, "1KB");
+    fx.run(&["manifest", uri]).ok();
+    let lists = fx.server().counters().get("ListObjectsV2");
+    let run = fx.run(&["verify", "-vv", uri]);
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert!(run.stdout.contains("verified 12 objects ("), "{run:#?}");
+    assert!(
+        run.stderr
+            .contains("verifying by merging the manifest with the listing"),
+        "{run:#?}"
+    );
+    let lists = fx.server().counters().get("ListObjectsV2") - lists;
+    assert_eq!(lists, 1, "{run:#?}");
+}
+
+/// Both manifest formats must list their files sorted and once: a format-1 manifest whose files
+/// are out of order, or name one twice, is refused by its reader, naming the manifest and the
+/// key, before or during the merge alike; nothing is reported verified.
+#[test]
+fn a_format_1_manifest_out_of_order_or_with_a_duplicate_is_refused_naming_the_key() {
+    let fx = Fixture::start();
+    let uri = "s3://verify-json/ds";
+    let store = fx.store(uri);
+    for (key, data) in [
+        ("a.jpg", b"aa".as_slice()),
+        ("b.jpg", b"bbb"),
+        ("c.jpg", b"c"),
+    ] {
+        put(&fx, &store, key, data);
+    }
+    let file = |key: &str, size: u64| bucketload_format::FileEntry {
+        key: key.to_owned(),
+        size,
+        etag: None,
+        crc32c: None,
+    };
+    let cases = [
+        (
+            vec![file("a.jpg", 2), file("c.jpg", 1), file("b.jpg", 3)],
+            "\"b.jpg\" is duplicated or out of order",
+        ),
+        (
+            vec![file("a.jpg", 2), file("b.jpg", 3), file("b.jpg", 3)],
+            "\"b.jpg\" is duplicated or out of order",
+        ),
+    ];
+    for (files, error) in cases {
+        let manifest = Manifest {
+            format_version: MANIFEST_VERSION,
+            kind: DatasetKind::Files,
+            parameters: Parameters {
+                source: uri.to_owned(),
+                shard_size: None,
+                samples_per_shard: None,
+                seed: None,
+                plan: None,
+                label_policy: "none".to_owned(),
+                tool_version: "test".to_owned(),
+                created: "2026-11-29T05:00:00Z".to_owned(),
+                part: None,
+            },
+            samples: files.len() as u64,
+            bytes: files.iter().map(|f| f.size).sum(),
+            classes: Vec::new(),
+            shards: Vec::new(),
+            files,
+        };
+        put(&fx, &store, MANIFEST_PATH, &manifest.to_json());
+        let run = fx.run(&["verify", uri]);
+        assert_ne!(run.code, 0, "{run:#?}");
+        assert!(run.error_line().contains(error), "{run:#?}");
+        assert!(
+            run.error_line()
+                .contains(&format!("{uri}/_bucketload/manifest.json")),
+            "{run:#?}"
+        );
+        assert!(!run.stdout.contains("verified"), "{run:#?}");
+    }
+}

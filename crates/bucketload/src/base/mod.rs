@@ -17,6 +17,6 @@ pub use key::DataKey;
 pub use list::{
     Entry, KeyedObject, ListReport, for_each_key, list, list_all, list_all_keys, list_each,
 };
-pub(crate) use list::{lists_in_key_order, warn_unaddressable};
+pub(crate) use list::{list_in_order, lists_in_key_order, warn_unaddressable};
 pub use location::{Location, ManifestRead};
 pub use progress::{NoProgress, Progress};

@@ -10,6 +10,8 @@ pub trait Progress: Send + Sync {
     }
     /// `objects` more objects of `bytes` bytes in total are done.
     fn advance(&self, objects: u64, bytes: u64);
+    /// The operation starts again from nothing (what was counted is void; the total unknown).
+    fn restart(&self) {}
     /// The operation is over (successfully or not).
     fn finish(&self) {}
 }

@@ -5,6 +5,33 @@
 //! otherwise (no manifest, or a `shards` manifest) every `*.tar` must have a `.idx` and is streamed
 //! once through the index scanner, its size, CRC32C, MD5 and every member's (offset, size,
 //! CRC32C) compared with the index. Every problem is collected; nothing stops early.
+//!
+//! # A `files` dataset: two sorted streams merged
+//!
+//! Both manifest formats hold their files sorted by key (as UTF-8 bytes, the readers refuse a
+//! manifest that is not), and S3 lists in the same order. Where the store lists in key order
+//! ([`lists_in_key_order`]), [`verify_merged`] walks the two streams side by side, one entry of
+//! each at a time: the manifest is parsed on a blocking thread and its entries come over a
+//! bounded channel ([`ManifestEntries`]), the listing is one flat listing page after page
+//! ([`list_in_order`]). A key in both has its size compared and, when it matches, is GET once
+//! ([`check_file`], `concurrency` in flight); a key only in the manifest is missing; a key only
+//! in the listing is a warning. Memory holds a few pages of the listing, a channel of entries
+//! and the GETs in flight, whatever the dataset's size: the cost is one LIST request per 1,000
+//! keys in sequence (listed ahead, overlapped with the GETs) instead of folders listed in
+//! parallel. A manifest that is not sorted or names a key twice fails as it always did, when
+//! its reader reaches the entry (the whole `verify` fails, naming it). The progress has
+//! no total until both streams are through (format 2 keeps its totals in its trailer, read
+//! last), then the exact count of objects to read.
+//!
+//! The order is checked, never trusted: a listing that goes backwards (a store that lists in
+//! another order while claiming S3's) stops the merge, drops its GETs in flight and its
+//! findings, and the dataset is verified again from the start by the table path below; so
+//! does a manifest that would go backwards (its reader refuses one first).
+//!
+//! A store that does not list in key order (a local folder, an S3 directory bucket) takes the
+//! table path from the start ([`verify_table`]): the manifest streamed into an [`ObjectTable`]
+//! (a few tens of bytes a file) plus one state byte per file, then the listing (any order)
+//! looked up in it; memory grows with the manifest.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,13 +41,15 @@ use bucketload_format::{
     DatasetKind, FileEntry, MANIFEST_BIN_PATH, MANIFEST_PATH, Manifest, ShardEntry, ShardIndex,
 };
 use bucketload_store::object_store::ObjectStoreExt;
+use bucketload_store::object_store::{GetResult, path::Path};
 use bucketload_store::{ETag, Store, key_path};
+use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 
 use super::build::SourceObject;
 use super::build::table::{ObjectTable, TableBuilder};
 use super::{IndexOptions, SHARD_EXT, ShardObject, find_shards, index_key, index_shard};
-use crate::base::{DataKey, Location, Progress};
+use crate::base::{DataKey, KeyedObject, Location, Progress, list_in_order, lists_in_key_order};
 use crate::error::{Error, Result};
 
 /// Prefix of bucketload's own objects at a dataset root (never part of the dataset).
@@ -72,18 +101,393 @@ pub async fn verify(
     progress: &dyn Progress,
 ) -> Result<VerifyReport> {
     let started = Instant::now();
-    let mut report = match read_manifest(store).await? {
-        Some(Held::Files(files)) => verify_files(store, files, concurrency, progress).await?,
-        Some(Held::Shards(manifest)) => {
-            verify_shards(store, Some(manifest), options, progress).await?
-        }
-        None => verify_shards(store, None, options, progress).await?,
+    let location = Location::from_store(store);
+    let mut report = match lists_in_key_order(&location) {
+        true => match verify_merged(&location, concurrency, progress).await? {
+            Merged::Verified(report) => report,
+            Merged::Shards(manifest) => {
+                verify_shards(store, Some(manifest), options, progress).await?
+            }
+            Merged::NoManifest => verify_shards(store, None, options, progress).await?,
+            Merged::OutOfOrder { key, after } => {
+                tracing::warn!(
+                    "{}: the listing is not in key order ({key:?} came after {after:?}); \
+                     verifying again from the start with the manifest held in memory",
+                    location
+                );
+                progress.restart();
+                verify_table(store, concurrency, options, progress).await?
+            }
+        },
+        false => verify_table(store, concurrency, options, progress).await?,
     };
     progress.finish();
     report.problems.sort_by(|a, b| a.uri.cmp(&b.uri));
     report.warnings.sort_by(|a, b| a.uri.cmp(&b.uri));
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// Verifies the dataset by the table path, whatever order the store lists in (see the module
+/// docs).
+async fn verify_table(
+    store: &Store,
+    concurrency: usize,
+    options: &IndexOptions,
+    progress: &dyn Progress,
+) -> Result<VerifyReport> {
+    Ok(match read_manifest(store).await? {
+        Some(Held::Files(files)) => verify_files(store, files, concurrency, progress).await?,
+        Some(Held::Shards(manifest)) => {
+            verify_shards(store, Some(manifest), options, progress).await?
+        }
+        None => verify_shards(store, None, options, progress).await?,
+    })
+}
+
+/// What [`verify_merged`] did.
+enum Merged {
+    /// A `files` dataset, verified.
+    Verified(VerifyReport),
+    /// The manifest is a `shards` one (read whole: a few entries a shard).
+    Shards(Manifest),
+    /// There is no manifest.
+    NoManifest,
+    /// A stream went backwards at `key`, which came after `after`: nothing was kept.
+    OutOfOrder { key: String, after: String },
+}
+
+/// Entries of a `files` manifest in flight between the parser and the merge: enough to keep
+/// both busy, few enough to be nothing next to the GETs (~150 bytes an entry).
+const ENTRIES_IN_FLIGHT: usize = 1024;
+
+/// The entries of a manifest, pulled one at a time: a task streams the manifest
+/// ([`Location::stream_manifest`]) and its sink sends each file entry over a bounded channel, so
+/// the parser waits for the merge. Shard entries are kept aside (a `shards` manifest is small).
+/// Dropping it stops the read.
+struct ManifestEntries {
+    rx: tokio::sync::mpsc::Receiver<FileEntry>,
+    read: Option<tokio::task::JoinHandle<Result<bucketload_format::ManifestHeader>>>,
+    shards: Arc<Mutex<Vec<ShardEntry>>>,
+    /// The header, once every entry came and the manifest was checked whole.
+    header: Option<bucketload_format::ManifestHeader>,
+}
+
+impl ManifestEntries {
+    /// Starts reading the manifest `key` from the response `got` of its GET.
+    fn start(location: &Location, key: Path, got: GetResult) -> ManifestEntries {
+        let (tx, rx) = tokio::sync::mpsc::channel(ENTRIES_IN_FLIGHT);
+        let shards = Arc::new(Mutex::new(Vec::new()));
+        let into = Arc::clone(&shards);
+        let name = location.uri_of(&key);
+        let sink = move |entry: bucketload_format::Entry<'_>| match entry {
+            // The sink runs on the parser's blocking thread: it may block.
+            bucketload_format::Entry::File(f) => {
+                tx.blocking_send(f.clone())
+                    .map_err(|_| bucketload_format::Error::Manifest {
+                        manifest: name.clone(),
+                        reason: "its reader stopped".to_owned(),
+                    })
+            }
+            bucketload_format::Entry::Shard(s) => {
+                into.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(s.clone());
+                Ok(())
+            }
+        };
+        let location = location.clone();
+        let read = tokio::spawn(async move {
+            let read = location.stream_manifest(key, got, sink).await?;
+            Ok(read.header)
+        });
+        ManifestEntries {
+            rx,
+            read: Some(read),
+            shards,
+            header: None,
+        }
+    }
+
+    /// The next file entry; `None` once the manifest was read whole and checked (then
+    /// [`ManifestEntries::header`] is set). An error means the manifest did not read whole.
+    async fn next(&mut self) -> Result<Option<FileEntry>> {
+        if let Some(entry) = self.rx.recv().await {
+            return Ok(Some(entry));
+        }
+        // The sink is gone: the read is over, well or not.
+        if let Some(read) = self.read.take() {
+            let header = read.await.map_err(|e| Error::Task {
+                reason: format!("the reader of the manifest failed: {e}"),
+            })??;
+            self.header = Some(header);
+        }
+        Ok(None)
+    }
+
+    /// The file entries that are left, as a stream.
+    fn into_stream(self) -> BoxStream<'static, Result<FileEntry>> {
+        futures::stream::try_unfold(self, |mut entries| async move {
+            Ok(entries.next().await?.map(|entry| (entry, entries)))
+        })
+        .boxed()
+    }
+}
+
+impl Drop for ManifestEntries {
+    fn drop(&mut self) {
+        if let Some(read) = &self.read {
+            read.abort();
+        }
+    }
+}
+
+/// Verifies the dataset at `location` by merging its manifest with its listing, both in key
+/// order (see the module docs), or says why it could not.
+async fn verify_merged(
+    location: &Location,
+    concurrency: usize,
+    progress: &dyn Progress,
+) -> Result<Merged> {
+    let Some((key, got)) = location.manifest_get().await? else {
+        return Ok(Merged::NoManifest);
+    };
+    let mut entries = ManifestEntries::start(location, key, got);
+    let first = entries.next().await?;
+    if first.is_none()
+        && let Some(header) = entries.header.take()
+        && header.kind != DatasetKind::Files
+    {
+        let mut manifest = header.into_manifest();
+        manifest.shards = std::mem::take(
+            &mut *entries
+                .shards
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        return Ok(Merged::Shards(manifest));
+    }
+    tracing::debug!(
+        "{location}: verifying by merging the manifest with the listing, both in key order"
+    );
+    let manifest = futures::stream::iter(first.map(Ok))
+        .chain(entries.into_stream())
+        .boxed();
+    let steps = merge(manifest, list_in_order(location));
+    let mut report = VerifyReport {
+        files_manifest: true,
+        ..VerifyReport::default()
+    };
+    let mut outcomes = steps
+        .map_ok(|step| async move {
+            Ok(match step {
+                Step::Check(file) => Outcome::Checked(check_file(location, file, progress).await),
+                step => Outcome::Step(step),
+            })
+        })
+        .try_buffer_unordered(concurrency.max(1));
+    while let Some(outcome) = outcomes.try_next().await? {
+        match outcome {
+            Outcome::Checked(checked) => {
+                report.objects += 1;
+                report.bytes += checked.bytes;
+                report.problems.extend(checked.problems);
+                report.warnings.extend(checked.warnings);
+            }
+            Outcome::Step(Step::Missing(key)) => {
+                let uri = location.uri_of_data_key(&DataKey::new(&key));
+                report.problems.push(problem(uri, "missing"));
+            }
+            Outcome::Step(Step::WrongSize { key, listed, size }) => {
+                let uri = location.uri_of_data_key(&key);
+                let message = format!("wrong size: {listed} bytes, the manifest says {size}");
+                report.problems.push(problem(uri, message));
+            }
+            Outcome::Step(Step::Extra(key)) => {
+                let uri = location.uri_of_data_key(&key);
+                report.warnings.push(problem(uri, "not in the manifest"));
+            }
+            Outcome::Step(Step::Through { objects, bytes }) => {
+                progress.set_total(objects, Some(bytes));
+            }
+            Outcome::Step(Step::OutOfOrder { key, after }) => {
+                return Ok(Merged::OutOfOrder { key, after });
+            }
+            Outcome::Step(Step::Check(_)) => unreachable!("checks are run, not passed on"),
+        }
+    }
+    Ok(Merged::Verified(report))
+}
+
+/// One finding of [`merge`].
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// In both, same size: to be read.
+    Check(FileEntry),
+    /// In the manifest only.
+    Missing(String),
+    /// In both, listed with another size than the manifest's.
+    WrongSize {
+        key: DataKey,
+        listed: u64,
+        size: u64,
+    },
+    /// Listed only.
+    Extra(DataKey),
+    /// Both streams are through: `objects` of `bytes` are to be read in all.
+    Through { objects: u64, bytes: u64 },
+    /// A stream went backwards: `key` came after `after`. The last step.
+    OutOfOrder { key: String, after: String },
+}
+
+/// A step run: a file read, or a finding passed on.
+enum Outcome {
+    Checked(Checked),
+    Step(Step),
+}
+
+/// Where [`merge`] is: the next entry of each stream and the last key of each.
+struct Merge {
+    manifest: BoxStream<'static, Result<FileEntry>>,
+    listing: BoxStream<'static, Result<KeyedObject>>,
+    file: Option<FileEntry>,
+    object: Option<KeyedObject>,
+    /// The last key of each stream (the order check).
+    last_file: Option<String>,
+    last_object: Option<String>,
+    /// Objects and bytes to read so far.
+    objects: u64,
+    bytes: u64,
+    /// Started (both heads pulled), and over.
+    started: bool,
+    over: bool,
+}
+
+/// The steps of merging the sorted `manifest` with the sorted `listing` (`_bucketload/` left
+/// out), ending with [`Step::Through`], or with [`Step::OutOfOrder`] as soon as either goes
+/// backwards.
+fn merge(
+    manifest: BoxStream<'static, Result<FileEntry>>,
+    listing: BoxStream<'static, Result<KeyedObject>>,
+) -> BoxStream<'static, Result<Step>> {
+    let merge = Merge {
+        manifest,
+        listing,
+        file: None,
+        object: None,
+        last_file: None,
+        last_object: None,
+        objects: 0,
+        bytes: 0,
+        started: false,
+        over: false,
+    };
+    futures::stream::try_unfold(merge, |mut merge| async move {
+        Ok(merge.step().await?.map(|step| (step, merge)))
+    })
+    .boxed()
+}
+
+/// [`Step::OutOfOrder`] if `key` does not come strictly after `last`, else records it there.
+fn went_back(last: &mut Option<String>, key: &str) -> Option<Step> {
+    match last {
+        Some(after) if after.as_str() >= key => Some(Step::OutOfOrder {
+            key: key.to_owned(),
+            after: after.clone(),
+        }),
+        _ => {
+            *last = Some(key.to_owned());
+            None
+        }
+    }
+}
+
+impl Merge {
+    /// Pulls the next manifest entry; a step if it goes backwards.
+    async fn pull_file(&mut self) -> Result<Option<Step>> {
+        self.file = self.manifest.try_next().await?;
+        let back = match &self.file {
+            Some(file) => went_back(&mut self.last_file, &file.key),
+            None => None,
+        };
+        self.over |= back.is_some();
+        Ok(back)
+    }
+
+    /// Pulls the next listed object, `_bucketload/` skipped; a step if it goes backwards.
+    async fn pull_object(&mut self) -> Result<Option<Step>> {
+        loop {
+            self.object = self.listing.try_next().await?;
+            let Some(object) = &self.object else {
+                return Ok(None);
+            };
+            let key = object.key.as_str();
+            if let Some(back) = went_back(&mut self.last_object, key) {
+                self.over = true;
+                return Ok(Some(back));
+            }
+            if !key.starts_with(RESERVED) {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// The next step; `None` when over.
+    async fn step(&mut self) -> Result<Option<Step>> {
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        if self.over {
+            return Ok(None);
+        }
+        if !self.started {
+            self.started = true;
+            if let Some(back) = self.pull_file().await? {
+                return Ok(Some(back));
+            }
+            if let Some(back) = self.pull_object().await? {
+                return Ok(Some(back));
+            }
+        }
+        let order = match (&self.file, &self.object) {
+            (Some(file), Some(object)) => file.key.as_str().cmp(object.key.as_str()),
+            (Some(_), None) => Less,
+            (None, _) => Greater,
+        };
+        let (step, back) = match (order, self.file.take(), self.object.take()) {
+            (_, None, None) => {
+                self.over = true;
+                let (objects, bytes) = (self.objects, self.bytes);
+                return Ok(Some(Step::Through { objects, bytes }));
+            }
+            (Less, Some(file), object) | (_, Some(file), object @ None) => {
+                self.object = object;
+                (Step::Missing(file.key), self.pull_file().await?)
+            }
+            (Greater, file, Some(object)) | (_, file @ None, Some(object)) => {
+                self.file = file;
+                (Step::Extra(object.key), self.pull_object().await?)
+            }
+            (Equal, Some(file), Some(object)) => {
+                let step = match object.size == file.size {
+                    true => {
+                        (self.objects, self.bytes) = (self.objects + 1, self.bytes + file.size);
+                        Step::Check(file)
+                    }
+                    false => Step::WrongSize {
+                        key: object.key,
+                        listed: object.size,
+                        size: file.size,
+                    },
+                };
+                let back = match self.pull_file().await? {
+                    Some(back) => Some(back),
+                    None => self.pull_object().await?,
+                };
+                (step, back)
+            }
+        };
+        // A stream that went backwards ends the merge: what was found is dropped anyway.
+        Ok(Some(back.unwrap_or(step)))
+    }
 }
 
 /// A dataset manifest as [`verify`] holds it.
@@ -568,6 +972,165 @@ mod tests {
                 members: vec![member("jpg", 512, size, crc), member("cls", 1536, 1, 9)],
             }],
         }
+    }
+
+    fn manifest(files: &[(&str, u64)]) -> BoxStream<'static, Result<FileEntry>> {
+        let files: Vec<Result<FileEntry>> = files
+            .iter()
+            .map(|&(key, size)| {
+                Ok(FileEntry {
+                    key: key.to_owned(),
+                    size,
+                    etag: None,
+                    crc32c: None,
+                })
+            })
+            .collect();
+        futures::stream::iter(files).boxed()
+    }
+
+    fn listing(objects: &[(&str, u64)]) -> BoxStream<'static, Result<KeyedObject>> {
+        let objects: Vec<Result<KeyedObject>> = objects
+            .iter()
+            .map(|&(key, size)| {
+                Ok(KeyedObject {
+                    key: DataKey::new(key),
+                    size,
+                    e_tag: None,
+                })
+            })
+            .collect();
+        futures::stream::iter(objects).boxed()
+    }
+
+    fn merged(files: &[(&str, u64)], objects: &[(&str, u64)]) -> Vec<Step> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime
+            .block_on(merge(manifest(files), listing(objects)).try_collect())
+            .unwrap()
+    }
+
+    fn check(key: &str, size: u64) -> Step {
+        Step::Check(FileEntry {
+            key: key.to_owned(),
+            size,
+            etag: None,
+            crc32c: None,
+        })
+    }
+
+    #[test]
+    fn the_merge_meets_every_interleaving_in_byte_order() {
+        // UTF-8 byte order: `.` < `/` < `0`, ASCII < `ü` < U+FFFD < U+10000 (UTF-16 would put
+        // U+10000, a surrogate pair, before U+FFFD).
+        let files = [
+            ("a.b", 1),
+            ("a/b", 2),
+            ("a0", 3),
+            ("b//c", 4),
+            ("mid", 5),
+            ("u", 6),
+            ("\u{fc}", 7),
+            ("\u{fffd}", 8),
+            ("\u{10000}", 9),
+        ];
+        let objects = [
+            ("0", 1),
+            ("_bucketload/manifest.bin", 100),
+            ("a.b", 1),
+            ("a/b", 20),
+            ("a0", 3),
+            ("aa", 1),
+            ("b//c", 4),
+            ("u", 6),
+            ("z", 1),
+            ("\u{fc}", 7),
+            ("\u{fffd}", 8),
+            ("\u{10000}", 9),
+            ("\u{10000}z", 1),
+        ];
+        assert_eq!(
+            merged(&files, &objects),
+            [
+                Step::Extra(DataKey::new("0")),
+                check("a.b", 1),
+                Step::WrongSize {
+                    key: DataKey::new("a/b"),
+                    listed: 20,
+                    size: 2
+                },
+                check("a0", 3),
+                Step::Extra(DataKey::new("aa")),
+                check("b//c", 4),
+                Step::Missing("mid".to_owned()),
+                check("u", 6),
+                Step::Extra(DataKey::new("z")),
+                check("\u{fc}", 7),
+                check("\u{fffd}", 8),
+                check("\u{10000}", 9),
+                Step::Extra(DataKey::new("\u{10000}z")),
+                Step::Through {
+                    objects: 7,
+                    bytes: 38
+                },
+            ]
+        );
+        // Missing first and last; either stream empty.
+        assert_eq!(
+            merged(&[("a", 1), ("m", 2), ("z", 3)], &[("m", 2)]),
+            [
+                Step::Missing("a".to_owned()),
+                check("m", 2),
+                Step::Missing("z".to_owned()),
+                Step::Through {
+                    objects: 1,
+                    bytes: 2
+                },
+            ]
+        );
+        assert_eq!(
+            merged(&[], &[("_bucketload/x", 1), ("k", 1)]),
+            [
+                Step::Extra(DataKey::new("k")),
+                Step::Through {
+                    objects: 0,
+                    bytes: 0
+                },
+            ]
+        );
+        assert_eq!(
+            merged(&[("k", 1)], &[]),
+            [
+                Step::Missing("k".to_owned()),
+                Step::Through {
+                    objects: 0,
+                    bytes: 0
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_stream_that_goes_backwards_ends_the_merge() {
+        let back = |key: &str, after: &str| Step::OutOfOrder {
+            key: key.to_owned(),
+            after: after.to_owned(),
+        };
+        let steps = merged(
+            &[("a", 1), ("b", 1), ("c", 1)],
+            &[("a", 1), ("c", 1), ("b", 1)],
+        );
+        assert_eq!(steps.last(), Some(&back("b", "c")), "{steps:?}");
+        // A listing that repeats a key goes backwards too.
+        let steps = merged(&[("a", 1)], &[("a", 1), ("a", 1)]);
+        assert_eq!(steps, [back("a", "a")]);
+        let steps = merged(&[("b", 1), ("a", 1)], &[("a", 1), ("b", 1)]);
+        assert_eq!(steps, [Step::Extra(DataKey::new("a")), back("a", "b")]);
+        // The listing's order counts `_bucketload/` keys too.
+        let steps = merged(&[], &[("b", 1), ("_bucketload/x", 1)]);
+        assert_eq!(steps.last(), Some(&back("_bucketload/x", "b")), "{steps:?}");
     }
 
     #[test]
