@@ -87,11 +87,12 @@ impl Backend {
         ));
     }
 
-    /// `aws s3 ls --recursive s3://BUCKET/PREFIX/`: (size, key relative to the prefix).
-    fn aws_ls_recursive(&self, bucket: &str, prefix: &str) -> Vec<(u64, String)> {
+    /// The output of `aws s3 ls [FLAGS] s3://BUCKET/PREFIX/` (it must succeed).
+    fn aws_s3_ls(&self, flags: &[&str], bucket: &str, prefix: &str) -> String {
         let out = Command::new(venv_python())
             .arg(venv_bin("aws"))
-            .args(["--endpoint-url", &self.endpoint, "s3", "ls", "--recursive"])
+            .args(["--endpoint-url", &self.endpoint, "s3", "ls"])
+            .args(flags)
             .arg(format!("s3://{bucket}/{prefix}/"))
             .env("HOME", self.work.path())
             .env("AWS_ACCESS_KEY_ID", self.key)
@@ -104,7 +105,12 @@ impl Backend {
             "aws failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        parse_ls(&String::from_utf8_lossy(&out.stdout))
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `aws s3 ls --recursive s3://BUCKET/PREFIX/`: (size, key relative to the prefix).
+    fn aws_ls_recursive(&self, bucket: &str, prefix: &str) -> Vec<(u64, String)> {
+        parse_ls(&self.aws_s3_ls(&["--recursive"], bucket, prefix))
             .into_iter()
             .map(|(size, key)| (size, key[prefix.len() + 1..].to_string()))
             .collect()
@@ -112,22 +118,7 @@ impl Backend {
 
     /// `aws s3 ls s3://BUCKET/PREFIX/`: the names it prints, in order ([`listed_names`]).
     fn aws_ls(&self, bucket: &str, prefix: &str) -> Vec<String> {
-        let out = Command::new(venv_python())
-            .arg(venv_bin("aws"))
-            .args(["--endpoint-url", &self.endpoint, "s3", "ls"])
-            .arg(format!("s3://{bucket}/{prefix}/"))
-            .env("HOME", self.work.path())
-            .env("AWS_ACCESS_KEY_ID", self.key)
-            .env("AWS_SECRET_ACCESS_KEY", self.secret)
-            .env("AWS_DEFAULT_REGION", "us-east-1")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "aws failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        listed_names(&String::from_utf8_lossy(&out.stdout))
+        listed_names(&self.aws_s3_ls(&[], bucket, prefix))
     }
 }
 
