@@ -41,9 +41,9 @@ mod body;
 mod bufpool;
 mod checksum;
 mod config;
+mod conn;
 #[allow(dead_code)] // used by the directory-bucket work landing next
 mod directory;
-mod conn;
 mod faults;
 mod fdlimit;
 mod fidelity;
