@@ -36,7 +36,13 @@ mod tests {
         assert_eq!(zone_of("train--use1-az4--x-s3"), Some("use1-az4"));
         assert_eq!(zone_of("a--usw2-lax1-az1--x-s3"), Some("usw2-lax1-az1"));
         assert!(is_directory_bucket("my--bucket--use1-az4--x-s3"));
-        for name in ["train", "train--x-s3", "--use1-az4--x-s3", "t--USE1--x-s3", "t--use1-az4"] {
+        for name in [
+            "train",
+            "train--x-s3",
+            "--use1-az4--x-s3",
+            "t--USE1--x-s3",
+            "t--use1-az4",
+        ] {
             assert!(!is_directory_bucket(name), "{name}");
         }
     }
