@@ -42,8 +42,8 @@ mod bufpool;
 mod checksum;
 mod config;
 mod conn;
-#[allow(dead_code)] // used by the directory-bucket work landing next
 mod directory;
+mod express;
 mod faults;
 mod fdlimit;
 mod fidelity;
@@ -65,6 +65,7 @@ pub use config::{
     DEFAULT_MIN_PART_SIZE, DEFAULT_SECRET_KEY, DEFAULT_UPLOAD_EXPIRY, FaultConfig, LatencySpec,
     ServerBuilder, ServerConfig,
 };
+pub use express::DEFAULT_SESSION_TTL;
 pub use faults::{Counters, FaultControl, FaultKind};
 pub use server::{RunningServer, serve_forever, start};
 pub use service::COUNTERS_PATH;
