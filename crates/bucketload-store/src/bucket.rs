@@ -375,6 +375,45 @@ mod tests {
         assert_eq!(bucket_url(&s), "https://bkt.s3.eu-west-1.amazonaws.com/");
     }
 
+    /// A directory bucket on AWS: its zonal endpoint, virtual-hosted whatever the addressing,
+    /// and CreateBucket at S3 Express's control plane; at a configured endpoint, as any bucket.
+    #[test]
+    fn directory_buckets_reach_their_zone() {
+        let c = StoreConfig::default()
+            .with_region("us-west-2")
+            .with_credentials("AKIDEXAMPLE", "secret", None);
+        let s = Store::open("s3://t--usw2-az1--x-s3/p", &c).unwrap();
+        let zonal = "https://t--usw2-az1--x-s3.s3express-usw2-az1.us-west-2.amazonaws.com/";
+        assert_eq!(bucket_url(&s), zonal);
+        let s = Store::open(
+            "s3://t--usw2-az1--x-s3",
+            &c.clone().with_addressing(Addressing::Path),
+        )
+        .unwrap();
+        assert_eq!(bucket_url(&s), zonal);
+        assert_eq!(
+            create_url(&s),
+            "https://s3express-control.us-west-2.amazonaws.com/t--usw2-az1--x-s3"
+        );
+        let request = request(&s, None).unwrap();
+        assert!(
+            request
+                .extensions()
+                .get::<crate::express::ControlPlane>()
+                .is_some()
+        );
+        let body = String::from_utf8_lossy(request.body().as_bytes().unwrap()).into_owned();
+        assert!(
+            body.contains("<Name>usw2-az1</Name><Type>AvailabilityZone</Type>"),
+            "{body}"
+        );
+        assert!(s.to_string().starts_with("s3://t--usw2-az1--x-s3"));
+        let c = c.with_endpoint("http://127.0.0.1:9000");
+        let s = Store::open("s3://t--usw2-az1--x-s3", &c).unwrap();
+        assert_eq!(bucket_url(&s), "http://127.0.0.1:9000/t--usw2-az1--x-s3");
+        assert_eq!(create_url(&s), bucket_url(&s));
+    }
+
     #[test]
     fn location_constraint_outside_us_east_1() {
         assert!(body("us-east-1", None).is_empty());

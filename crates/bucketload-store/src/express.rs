@@ -192,7 +192,9 @@ impl Slot {
     }
 }
 
-/// (endpoint of CreateSession, bucket, access key id of the base credentials).
+/// (URL of CreateSession, bucket, access key id of the base credentials). The key id goes
+/// with a digest of its secret, so that credentials with a wrong secret open their own
+/// session (and are refused) rather than using one opened with the right secret.
 type SlotKey = (String, String, String);
 
 /// The session slot of `key`, shared by the whole process.
@@ -271,10 +273,11 @@ impl Express {
             // Keeps the credential source's own error in the chain (see `crate::error`).
             NoSession::Error(HttpError::new(HttpErrorKind::Unknown, e))
         })?;
+        let secret_digest = sigv4::sha256_hex(base.secret_key.as_bytes());
         let key = (
             self.session_url.to_string(),
             self.bucket.clone(),
-            base.key_id.clone(),
+            format!("{} {secret_digest}", base.key_id),
         );
         let base = Credentials {
             key: base.key_id.clone(),
@@ -462,7 +465,7 @@ fn error_code(body: &[u8]) -> (Option<String>, Option<String>) {
         let close = format!("</{name}>");
         let start = text.find(&open)? + open.len();
         let end = text[start..].find(&close)? + start;
-        Some(text[start..end].trim().to_owned())
+        Some(text[start..end].trim().trim_end_matches('.').to_owned())
     };
     (tag("Code"), tag("Message"))
 }
@@ -565,7 +568,7 @@ mod tests {
         ));
         let (code, message) = error_code(body);
         assert_eq!(code.as_deref(), Some("ExpiredToken"));
-        assert_eq!(message.as_deref(), Some("The provided token has expired."));
+        assert_eq!(message.as_deref(), Some("The provided token has expired"));
     }
 
     #[test]
