@@ -101,13 +101,22 @@ def test_cp_and_ls_on_a_directory_bucket(server, express, tmp_path):
         assert (tmp_path / "back" / key).read_bytes() == data
 
 
-def test_each_command_opens_one_session(server, express, tmp_path):
-    bucket = directory_bucket(express)
-    express.put_object(Bucket=bucket, Key="d/a", Body=b"a")
+def test_one_session_per_command_and_none_for_general_buckets(server, express, s3, bucket,
+                                                              tmp_path):
+    directory = directory_bucket(express)
+    express.put_object(Bucket=directory, Key="d/a", Body=b"a")
+    express.put_object(Bucket=directory, Key="d/b", Body=b"b")
+    (tmp_path / "f").write_bytes(b"general")
     before = create_sessions(server.endpoint)
-    out = run(server, "cp", "-r", f"s3://{bucket}/d/", str(tmp_path / "d"))
+    out = run(server, "cp", "-r", f"s3://{directory}/d/", str(tmp_path / "d"))
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "d" / "a").read_bytes() == b"a"
+    assert (tmp_path / "d" / "b").read_bytes() == b"b"
+    # A general purpose bucket beside it: no session, as before.
+    out = run(server, "cp", str(tmp_path / "f"), f"s3://{bucket}/f")
+    assert out.returncode == 0, out.stderr
+    assert run(server, "ls", f"s3://{bucket}/").returncode == 0
+    assert s3.get_object(Bucket=bucket, Key="f")["Body"].read() == b"general"
     assert create_sessions(server.endpoint) - before == 1
 
 
@@ -123,13 +132,3 @@ def test_a_refused_session_names_bucket_and_permission(server, express, tmp_path
         "SignatureDoesNotMatch" in out.stderr
     ), out.stderr
     assert not (tmp_path / "k").exists()
-
-
-def test_general_purpose_buckets_open_no_session(server, s3, bucket, tmp_path):
-    (tmp_path / "f").write_bytes(b"general")
-    before = create_sessions(server.endpoint)
-    out = run(server, "cp", str(tmp_path / "f"), f"s3://{bucket}/f")
-    assert out.returncode == 0, out.stderr
-    assert run(server, "ls", f"s3://{bucket}/").returncode == 0
-    assert s3.get_object(Bucket=bucket, Key="f")["Body"].read() == b"general"
-    assert create_sessions(server.endpoint) == before
