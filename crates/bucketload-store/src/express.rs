@@ -17,7 +17,8 @@
 //!   requests alike, share one session per bucket. A fetch is single-flight: tasks that need
 //!   a session while another fetches wait for its result. A session is fetched again when
 //!   less than [`REFRESH_BEFORE`] (or a fifth of its life, for short sessions) is left, and at
-//!   once when the bucket answers `ExpiredToken`; the refused request is then sent once more.
+//!   once when the bucket answers `ExpiredToken` (or `InvalidToken`: a server that forgot it);
+//!   the refused request is then sent once more.
 //! - CreateBucket is a control-plane request, signed with the ordinary credentials and no
 //!   session: its request carries [`ControlPlane`] and is sent as it is.
 //!
@@ -49,8 +50,10 @@ const SUFFIX: &str = "--x-s3";
 /// not refused.
 pub(crate) const REFRESH_BEFORE: Duration = Duration::from_secs(60);
 
-/// The S3 error code of a request signed with a session that has expired.
-const EXPIRED: &str = "ExpiredToken";
+/// The S3 error codes of a request signed with a session that has expired, or that the
+/// server no longer knows (the embedded server forgets its sessions when it restarts): either
+/// way a new session is opened and the request sent once more.
+const STALE: [&str; 2] = ["ExpiredToken", "InvalidToken"];
 
 /// S3 error codes (with 400) that refuse the credentials CreateSession was signed with.
 const REFUSALS: [&str; 6] = [
@@ -452,9 +455,12 @@ fn session_life(
     (expiration - reference).to_std().unwrap_or_default()
 }
 
-/// Whether an answer's body is S3's `ExpiredToken` error.
+/// Whether an answer's body says the session is stale: S3's `ExpiredToken`, or
+/// `InvalidToken`.
 pub(crate) fn is_expired(body: &[u8]) -> bool {
-    error_code(body).0.as_deref() == Some(EXPIRED)
+    error_code(body)
+        .0
+        .is_some_and(|code| STALE.contains(&code.as_str()))
 }
 
 /// `<Code>` and `<Message>` of an S3 XML error body.
@@ -562,7 +568,8 @@ mod tests {
         let body = b"<?xml version=\"1.0\"?><Error><Code>ExpiredToken</Code>\
                      <Message>The provided token has expired.</Message></Error>";
         assert!(is_expired(body));
-        assert!(!is_expired(b"<Error><Code>InvalidToken</Code></Error>"));
+        assert!(is_expired(b"<Error><Code>InvalidToken</Code></Error>"));
+        assert!(!is_expired(b"<Error><Code>AccessDenied</Code></Error>"));
         assert!(!is_expired(
             b"<Error><Code>InvalidArgument</Code><Message>ExpiredToken</Message></Error>"
         ));
