@@ -450,7 +450,12 @@ impl ErrorContext {
         };
         let err = Error::from_object_store(err, label, &self.endpoint, root);
         match err {
-            Error::PermissionDenied { uri, source, .. } if !self.has_credentials => {
+            // A directory bucket that refused a session says so itself: credentials were found
+            // (instance metadata) and used.
+            Error::PermissionDenied { uri, source, .. }
+                if !self.has_credentials
+                    && crate::express::session_error(source.as_ref()).is_none() =>
+            {
                 Error::PermissionDenied {
                     uri,
                     hint: Hint::NoCredentials,
