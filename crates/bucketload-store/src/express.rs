@@ -455,12 +455,25 @@ fn session_life(
     (expiration - reference).to_std().unwrap_or_default()
 }
 
-/// Whether an answer's body says the session is stale: S3's `ExpiredToken`, or
-/// `InvalidToken`.
-pub(crate) fn is_expired(body: &[u8]) -> bool {
-    error_code(body)
-        .0
-        .is_some_and(|code| STALE.contains(&code.as_str()))
+/// Whether a 400 answer says the session is stale: S3's `ExpiredToken`, or `InvalidToken`, in
+/// the body or the `x-amz-error-code` header. An answer to HEAD has no body to say it: a 400
+/// without a code is taken as stale then (a HEAD bucketload sends is rarely a bad request
+/// otherwise), which costs one more CreateSession and attempt if it was not.
+pub(crate) fn is_stale(method: &Method, headers: &HeaderMap, body: &[u8]) -> bool {
+    let code = headers
+        .get("x-amz-error-code")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| error_code(body).0);
+    match code {
+        Some(code) => STALE.contains(&code.as_str()),
+        None => *method == Method::HEAD && body.is_empty(),
+    }
+}
+
+#[cfg(test)]
+fn is_expired(body: &[u8]) -> bool {
+    is_stale(&Method::GET, &HeaderMap::new(), body)
 }
 
 /// `<Code>` and `<Message>` of an S3 XML error body.
@@ -573,6 +586,14 @@ mod tests {
         assert!(!is_expired(
             b"<Error><Code>InvalidArgument</Code><Message>ExpiredToken</Message></Error>"
         ));
+        let none = HeaderMap::new();
+        assert!(is_stale(&Method::HEAD, &none, b""));
+        assert!(!is_stale(&Method::GET, &none, b""));
+        let mut coded = HeaderMap::new();
+        coded.insert("x-amz-error-code", "ExpiredToken".parse().unwrap());
+        assert!(is_stale(&Method::GET, &coded, b""));
+        coded.insert("x-amz-error-code", "InvalidArgument".parse().unwrap());
+        assert!(!is_stale(&Method::HEAD, &coded, b""));
         let (code, message) = error_code(body);
         assert_eq!(code.as_deref(), Some("ExpiredToken"));
         assert_eq!(message.as_deref(), Some("The provided token has expired"));

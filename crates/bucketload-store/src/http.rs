@@ -193,8 +193,7 @@ impl MeteredService {
         fp: u64,
     ) -> Result<HttpResponse, HttpError> {
         let payload = express.payload_sha256(&req).await?;
-        let held = self.session(express).await?;
-        let held = match held {
+        let held = match self.session(express).await? {
             Ok(held) => held,
             Err(answer) => return Ok(answer),
         };
@@ -206,7 +205,7 @@ impl MeteredService {
         }
         let (parts, body) = response.into_parts();
         let body = body.bytes().await?;
-        if !crate::express::is_expired(&body) {
+        if !crate::express::is_stale(req.method(), &parts.headers, &body) {
             return Ok(HttpResponse::from_parts(parts, body.into()));
         }
         tracing::debug!(

@@ -172,6 +172,17 @@ async fn an_expired_session_is_replaced_and_the_request_sent_again() {
     // The new session serves what follows.
     os.head(&key).await.unwrap();
     assert_eq!(server.counters().get("CreateSession"), 2);
+    // HEAD's answer has no body to name the error: a 400 to it is taken as a stale session.
+    server.faults().fail_next(
+        "HeadObject",
+        1,
+        FaultKind::Error {
+            status: 400,
+            code: "ExpiredToken",
+        },
+    );
+    assert_eq!(os.head(&key).await.unwrap().size, 100);
+    assert_eq!(server.counters().get("CreateSession"), 3);
     // A session the server no longer knows (it restarted) is replaced the same way, for
     // bucketload's own signed requests too.
     server.faults().fail_next(
@@ -183,7 +194,7 @@ async fn an_expired_session_is_replaced_and_the_request_sent_again() {
         },
     );
     assert!(store.list_uploads("").await.unwrap().is_empty());
-    assert_eq!(server.counters().get("CreateSession"), 3);
+    assert_eq!(server.counters().get("CreateSession"), 4);
     assert_eq!(server.counters().get("ListMultipartUploads"), 2);
 }
 
