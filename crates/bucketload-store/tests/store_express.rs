@@ -253,3 +253,34 @@ async fn a_refused_session_names_the_bucket_and_the_permission() {
     assert!(err.to_string().contains(&expected), "{err}");
     assert_eq!(server.counters().get("GetObject"), 0);
 }
+
+/// Many requests at once on a bucket no session was opened for yet: they wait for one
+/// CreateSession rather than each sending its own.
+#[tokio::test]
+async fn concurrent_first_requests_share_one_create_session() {
+    let server = EmbeddedServer::start().await;
+    let bucket = directory_bucket();
+    // Created through `localhost`: another endpoint, so its session is not the one below.
+    let other_name = server.endpoint().replace("127.0.0.1", "localhost");
+    let creator = s3_config(
+        &other_name,
+        bucketload_server::DEFAULT_ACCESS_KEY,
+        bucketload_server::DEFAULT_SECRET_KEY,
+    );
+    create_bucket(&creator, &bucket).await;
+    let before = server.counters().get("CreateSession");
+    let store = Store::open(&format!("s3://{bucket}"), &server.store_config()).unwrap();
+    let os = store.object_store();
+    let puts = (0..32).map(|i| {
+        let os = os.clone();
+        async move {
+            os.put(&Path::from(format!("p/{i}")), body(i + 1).into())
+                .await
+                .unwrap();
+        }
+    });
+    futures::future::join_all(puts).await;
+    assert_eq!(server.counters().get("CreateSession") - before, 1);
+    assert_eq!(server.counters().get("PutObject"), 32);
+    assert_eq!(keys(&store, "p").await.len(), 32);
+}
