@@ -15,10 +15,8 @@ import urllib.request
 import uuid
 import xml.etree.ElementTree as ET
 
-import boto3
 import botocore.exceptions
 import pytest
-from botocore.config import Config
 from conftest import ACCESS_KEY, SECRET_KEY, make_client, start_server, stop_server
 
 NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
@@ -26,14 +24,7 @@ NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 
 def express_client(endpoint: str, key: str = ACCESS_KEY, secret: str = SECRET_KEY, **cfg):
     """boto3 as a user of a directory bucket configures it: no addressing style forced."""
-    return boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=key,
-        aws_secret_access_key=secret,
-        region_name="us-east-1",
-        config=Config(retries={"max_attempts": 1}, **cfg),
-    )
+    return make_client(endpoint, key, secret, addressing=None, **cfg)
 
 
 def directory_bucket() -> str:
