@@ -11,24 +11,10 @@ import subprocess
 import urllib.request
 import uuid
 
-import boto3
 import pytest
-from botocore.config import Config
-from conftest import ACCESS_KEY, SECRET_KEY
+from conftest import make_client
 
 PERMISSION = 4  # the CLI's exit code for permission and credential errors
-
-
-def express_client(endpoint: str):
-    """boto3 as a user of a directory bucket configures it (it opens its own sessions)."""
-    return boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-        region_name="us-east-1",
-        config=Config(retries={"max_attempts": 1}),
-    )
 
 
 def directory_bucket(s3) -> str:
@@ -61,7 +47,8 @@ def run(server, *args: str, env: dict[str, str] | None = None) -> subprocess.Com
 
 @pytest.fixture
 def express(server):
-    return express_client(server.endpoint)
+    # boto3 as a user of a directory bucket configures it: it opens its own sessions.
+    return make_client(server.endpoint, addressing=None)
 
 
 def test_cp_and_ls_on_a_directory_bucket(server, express, tmp_path):
