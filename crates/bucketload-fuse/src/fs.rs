@@ -401,11 +401,15 @@ impl Fs {
             ));
         }
         if mode.write {
-            writing::refuse_append(&key, mode)?;
+            let appends = self.appends(mode);
+            if !appends {
+                writing::refuse_append(&key, mode)?;
+            }
             self.check_replace(&key)?;
-            let start = match mode.truncate {
-                true => Start::Empty,
-                false => self.load_for_edit(ino, &key).await?,
+            let start = match (mode.truncate, appends) {
+                (true, _) => Start::Empty,
+                (false, true) => Start::Append(self.getattr(ino).await?.size),
+                (false, false) => self.load_for_edit(ino, &key).await?,
             };
             return self.start_writer(ino, &key, pid, start).await;
         }

@@ -18,6 +18,15 @@
 //! (`exec 3>f; echo a >&3; echo b >&3`), changes the held bytes, and the next `finish` uploads
 //! them again. Once the file grows past one part, the held bytes go to the upload as its first
 //! part and every later write must be at the end.
+//!
+//! On an S3 Express One Zone directory bucket a file opened with `O_APPEND` is appended to
+//! instead ([`Start::Append`]): nothing is read or rewritten, the bytes written at the end go to
+//! the store as appends (`x-amz-write-offset-bytes`) when the file is closed or a part's worth
+//! has gathered, each at the size the object had. An append is whole or not at all; one made at
+//! a size the object no longer has (another writer appended or replaced it) is refused by the
+//! store and appends nothing, and the file's later writes and close fail (`EIO`). What earlier
+//! appends of the same open added stays: a file appended in several parts shows each part as it
+//! goes, as a file on disk shows its writes.
 
 use bucketload_store::{MultipartOptions, MultipartWriter, Store};
 use bytes::Bytes;
@@ -36,6 +45,20 @@ pub(crate) enum Start {
     /// An object of this many bytes, over one part, not read (opened without `O_TRUNC`): it
     /// can only be emptied (`ftruncate` to 0) and then written, or closed unchanged.
     TooLarge(u64),
+    /// An object of this many bytes in a directory bucket, opened with `O_APPEND`: written
+    /// bytes are appended to it (see the module docs).
+    Append(u64),
+}
+
+/// A writer appending to an object (see [`Start::Append`]).
+#[derive(Debug)]
+struct Appending {
+    /// The object's size as the last append left it (or as it was at the open).
+    at: u64,
+    /// Bytes written and not appended yet.
+    pending: Vec<u8>,
+    /// The ETag of the last append.
+    e_tag: Option<String>,
 }
 
 /// Where an open file's upload stands.
@@ -67,6 +90,8 @@ pub(crate) struct FileWriter {
     dirty: bool,
     /// Started from an object over one part, not read ([`Start::TooLarge`]).
     unloaded: bool,
+    /// Appending to the object ([`Start::Append`]).
+    appending: Option<Appending>,
     state: State,
     /// The process (thread group) that opened the file: its `close` completes the upload.
     pub(crate) owner: u32,
@@ -95,6 +120,7 @@ impl FileWriter {
             held: Some(Vec::new()),
             dirty: true,
             unloaded: false,
+            appending: None,
             state: State::Open,
             owner,
             previous,
@@ -119,6 +145,17 @@ impl FileWriter {
                 self.held = None;
                 self.dirty = false;
                 self.unloaded = true;
+            }
+            Start::Append(size) => {
+                self.written = size;
+                self.held = None;
+                self.dirty = false;
+                self.upload = None;
+                self.appending = Some(Appending {
+                    at: size,
+                    pending: Vec::new(),
+                    e_tag: self.previous.as_ref().and_then(|p| p.etag.clone()),
+                });
             }
         }
         self
@@ -153,12 +190,15 @@ impl FileWriter {
     fn set_state(&mut self, state: State) {
         let ended = match &state {
             State::Open => false,
-            State::Done(_) => self.held.is_none(),
+            State::Done(_) => self.held.is_none() && self.appending.is_none(),
             State::Failed(_) | State::Discarded => true,
         };
         if ended {
             self.held = None;
             self.memory = None;
+            if let Some(appending) = &mut self.appending {
+                appending.pending = Vec::new();
+            }
         }
         self.state = state;
     }
@@ -169,12 +209,16 @@ impl FileWriter {
 
     /// Whether a write after completion can continue the object (see the module docs).
     pub(crate) fn can_reopen(&self) -> bool {
-        matches!(self.state, State::Done(_)) && self.held.is_some()
+        matches!(self.state, State::Done(_)) && (self.held.is_some() || self.appending.is_some())
     }
 
     /// Makes the held bytes writable again after the last upload completed; the next
-    /// `finish` uploads them.
+    /// `finish` uploads them. An appending writer appends again.
     pub(crate) async fn reopen(&mut self) -> Result<()> {
+        if self.appending.is_some() {
+            self.set_state(State::Open);
+            return Ok(());
+        }
         if self.held.is_none() {
             return Err(self.closed());
         }
@@ -233,6 +277,9 @@ impl FileWriter {
             ));
         }
         let len = data.len() as u64;
+        if self.appending.is_some() {
+            return self.write_appended(offset, data).await;
+        }
         let end = offset.saturating_add(len);
         if let Some(held) = &mut self.held {
             if end <= self.opts.part_size {
@@ -267,6 +314,52 @@ impl FileWriter {
         Ok(u32::try_from(len).unwrap_or(u32::MAX))
     }
 
+    /// A write to an appending writer: at the end only; a part's worth gathered is appended.
+    async fn write_appended(&mut self, offset: u64, data: Bytes) -> Result<u32> {
+        let len = data.len() as u64;
+        if offset != self.written {
+            let reason = format!(
+                "write at offset {offset} of a file opened for appending, whose end is at {}: \
+                 only appends are possible on a directory bucket",
+                self.written
+            );
+            self.abandon(&reason).await;
+            return Err(Error::refused(&self.key, errno::EINVAL, reason));
+        }
+        let Some(appending) = self.appending.as_mut() else {
+            return Err(self.closed());
+        };
+        appending.pending.extend_from_slice(&data);
+        self.written += len;
+        self.dirty = true;
+        if appending.pending.len() as u64 >= self.opts.part_size {
+            self.append_pending().await?;
+        }
+        Ok(u32::try_from(len).unwrap_or(u32::MAX))
+    }
+
+    /// Appends the bytes written since the last append; a refusal fails the writer.
+    async fn append_pending(&mut self) -> Result<()> {
+        let Some(appending) = self.appending.as_mut() else {
+            return Ok(());
+        };
+        if appending.pending.is_empty() {
+            return Ok(());
+        }
+        let data = Bytes::from(std::mem::take(&mut appending.pending));
+        match self.store.append(&self.key, appending.at, data).await {
+            Ok(appended) => {
+                appending.at = appended.size;
+                appending.e_tag = appended.e_tag;
+                Ok(())
+            }
+            Err(e) => {
+                self.set_state(State::Failed(e.to_string()));
+                Err(Error::Store(e))
+            }
+        }
+    }
+
     /// Hands `data` to the upload; a failure aborts it.
     async fn send(&mut self, data: Bytes) -> Result<()> {
         let Some(upload) = self.upload.as_mut() else {
@@ -288,6 +381,13 @@ impl FileWriter {
             State::Done(etag) => return Ok(etag.clone()),
             State::Failed(reason) => return Err(self.failure(reason)),
             State::Discarded => return Ok(None),
+        }
+        if self.appending.is_some() {
+            self.append_pending().await?;
+            self.dirty = false;
+            let e_tag = self.appending.as_ref().and_then(|a| a.e_tag.clone());
+            self.set_state(State::Done(e_tag.clone()));
+            return Ok(e_tag);
         }
         if !self.dirty {
             // Opened without O_TRUNC and not written: the object stays as it is.

@@ -295,7 +295,7 @@ pub(crate) async fn send_signed(
     execute(store, client, request, uri).await
 }
 
-async fn send_once(
+pub(crate) async fn send_once(
     store: &Store,
     client: &HttpClient,
     request: HttpRequest,

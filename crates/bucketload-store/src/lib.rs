@@ -31,6 +31,7 @@
 
 pub use object_store;
 
+mod append;
 mod bucket;
 mod cloud_env;
 mod config;
@@ -57,6 +58,7 @@ mod store;
 mod uploads;
 mod uri;
 
+pub use append::{Appended, is_directory_bucket};
 pub use config::{
     Addressing, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RETRIES, DEFAULT_PART_SIZE, DEFAULT_REGION,
     DEFAULT_RETRY_TIMEOUT, DEFAULT_STORE_CONCURRENCY, FIRST_BACKOFF, MAX_BACKOFF, RetryMode,

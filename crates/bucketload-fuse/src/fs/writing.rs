@@ -49,6 +49,12 @@ impl Fs {
         }
     }
 
+    /// Whether a file opened with `mode` is appended to: `O_APPEND` on an S3 Express One Zone
+    /// directory bucket, which appends to an object where it stands (see `crate::write`).
+    pub(super) fn appends(&self, mode: OpenMode) -> bool {
+        mode.append && self.inner.store.is_directory_bucket()
+    }
+
     pub(super) fn check_replace(&self, key: &str) -> Result<()> {
         self.refuse_if_read_only(key)?;
         if !self.inner.config.allow_overwrite {
@@ -169,7 +175,9 @@ impl Fs {
                 return self.opened(stat.ino, self.open(stat.ino, replace, pid).await?);
             }
             Err(Error::NotFound { .. }) => {
-                refuse_append(&key, mode)?;
+                if !self.appends(mode) {
+                    refuse_append(&key, mode)?;
+                }
                 self.tree().insert_local(parent, name, Kind::File)
             }
             Err(e) => return Err(e),
@@ -424,14 +432,15 @@ impl Fs {
     }
 }
 
-/// Appends are refused: a general purpose bucket has no append, and rewriting the object
-/// whole would silently drop what another writer appended in between.
+/// Appends are refused on a general purpose bucket: it has no append, and rewriting the object
+/// whole would silently drop what another writer appended in between. A directory bucket
+/// appends ([`Fs::appends`]).
 pub(super) fn refuse_append(key: &str, mode: OpenMode) -> Result<()> {
     match mode.append {
         true => Err(Error::refused(
             key,
             errno::ENOTSUP,
-            "appending to an object is not supported; write the whole file again (O_TRUNC) or a new file",
+            "appending to an object is not supported on a general purpose bucket (an S3 Express One Zone directory bucket appends); write the whole file again (O_TRUNC) or a new file",
         )),
         false => Ok(()),
     }
