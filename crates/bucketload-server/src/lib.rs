@@ -41,9 +41,8 @@ mod body;
 mod bufpool;
 mod checksum;
 mod config;
-#[allow(dead_code)] // used by the directory-bucket work landing next
-mod directory;
 mod conn;
+mod directory;
 mod faults;
 mod fdlimit;
 mod fidelity;

@@ -393,6 +393,20 @@ impl Storage {
                 "parts must be listed in ascending order of part number"
             ));
         }
+        // S3 Express: "the PartNumber must start at 1 and the part numbers must be consecutive".
+        if crate::directory::is_directory_bucket(bucket)
+            && let Some((i, p)) = parts
+                .iter()
+                .enumerate()
+                .find(|(i, p)| p.number != *i as i32 + 1)
+        {
+            return Err(s3_error!(
+                InvalidPartOrder,
+                "in a directory bucket the part numbers must start at 1 and be consecutive; part {} is listed where part {} belongs",
+                p.number,
+                i + 1
+            ));
+        }
         let stored = read_parts(&dir).map_err(internal)?;
         let mut md5s = Md5::new();
         let mut sizes = Vec::with_capacity(parts.len());
