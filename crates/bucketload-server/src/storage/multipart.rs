@@ -653,6 +653,39 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_bucket_needs_consecutive_parts_and_hides_the_md5() {
+        let bucket = "d--use1-az4--x-s3";
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), false).unwrap();
+        storage.create_bucket(bucket).unwrap();
+        let id = storage
+            .create_upload(bucket, "k", ObjectAttrs::default())
+            .unwrap();
+        let upload = |n: i32, bytes: &[u8]| {
+            let mut temp = storage.begin_write().unwrap();
+            temp.write(bytes).unwrap();
+            storage
+                .commit_part(bucket, "k", &id, n, PartWriter::Own(temp), None)
+                .unwrap()
+        };
+        let (i1, i3) = (upload(1, b"one"), upload(3, b"three"));
+        let none = s3s::dto::Checksum::default();
+        let gap = [part(1, &i1.etag), part(3, &i3.etag)];
+        let e = storage
+            .complete_upload(bucket, "k", &id, (&gap, &none), 0, &Precondition::None)
+            .unwrap_err();
+        assert_eq!(e.code(), &s3s::S3ErrorCode::InvalidPartOrder);
+        let i2 = upload(2, b"two");
+        let all = [part(1, &i1.etag), part(2, &i2.etag), part(3, &i3.etag)];
+        let meta = storage
+            .complete_upload(bucket, "k", &id, (&all, &none), 0, &Precondition::None)
+            .unwrap();
+        let plain = etag_of(&[b"one", b"two", b"three"]);
+        assert_eq!(meta.etag, crate::directory::etag(&plain));
+        assert_eq!(storage.head(bucket, "k").unwrap().etag, meta.etag);
+    }
+
+    #[test]
     fn parts_in_their_slots_become_the_object_without_a_copy() {
         let (dir, storage, id, upload) = new_upload();
         let (p1, p2, p3) = (
