@@ -112,14 +112,18 @@ def server(tmp_path_factory) -> Server:
     stop_server(srv)
 
 
-def make_client(endpoint: str, key: str = ACCESS_KEY, secret: str = SECRET_KEY, **cfg):
+def make_client(endpoint: str, key: str = ACCESS_KEY, secret: str = SECRET_KEY,
+                addressing: str | None = "path", **cfg):
+    """boto3 on `endpoint`; `addressing=None` leaves the addressing style to boto3, as a user of
+    a directory bucket does (boto3 then opens S3 Express sessions itself)."""
+    s3 = {"addressing_style": addressing} if addressing else None
     return boto3.client(
         "s3",
         endpoint_url=endpoint,
         aws_access_key_id=key,
         aws_secret_access_key=secret,
         region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, **cfg),
+        config=Config(s3=s3, retries={"max_attempts": 1}, **cfg),
     )
 
 

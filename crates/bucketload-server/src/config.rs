@@ -48,6 +48,7 @@ pub struct ServerConfig {
     pub(crate) max_connections: Option<usize>,
     pub(crate) upload_expiry: Duration,
     pub(crate) shared_root: bool,
+    pub(crate) session_ttl: Duration,
 }
 
 /// Per-connection timeouts; `None` turns one off.
@@ -116,6 +117,7 @@ impl ServerConfig {
             max_connections: None,
             upload_expiry: DEFAULT_UPLOAD_EXPIRY,
             shared_root: false,
+            session_ttl: crate::express::DEFAULT_SESSION_TTL,
         }
     }
 
@@ -204,6 +206,7 @@ pub struct ServerBuilder {
     max_connections: Option<usize>,
     upload_expiry: Duration,
     shared_root: bool,
+    session_ttl: Duration,
 }
 
 impl fmt::Debug for ServerBuilder {
@@ -334,6 +337,13 @@ impl ServerBuilder {
         self
     }
 
+    /// How long the sessions CreateSession hands out for directory buckets last. Default
+    /// [`DEFAULT_SESSION_TTL`] (5 minutes, as S3 Express One Zone's).
+    pub fn with_session_ttl(mut self, ttl: Duration) -> Self {
+        self.session_ttl = ttl;
+        self
+    }
+
     /// Lets other servers with this setting serve the same root at the same time (e.g. one
     /// injecting faults beside a clean one over the same objects): the root is locked shared
     /// rather than exclusively, and nothing is cleaned at start, since another server may be
@@ -396,6 +406,7 @@ impl ServerBuilder {
             max_connections: self.max_connections,
             upload_expiry: self.upload_expiry,
             shared_root: self.shared_root,
+            session_ttl: self.session_ttl,
         })
     }
 }

@@ -17,6 +17,7 @@ pub(crate) const OPERATIONS: &[&str] = &[
     "ListObjects",
     "ListObjectsV2",
     "ListMultipartUploads",
+    "CreateSession",
     "HeadObject",
     "GetObject",
     "PutObject",

@@ -43,6 +43,7 @@ mod checksum;
 mod config;
 mod conn;
 mod directory;
+mod express;
 mod faults;
 mod fdlimit;
 mod fidelity;
@@ -64,6 +65,7 @@ pub use config::{
     DEFAULT_MIN_PART_SIZE, DEFAULT_SECRET_KEY, DEFAULT_UPLOAD_EXPIRY, FaultConfig, LatencySpec,
     ServerBuilder, ServerConfig,
 };
+pub use express::DEFAULT_SESSION_TTL;
 pub use faults::{Counters, FaultControl, FaultKind};
 pub use server::{RunningServer, serve_forever, start};
 pub use service::COUNTERS_PATH;

@@ -146,6 +146,11 @@ fn shared_state(config: &ServerConfig, storage: Storage) -> Shared {
         request_ids: RequestIds::new(),
         timeouts: config.timeouts,
         open_connections: Default::default(),
+        sessions: crate::express::Sessions::new(
+            config.access_key.clone(),
+            config.secret_key.clone(),
+            config.session_ttl,
+        ),
     }
 }
 

@@ -48,6 +48,8 @@ pub(crate) struct Shared {
     pub(crate) open_connections: std::sync::atomic::AtomicUsize,
     /// Names each request, as S3's `x-amz-request-id` does.
     pub(crate) request_ids: RequestIds,
+    /// S3 Express sessions for directory buckets.
+    pub(crate) sessions: crate::express::Sessions,
 }
 
 impl Shared {
@@ -286,6 +288,31 @@ impl ConnService {
             std::time::SystemTime::now(),
         ) {
             return Ok(drain_then_explain(req, status, Some(code), &message, head).await);
+        }
+        let verdict = shared.sessions.verdict(
+            req.method(),
+            req.uri(),
+            req.headers(),
+            std::time::SystemTime::now(),
+            &mut || shared.rng.next_u64(),
+        );
+        let mut req = req;
+        match verdict {
+            crate::express::Verdict::Pass => {}
+            crate::express::Verdict::Resign(authorization) => {
+                req.headers_mut()
+                    .insert(header::AUTHORIZATION, authorization);
+            }
+            crate::express::Verdict::Session(xml) => {
+                return Ok(plain_response(
+                    StatusCode::OK,
+                    "application/xml",
+                    xml.into_bytes(),
+                ));
+            }
+            crate::express::Verdict::Refuse(status, code, message) => {
+                return Ok(drain_then_explain(req, status, Some(code), &message, head).await);
+            }
         }
         if let Some(what) =
             crate::fidelity::unrouted(req.uri().query().unwrap_or(""), req.headers())
@@ -694,6 +721,7 @@ pub(crate) fn classify(
             Method::PUT if query.is_empty() => "CreateBucket",
             Method::HEAD => "HeadBucket",
             Method::DELETE if query.is_empty() => "DeleteBucket",
+            Method::GET if has("session") => "CreateSession",
             Method::GET if has("uploads") => "ListMultipartUploads",
             Method::GET if has("list-type") => "ListObjectsV2",
             Method::GET

@@ -95,6 +95,10 @@ pub struct ServeArgs {
     /// server on the same ROOT is refused
     #[arg(long)]
     shared_root: bool,
+    /// How long the sessions CreateSession hands out for directory buckets (buckets named
+    /// `base--zone--x-s3`, which behave as S3 Express One Zone's) last, as S3's 5 minutes
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5m", value_name = "DURATION")]
+    session_ttl: Duration,
 }
 
 fn parse_latency(s: &str) -> Result<LatencySpec, String> {
@@ -159,6 +163,7 @@ impl ServeArgs {
             .with_idle_timeout(self.idle_timeout)
             .with_body_timeout(self.body_timeout)
             .with_upload_expiry(self.upload_expiry)
+            .with_session_ttl(self.session_ttl)
             .with_shared_root(self.shared_root);
         if let Some(n) = self.max_connections {
             builder = builder.with_max_connections(n);
