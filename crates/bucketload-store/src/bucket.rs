@@ -7,19 +7,30 @@ use std::time::Instant;
 use crate::config::{Addressing, Credentials};
 use crate::error::BoxError;
 use crate::sigv4::{self, SignParams};
-use crate::{Error, Store};
+use crate::{Error, Store, StoreConfig};
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
 use object_store::aws::AwsCredential;
 use object_store::client::{HttpClient, HttpRequest, HttpRequestBody};
 
-/// The URL CreateBucket is sent to.
+/// The URL of the store's bucket (HeadBucket, ListMultipartUploads, CreateSession).
 pub(crate) fn bucket_url(store: &Store) -> String {
-    let config = store.config();
-    let bucket = store.uri().bucket();
-    let endpoint = match store.endpoint() {
-        Some(e) => e.trim_end_matches('/').to_owned(),
-        None => format!("https://s3.{}.amazonaws.com", config.region()),
+    bucket_url_of(store.config(), store.uri().bucket())
+}
+
+/// The URL of `bucket` as `config` reaches it: a directory bucket on AWS at its zonal
+/// endpoint, virtual-hosted; any other bucket, or any bucket at a configured endpoint, as the
+/// addressing style says.
+pub(crate) fn bucket_url_of(config: &StoreConfig, bucket: &str) -> String {
+    let endpoint = match (config.endpoint(), crate::express::zone_of(bucket)) {
+        (Some(e), _) => e.trim_end_matches('/').to_owned(),
+        (None, Some(zone)) => {
+            return format!(
+                "{}/",
+                crate::express::zonal_endpoint(bucket, zone, config.region())
+            );
+        }
+        (None, None) => format!("https://s3.{}.amazonaws.com", config.region()),
     };
     match config.addressing() {
         Addressing::VirtualHosted => {
@@ -29,7 +40,29 @@ pub(crate) fn bucket_url(store: &Store) -> String {
     }
 }
 
-fn body(region: &str) -> Bytes {
+/// The URL CreateBucket is sent to: the bucket's, but for a directory bucket on AWS, which is
+/// created at S3 Express's regional control-plane endpoint.
+fn create_url(store: &Store) -> String {
+    match (store.endpoint(), store.directory_zone()) {
+        (None, Some(_)) => format!(
+            "{}/{}",
+            crate::express::control_endpoint(store.config().region()),
+            store.uri().bucket()
+        ),
+        _ => bucket_url(store),
+    }
+}
+
+fn body(region: &str, zone: Option<&str>) -> Bytes {
+    if let Some(zone) = zone {
+        // A directory bucket: its zone, one copy of the data.
+        return Bytes::from(format!(
+            "<CreateBucketConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
+             <Location><Name>{zone}</Name><Type>AvailabilityZone</Type></Location>\
+             <Bucket><DataRedundancy>SingleAvailabilityZone</DataRedundancy>\
+             <Type>Directory</Type></Bucket></CreateBucketConfiguration>"
+        ));
+    }
     // us-east-1 is the default location and S3 rejects it as a constraint.
     if region == "us-east-1" {
         return Bytes::new();
@@ -40,9 +73,18 @@ fn body(region: &str) -> Bytes {
     ))
 }
 
+/// CreateBucket. For a directory bucket a control-plane request: signed with the ordinary
+/// credentials, without a session.
 fn request(store: &Store, creds: Option<&AwsCredential>) -> Result<HttpRequest, Error> {
-    let payload = body(store.config().region());
-    signed(store, Method::PUT, &bucket_url(store), payload, creds)
+    let zone = store.directory_zone();
+    let payload = body(store.config().region(), zone);
+    let mut request = signed(store, Method::PUT, &create_url(store), payload, creds)?;
+    if zone.is_some() {
+        request
+            .extensions_mut()
+            .insert(crate::express::ControlPlane);
+    }
+    Ok(request)
 }
 
 /// A request of `method` to `url_text` with `payload`, SigV4-signed with `creds` (from
@@ -111,7 +153,11 @@ pub(crate) fn signed_request(
             url: &url,
             payload_sha256,
             region: config.region(),
-            service: "s3",
+            // A directory bucket's data-plane requests are signed again with its session.
+            service: match store.directory_zone() {
+                Some(_) => "s3express",
+                None => "s3",
+            },
             now: chrono::Utc::now(),
         };
         sigv4::sign(&mut headers, &params, &creds)
@@ -264,10 +310,17 @@ async fn send_once(
         endpoint: endpoint.clone(),
         source: e,
     };
-    let response = client
-        .execute(request)
-        .await
-        .map_err(|e| unreachable(Box::new(e)))?;
+    let response =
+        client.execute(request).await.map_err(|e| {
+            match crate::express::session_error(&e).filter(|s| s.is_refusal()) {
+                Some(refused) => Error::PermissionDenied {
+                    uri: uri.to_owned(),
+                    hint: crate::error::session_hint(refused),
+                    source: Box::new(refused.clone()),
+                },
+                None => unreachable(Box::new(e)),
+            }
+        })?;
     let status = response.status();
     let headers = response.headers().clone();
     let body = response.into_body().bytes().await;
@@ -322,10 +375,49 @@ mod tests {
         assert_eq!(bucket_url(&s), "https://bkt.s3.eu-west-1.amazonaws.com/");
     }
 
+    /// A directory bucket on AWS: its zonal endpoint, virtual-hosted whatever the addressing,
+    /// and CreateBucket at S3 Express's control plane; at a configured endpoint, as any bucket.
+    #[test]
+    fn directory_buckets_reach_their_zone() {
+        let c = StoreConfig::default()
+            .with_region("us-west-2")
+            .with_credentials("AKIDEXAMPLE", "secret", None);
+        let s = Store::open("s3://t--usw2-az1--x-s3/p", &c).unwrap();
+        let zonal = "https://t--usw2-az1--x-s3.s3express-usw2-az1.us-west-2.amazonaws.com/";
+        assert_eq!(bucket_url(&s), zonal);
+        let s = Store::open(
+            "s3://t--usw2-az1--x-s3",
+            &c.clone().with_addressing(Addressing::Path),
+        )
+        .unwrap();
+        assert_eq!(bucket_url(&s), zonal);
+        assert_eq!(
+            create_url(&s),
+            "https://s3express-control.us-west-2.amazonaws.com/t--usw2-az1--x-s3"
+        );
+        let request = request(&s, None).unwrap();
+        assert!(
+            request
+                .extensions()
+                .get::<crate::express::ControlPlane>()
+                .is_some()
+        );
+        let body = String::from_utf8_lossy(request.body().as_bytes().unwrap()).into_owned();
+        assert!(
+            body.contains("<Name>usw2-az1</Name><Type>AvailabilityZone</Type>"),
+            "{body}"
+        );
+        assert!(s.to_string().starts_with("s3://t--usw2-az1--x-s3"));
+        let c = c.with_endpoint("http://127.0.0.1:9000");
+        let s = Store::open("s3://t--usw2-az1--x-s3", &c).unwrap();
+        assert_eq!(bucket_url(&s), "http://127.0.0.1:9000/t--usw2-az1--x-s3");
+        assert_eq!(create_url(&s), bucket_url(&s));
+    }
+
     #[test]
     fn location_constraint_outside_us_east_1() {
-        assert!(body("us-east-1").is_empty());
-        let b = body("eu-west-1");
+        assert!(body("us-east-1", None).is_empty());
+        let b = body("eu-west-1", None);
         assert!(String::from_utf8_lossy(&b).contains("<LocationConstraint>eu-west-1<"));
     }
 

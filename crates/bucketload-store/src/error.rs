@@ -249,6 +249,15 @@ impl Error {
                 source: Box::new(e),
             };
         }
+        if let Some(e) = crate::express::session_error(&err).filter(|e| e.is_refusal()) {
+            // Names the directory bucket and the permission CreateSession needs.
+            let e = e.clone();
+            return Error::PermissionDenied {
+                uri: uri.to_owned(),
+                hint: session_hint(&e),
+                source: Box::new(e),
+            };
+        }
         if let object_store::Error::NotSupported { source } = &err
             && let Some(refused) = source.downcast_ref::<crate::keys::Refused>()
         {
@@ -397,6 +406,12 @@ access to the bucket";
 pub(crate) const AZURE_CREDENTIALS_HINT: &str = "check AZURE_STORAGE_ACCOUNT_NAME with \
 AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN, or AZURE_STORAGE_CONNECTION_STRING";
 
+/// What to do when a directory bucket refuses to open a session: the refusal itself, naming the
+/// bucket and the permission, then which credentials to check.
+pub(crate) fn session_hint(e: &crate::express::SessionError) -> Hint {
+    format!("{e}; {CREDENTIALS_HINT}, and that they allow s3express:CreateSession").into()
+}
+
 /// The credential variables of the store `uri` names.
 pub(crate) fn credentials_hint(uri: &str) -> Hint {
     let scheme = uri
@@ -435,7 +450,12 @@ impl ErrorContext {
         };
         let err = Error::from_object_store(err, label, &self.endpoint, root);
         match err {
-            Error::PermissionDenied { uri, source, .. } if !self.has_credentials => {
+            // A directory bucket that refused a session says so itself: credentials were found
+            // (instance metadata) and used.
+            Error::PermissionDenied { uri, source, .. }
+                if !self.has_credentials
+                    && crate::express::session_error(source.as_ref()).is_none() =>
+            {
                 Error::PermissionDenied {
                     uri,
                     hint: Hint::NoCredentials,
@@ -496,7 +516,9 @@ fn find_cause<T: StdError + 'static>(err: &object_store::Error) -> Option<&T> {
 /// Classifies an `object_store` error.
 pub(crate) fn classify(err: &object_store::Error) -> ErrorClass {
     use object_store::Error as E;
-    if credential_error(err).is_some() {
+    if credential_error(err).is_some()
+        || crate::express::session_error(err).is_some_and(|e| e.is_refusal())
+    {
         return ErrorClass::Permission;
     }
     match err {

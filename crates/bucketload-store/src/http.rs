@@ -10,8 +10,13 @@
 //! URI, Range and signature), so within one logical request an attempt whose
 //! fingerprint was already seen is a retry; distinct fingerprints are the
 //! pages of a LIST or the batches of a bulk DELETE.
+//!
+//! For an S3 Express directory bucket the service also signs each attempt with the bucket's
+//! session (see [`crate::express`]), after its fingerprint is taken: object_store sends these
+//! requests unsigned, so its retries stay identical.
 
 use crate::StoreConfig;
+use crate::express::{ControlPlane, Express, NoSession};
 use crate::metrics::Metrics;
 use crate::pacing::{CONNECT_GRACE, Link};
 use async_trait::async_trait;
@@ -93,11 +98,23 @@ fn fingerprint(req: &HttpRequest) -> u64 {
 pub(crate) struct MeteredConnector {
     metrics: Metrics,
     link: Arc<Link>,
+    express: Option<Arc<Express>>,
 }
 
 impl MeteredConnector {
     pub(crate) fn new(metrics: Metrics, link: Arc<Link>) -> Self {
-        MeteredConnector { metrics, link }
+        MeteredConnector {
+            metrics,
+            link,
+            express: None,
+        }
+    }
+
+    /// Signs every request (but [`ControlPlane`] ones) with the sessions of `express`'s
+    /// directory bucket.
+    pub(crate) fn with_express(mut self, express: Option<Arc<Express>>) -> Self {
+        self.express = express;
+        self
     }
 }
 
@@ -114,6 +131,7 @@ impl MeteredConnector {
             client: HttpClient::new(ExactUriService::new(config)?),
             metrics: self.metrics.clone(),
             link: Arc::clone(&self.link),
+            express: self.express.clone(),
         }))
     }
 }
@@ -125,6 +143,7 @@ impl HttpConnector for MeteredConnector {
             client,
             metrics: self.metrics.clone(),
             link: Arc::clone(&self.link),
+            express: self.express.clone(),
         }))
     }
 }
@@ -135,6 +154,8 @@ struct MeteredService {
     client: HttpClient,
     metrics: Metrics,
     link: Arc<Link>,
+    /// The directory bucket whose sessions sign every request, if any.
+    express: Option<Arc<Express>>,
 }
 
 /// A refused connection to an endpoint that has never answered, past [`CONNECT_GRACE`]: not
@@ -153,6 +174,75 @@ impl HttpService for MeteredService {
         let _ = ATTEMPTS.try_with(|a| a.record(fp));
         let _ = CREATE_ATTEMPTS.try_with(|c| c.fetch_add(1, Ordering::Relaxed));
         tracing::trace!(method = %req.method(), uri = %req.uri(), "http attempt");
+        match &self.express {
+            Some(express) if req.extensions().get::<ControlPlane>().is_none() => {
+                self.call_in_session(express, req, fp).await
+            }
+            _ => self.send(req).await,
+        }
+    }
+}
+
+impl MeteredService {
+    /// Sends `req` signed with the directory bucket's session; once more with a new session
+    /// if the bucket answers that the session expired.
+    async fn call_in_session(
+        &self,
+        express: &Express,
+        req: HttpRequest,
+        fp: u64,
+    ) -> Result<HttpResponse, HttpError> {
+        let payload = express.payload_sha256(&req).await?;
+        let held = match self.session(express).await? {
+            Ok(held) => held,
+            Err(answer) => return Ok(answer),
+        };
+        let response = self
+            .send(express.sign(req.clone(), &held, &payload)?)
+            .await?;
+        if response.status() != http::StatusCode::BAD_REQUEST {
+            return Ok(response);
+        }
+        let (parts, body) = response.into_parts();
+        let body = body.bytes().await?;
+        if !crate::express::is_stale(req.method(), &parts.headers, &body) {
+            return Ok(HttpResponse::from_parts(parts, body.into()));
+        }
+        tracing::debug!(
+            bucket = express.bucket(),
+            "session expired; opening another"
+        );
+        express.expired(&held).await;
+        let held = match self.session(express).await? {
+            Ok(held) => held,
+            Err(answer) => return Ok(answer),
+        };
+        // The same request again: a retry of this logical request.
+        self.metrics.http_attempt();
+        let _ = ATTEMPTS.try_with(|a| a.record(fp));
+        self.send(express.sign(req, &held, &payload)?).await
+    }
+
+    /// The session to sign with, or the answer to give back instead (CreateSession's own,
+    /// e.g. no such bucket).
+    async fn session(
+        &self,
+        express: &Express,
+    ) -> Result<Result<crate::express::Held, HttpResponse>, HttpError> {
+        let send = |request: HttpRequest| async move {
+            self.metrics.http_attempt();
+            tracing::trace!(uri = %request.uri(), "create session");
+            self.send(request).await
+        };
+        match express.session(send).await {
+            Ok(held) => Ok(Ok(held)),
+            Err(NoSession::Answer(answer)) => Ok(Err(answer)),
+            Err(NoSession::Error(e)) => Err(e),
+        }
+    }
+
+    /// Sends one attempt, paced by the link.
+    async fn send(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
         self.link.pace().await;
         match self.client.execute(req).await {
             Ok(response) => {

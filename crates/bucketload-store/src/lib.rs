@@ -39,6 +39,7 @@ mod delete;
 mod error;
 mod etag;
 mod exact;
+mod express;
 mod http;
 mod ini;
 mod keys;

@@ -1,6 +1,7 @@
 //! A minimal AWS Signature Version 4 signer for the few requests object_store
-//! does not make (CreateBucket, the multipart-upload listing and abort, STS AssumeRole).
-//! Header-based signing only.
+//! does not make (CreateBucket, the multipart-upload listing and abort, STS AssumeRole,
+//! CreateSession) and for every request to an S3 Express directory bucket, which is signed
+//! with its session's credentials (see [`crate::express`]). Header-based signing only.
 //!
 //! <https://docs.aws.amazon.com/IAM/latest/UserGuide/create-signed-request.html>
 
@@ -37,12 +38,40 @@ pub(crate) struct SignParams<'a> {
     pub(crate) now: DateTime<Utc>,
 }
 
+/// The header that carries the credentials' token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TokenHeader {
+    /// `x-amz-security-token`: temporary credentials from STS and the like.
+    Security,
+    /// `x-amz-s3session-token`: the credentials of an S3 Express session (CreateSession).
+    S3Session,
+}
+
+impl TokenHeader {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            TokenHeader::Security => "x-amz-security-token",
+            TokenHeader::S3Session => "x-amz-s3session-token",
+        }
+    }
+}
+
 /// Adds `host`, `x-amz-date`, `x-amz-content-sha256`, the session token and
 /// `authorization` to `headers`, signing every header present.
 pub(crate) fn sign(
     headers: &mut HeaderMap,
     p: &SignParams<'_>,
     creds: &Credentials,
+) -> Result<(), http::header::InvalidHeaderValue> {
+    sign_with(headers, p, creds, TokenHeader::Security)
+}
+
+/// [`sign`], sending the token in `token_header`.
+pub(crate) fn sign_with(
+    headers: &mut HeaderMap,
+    p: &SignParams<'_>,
+    creds: &Credentials,
+    token_header: TokenHeader,
 ) -> Result<(), http::header::InvalidHeaderValue> {
     let amz_date = p.now.format("%Y%m%dT%H%M%SZ").to_string();
     let day = p.now.format("%Y%m%d").to_string();
@@ -53,7 +82,7 @@ pub(crate) fn sign(
         HeaderValue::from_str(p.payload_sha256)?,
     );
     if let Some(token) = &creds.token {
-        headers.insert("x-amz-security-token", HeaderValue::from_str(token)?);
+        headers.insert(token_header.name(), HeaderValue::from_str(token)?);
     }
     let (signed, canonical_headers) = canonical_headers(headers);
     let canonical_request = format!(
@@ -186,6 +215,40 @@ mod tests {
             "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, \
              SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, \
              Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
+        );
+    }
+
+    /// A request to a directory bucket signed with its session's credentials: the token goes
+    /// in `x-amz-s3session-token` and the service is `s3express`. The signature is botocore's
+    /// (`S3ExpressAuth`, the AWS SDK for Python) for the same request at the same instant.
+    #[test]
+    fn s3_express_session_vector_matches_botocore() {
+        let creds = Credentials {
+            key: "ASIASESSIONEXAMPLE".into(),
+            secret: "sessionsecret/EXAMPLEKEY".into(),
+            token: Some("session-token-EXAMPLE".into()),
+        };
+        let url: Uri = "https://b--use1-az4--x-s3.s3express-use1-az4.us-east-1.amazonaws.com/k.txt"
+            .parse()
+            .unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert("range", HeaderValue::from_static("bytes=0-9"));
+        let params = SignParams {
+            method: &Method::GET,
+            url: &url,
+            payload_sha256: &sha256_hex(b""),
+            region: "us-east-1",
+            service: "s3express",
+            now: Utc.with_ymd_and_hms(2013, 5, 24, 0, 0, 0).unwrap(),
+        };
+        sign_with(&mut headers, &params, &creds, TokenHeader::S3Session).unwrap();
+        assert!(!headers.contains_key("x-amz-security-token"));
+        assert_eq!(headers["x-amz-s3session-token"], "session-token-EXAMPLE");
+        assert_eq!(
+            headers["authorization"],
+            "AWS4-HMAC-SHA256 Credential=ASIASESSIONEXAMPLE/20130524/us-east-1/s3express/aws4_request, \
+             SignedHeaders=host;range;x-amz-content-sha256;x-amz-date;x-amz-s3session-token, \
+             Signature=6b24f3eb84712264ccf1a9dbfff101e1adb05f5aeae14e9c898ac30a2d9995d1"
         );
     }
 

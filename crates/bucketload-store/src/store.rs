@@ -7,6 +7,7 @@
 
 use crate::config::{Addressing, FIRST_BACKOFF, MAX_BACKOFF, RetryMode, StoreConfig};
 use crate::error::ErrorContext;
+use crate::express::Express;
 use crate::http::MeteredConnector;
 use crate::metered::MeteredStore;
 use crate::metrics::Metrics;
@@ -55,6 +56,9 @@ struct Inner {
     credentials: Option<AwsCredentialProvider>,
     /// The client of the exact-key requests ([`Store::exact_key`]), made at the first.
     exact_client: OnceLock<HttpClient>,
+    /// For a directory bucket (S3 Express One Zone), the sessions every request is signed
+    /// with; `None` for other buckets and for unsigned requests.
+    express: Option<Arc<Express>>,
 }
 
 impl fmt::Debug for Store {
@@ -105,11 +109,30 @@ impl Store {
             Scheme::S3 if !config.anonymous() => Some(s3_credentials(config).map_err(invalid)?),
             _ => None,
         };
+        let express = match (parsed.scheme(), &credentials) {
+            (Scheme::S3, Some(provider)) if directory_zone(&parsed).is_some() => {
+                let url = crate::bucket::bucket_url_of(config, parsed.bucket());
+                let express = Express::new(
+                    parsed.bucket(),
+                    &url,
+                    config.region(),
+                    config.sign_payload(),
+                    Arc::clone(provider),
+                )
+                .map_err(|reason| Error::InvalidUri {
+                    uri: uri.to_owned(),
+                    reason,
+                })?;
+                Some(Arc::new(express))
+            }
+            _ => None,
+        };
         let (backend, prefix): (Arc<dyn ObjectStore>, &str) = match parsed.scheme() {
-            Scheme::S3 => (
-                Arc::new(s3(&parsed, config, connector(), credentials.clone()).map_err(invalid)?),
-                parsed.prefix(),
-            ),
+            Scheme::S3 => {
+                let connector = connector().with_express(express.clone());
+                let s3 = s3(&parsed, config, connector, credentials.clone()).map_err(invalid)?;
+                (Arc::new(s3), parsed.prefix())
+            }
             Scheme::Gcs => {
                 let vars = config.env_vars();
                 let settings = crate::cloud_env::gcs(vars);
@@ -183,6 +206,7 @@ impl Store {
                 prefix_spelled,
                 credentials,
                 exact_client: OnceLock::new(),
+                express,
             }),
         })
     }
@@ -274,8 +298,13 @@ impl Store {
     }
 
     fn endpoint_display(&self) -> String {
+        let region = self.inner.config.region();
         match (&self.inner.endpoint, self.inner.uri.scheme()) {
             (Some(e), _) => e.clone(),
+            (None, Scheme::S3) if let Some(zone) = self.directory_zone() => {
+                let url = crate::express::zonal_endpoint(self.inner.uri.bucket(), zone, region);
+                url.trim_start_matches("https://").to_owned()
+            }
             (None, Scheme::S3) => format!("s3.{}.amazonaws.com", self.inner.config.region()),
             (None, s) => s.as_str().to_owned(),
         }
@@ -307,6 +336,7 @@ impl Store {
     pub(crate) fn http_client(&self) -> Result<HttpClient, Error> {
         let options = client_options(&self.inner.config);
         MeteredConnector::new(self.inner.metrics.clone(), Arc::clone(&self.inner.link))
+            .with_express(self.inner.express.clone())
             .connect(&options)
             .map_err(|e| Error::Other {
                 uri: self.inner.uri.to_string(),
@@ -323,6 +353,7 @@ impl Store {
         }
         let client =
             MeteredConnector::new(self.inner.metrics.clone(), Arc::clone(&self.inner.link))
+                .with_express(self.inner.express.clone())
                 .connect_exact(&self.inner.config)
                 .map_err(|message| Error::InvalidInput {
                     message: format!("{}: cannot build an HTTP client: {message}", self.inner.uri),
@@ -359,6 +390,20 @@ impl Store {
 
     pub(crate) fn endpoint(&self) -> Option<&str> {
         self.inner.endpoint.as_deref()
+    }
+
+    /// The zone ID of an S3 directory bucket (S3 Express One Zone, `base--zone-id--x-s3`);
+    /// `None` for other buckets and schemes.
+    pub(crate) fn directory_zone(&self) -> Option<&str> {
+        directory_zone(&self.inner.uri)
+    }
+}
+
+/// The zone ID of the directory bucket `uri` names, if it is one.
+fn directory_zone(uri: &StoreUri) -> Option<&str> {
+    match uri.scheme() {
+        Scheme::S3 => crate::express::zone_of(uri.bucket()),
+        _ => None,
     }
 }
 
@@ -524,7 +569,14 @@ fn s3(
     }
     let virtual_hosted_style = config.addressing() == Addressing::VirtualHosted;
     b = b.with_virtual_hosted_style_request(virtual_hosted_style);
-    if let Some(endpoint) = config.endpoint() {
+    let zone = directory_zone(uri);
+    if let (Some(zone), None) = (zone, config.endpoint()) {
+        // AWS's zonal endpoint, which takes virtual-hosted requests only.
+        let zonal = crate::express::zonal_endpoint(uri.bucket(), zone, config.region());
+        b = b
+            .with_virtual_hosted_style_request(true)
+            .with_endpoint(zonal);
+    } else if let Some(endpoint) = config.endpoint() {
         let endpoint = endpoint.trim_end_matches('/');
         b = match virtual_hosted_style {
             true => b.with_endpoint(virtual_hosted(endpoint, uri.bucket())),
@@ -533,8 +585,11 @@ fn s3(
         b = b.with_allow_http(endpoint.starts_with("http://"));
     }
     match credentials {
-        Some(provider) => b = b.with_credentials(provider),
-        None => b = b.with_skip_signature(true),
+        // A directory bucket's requests are signed with its sessions by the connector
+        // (`crate::express`): object_store's own S3 Express support would send CreateSession
+        // to AWS whatever the endpoint.
+        Some(provider) if zone.is_none() => b = b.with_credentials(provider),
+        _ => b = b.with_skip_signature(true),
     }
     b.build()
 }
