@@ -170,6 +170,53 @@ impl Backend {
             .await
     }
 
+    /// Adds to a directory bucket's page, listed with the delimiter `/`, the common prefixes
+    /// of multipart uploads in progress under `prefix`, as S3 Express lists them: each in the
+    /// page whose key range holds it (after `after`, up to the page's last entry unless it is
+    /// the last page), once.
+    async fn add_upload_prefixes(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        after: Option<String>,
+        encode: UrlEncoding,
+        listed: &mut Listed,
+    ) -> S3Result<()> {
+        let (bucket, wanted) = (bucket.to_owned(), prefix.to_owned());
+        let uploads = self
+            .blocking(move |s| s.list_uploads(&bucket, &wanted))
+            .await?;
+        let last = listed.truncated.then(|| listed.last.clone()).flatten();
+        let mut found = std::collections::BTreeSet::new();
+        for upload in uploads {
+            let Some(rest) = upload.key.strip_prefix(prefix) else {
+                continue;
+            };
+            let Some(at) = rest.find('/') else {
+                continue;
+            };
+            let common = format!("{prefix}{}", &rest[..=at]);
+            let in_range = after.as_ref().is_none_or(|a| common > *a)
+                && last.as_ref().is_none_or(|l| common <= *l);
+            if in_range {
+                found.insert(encode.apply(common));
+            }
+        }
+        for common in found {
+            if !listed
+                .prefixes
+                .iter()
+                .any(|p| p.prefix.as_deref() == Some(common.as_str()))
+            {
+                listed.prefixes.push(CommonPrefix {
+                    prefix: Some(common),
+                });
+                listed.key_count += 1;
+            }
+        }
+        Ok(())
+    }
+
     /// One page of a listing (ListObjects and ListObjectsV2), keys encoded as asked.
     async fn list_page(
         &self,
@@ -180,12 +227,22 @@ impl Backend {
     ) -> S3Result<Listed> {
         let max_keys = page_size("max-keys", max_keys, MAX_LIST_KEYS)?;
         query.max_keys = max_keys as usize;
-        let page = self.blocking(move |s| s.list(&bucket, &query)).await?;
+        let directory = crate::directory::is_directory_bucket(&bucket);
+        let mut page = self.blocking(move |s| s.list(&bucket, &query)).await?;
         let last_token = page.items.last().map(encode_token);
         let last = page.items.last().map(|item| match item {
             ListItem::Object(key, _) => key.clone(),
             ListItem::CommonPrefix(p) => p.clone(),
         });
+        // A directory bucket's page is not in key order (S3 Express lists so); the page's
+        // continuation token above is still its last key in order, so pages follow each
+        // other over the whole key space.
+        if directory {
+            page.items.sort_by_cached_key(|item| match item {
+                ListItem::Object(key, _) => crate::directory::scramble_rank(key),
+                ListItem::CommonPrefix(p) => crate::directory::scramble_rank(p),
+            });
+        }
         let (mut contents, mut prefixes) = (Vec::new(), Vec::new());
         let key_count = page.items.len() as i32;
         for item in page.items {
@@ -215,6 +272,45 @@ impl Backend {
             last_token,
         })
     }
+}
+
+/// The refusal of ListObjects (v1) in a directory bucket, where S3 Express lists with
+/// ListObjectsV2 only.
+fn directory_refuses_list_objects() -> S3Error {
+    let mut e = S3Error::with_message(
+        S3ErrorCode::Custom("NotSupported".into()),
+        "ListObjects is not supported by directory buckets; list with ListObjectsV2 (list-type=2)",
+    );
+    e.set_status_code(http::StatusCode::BAD_REQUEST);
+    e
+}
+
+/// What S3 Express takes of a listing in a directory bucket: a prefix that ends in `/`, `/`
+/// as the only delimiter, and no `start-after`.
+fn check_directory_listing(
+    prefix: Option<&str>,
+    delimiter: Option<&str>,
+    start_after: Option<&str>,
+) -> S3Result<()> {
+    if let Some(p) = prefix.filter(|p| !p.is_empty() && !p.ends_with('/')) {
+        return Err(s3_error!(
+            InvalidArgument,
+            "in a directory bucket a prefix must end in the delimiter /, not {p:?}"
+        ));
+    }
+    if let Some(d) = delimiter.filter(|d| !d.is_empty() && *d != "/") {
+        return Err(s3_error!(
+            InvalidArgument,
+            "in a directory bucket / is the only delimiter, not {d:?}"
+        ));
+    }
+    if start_after.is_some_and(|s| !s.is_empty()) {
+        return Err(s3_error!(
+            InvalidArgument,
+            "start-after is not supported by directory buckets; continue a listing with its continuation token"
+        ));
+    }
+    Ok(())
 }
 
 /// A listing page as S3 answers it.
@@ -1463,8 +1559,20 @@ impl S3 for Backend {
     ) -> S3Result<S3Response<PutObjectOutput>> {
         fidelity::refuse_conditions(&req.headers, &fidelity::TIME_CONDITIONS)?;
         let input = req.input;
+        let directory = crate::directory::is_directory_bucket(&input.bucket);
+        // Appends exist only in directory buckets; general purpose buckets refuse them as S3
+        // would not take them there.
+        let append = match input.write_offset_bytes {
+            Some(offset) if directory => Some(u64::try_from(offset).map_err(|_| {
+                s3_error!(
+                    InvalidArgument,
+                    "x-amz-write-offset-bytes must be 0 or more"
+                )
+            })?),
+            _ => None,
+        };
         WriteFeatures {
-            write_offset: input.write_offset_bytes.is_some(),
+            write_offset: input.write_offset_bytes.is_some() && !directory,
             ..write_features!(input)
         }
         .refuse_unsupported()?;
@@ -1508,9 +1616,15 @@ impl S3 for Backend {
         attrs.checksum = checksum::Stored::of_body(&sums).map(Box::new);
         attrs.tags = tags;
         let meta = self
-            .blocking(move |s| {
-                let etag = hex::encode(temp.md5());
-                s.commit_if(&bucket, &key, temp, etag, attrs, &precondition)
+            .blocking(move |s| match append {
+                Some(offset) => {
+                    s.check_precondition(&bucket, &key, &precondition)?;
+                    s.append(&bucket, &key, offset, temp, attrs)
+                }
+                None => {
+                    let etag = hex::encode(temp.md5());
+                    s.commit_if(&bucket, &key, temp, etag, attrs, &precondition)
+                }
             })
             .await?;
         let sums = typed(meta.checksum.as_deref());
@@ -1780,6 +1894,9 @@ impl S3 for Backend {
         req: S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
         let input = req.input;
+        if crate::directory::is_directory_bucket(&input.bucket) {
+            return Err(directory_refuses_list_objects());
+        }
         let delimiter = input.delimiter.clone().filter(|d| !d.is_empty());
         let mut query = ListQuery {
             prefix: input.prefix.clone().unwrap_or_default(),
@@ -1834,6 +1951,14 @@ impl S3 for Backend {
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
         let input = req.input;
+        let directory = crate::directory::is_directory_bucket(&input.bucket);
+        if directory {
+            check_directory_listing(
+                input.prefix.as_deref(),
+                input.delimiter.as_deref(),
+                input.start_after.as_deref(),
+            )?;
+        }
         let mut query = ListQuery {
             prefix: input.prefix.clone().unwrap_or_default(),
             delimiter: input.delimiter.clone().filter(|d| !d.is_empty()),
@@ -1846,9 +1971,15 @@ impl S3 for Backend {
             decode_token(token, &mut query)?;
         }
         let encode = url_encoding(input.encoding_type.as_ref())?;
+        let after = query.after.clone();
         let mut listed = self
             .list_page(input.bucket.clone(), query, input.max_keys, encode)
             .await?;
+        if directory && input.delimiter.as_deref() == Some("/") {
+            let prefix = input.prefix.clone().unwrap_or_default();
+            self.add_upload_prefixes(&input.bucket, &prefix, after, encode, &mut listed)
+                .await?;
+        }
         if input.fetch_owner == Some(true) {
             for object in &mut listed.contents {
                 object.owner = Some(owner());
@@ -2164,6 +2295,9 @@ impl S3 for Backend {
         req: S3Request<ListMultipartUploadsInput>,
     ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
         let input = req.input;
+        if crate::directory::is_directory_bucket(&input.bucket) {
+            check_directory_listing(input.prefix.as_deref(), input.delimiter.as_deref(), None)?;
+        }
         let bucket = input.bucket.clone();
         let prefix = input.prefix.clone().unwrap_or_default();
         let uploads = self

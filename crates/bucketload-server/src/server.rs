@@ -140,6 +140,7 @@ fn shared_state(config: &ServerConfig, storage: Storage) -> Shared {
         rng: Rng::new(config.faults.seed()),
         fault_rates: config.faults,
         latency: config.latency,
+        directory_latency: config.directory_latency,
         limiter: config.rate_limit.map(RateLimiter::new),
         allow_sigv2: config.allow_sigv2,
         request_ids: RequestIds::new(),

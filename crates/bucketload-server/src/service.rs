@@ -38,6 +38,8 @@ pub(crate) struct Shared {
     pub(crate) rng: Rng,
     pub(crate) fault_rates: FaultConfig,
     pub(crate) latency: Option<LatencySpec>,
+    /// First-byte latency of requests to directory buckets, in place of `latency`.
+    pub(crate) directory_latency: Option<LatencySpec>,
     pub(crate) limiter: Option<RateLimiter>,
     /// Whether Signature Version 2 requests are accepted (S3 refuses them for new buckets).
     pub(crate) allow_sigv2: bool,
@@ -48,6 +50,19 @@ pub(crate) struct Shared {
     pub(crate) request_ids: RequestIds,
     /// S3 Express sessions for directory buckets.
     pub(crate) sessions: crate::express::Sessions,
+}
+
+impl Shared {
+    /// The first-byte latency of a request to `path`: the directory buckets' own, when set,
+    /// for a request to one (the bucket is the first segment: the server is path-style only).
+    fn latency_of(&self, path: &str) -> Option<&LatencySpec> {
+        let directory = crate::directory::bucket_of_path(path)
+            .is_some_and(crate::directory::is_directory_bucket);
+        match directory {
+            true => self.directory_latency.as_ref().or(self.latency.as_ref()),
+            false => self.latency.as_ref(),
+        }
+    }
 }
 
 /// Request IDs: 16 upper-case hex digits like S3's, distinct for every request of one server
@@ -243,7 +258,7 @@ impl ConnService {
             req.headers(),
         );
         shared.counters.increment(op);
-        if let Some(latency) = &shared.latency {
+        if let Some(latency) = shared.latency_of(req.uri().path()) {
             tokio::time::sleep(latency.sample(shared.rng.next_u64())).await;
         }
         let head = req.method() == Method::HEAD;

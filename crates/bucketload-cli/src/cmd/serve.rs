@@ -40,6 +40,10 @@ pub struct ServeArgs {
     /// First-byte latency of every request: fixed ("50ms") or uniform ("30ms..120ms")
     #[arg(long, value_parser = parse_latency)]
     latency: Option<LatencySpec>,
+    /// First-byte latency of requests to directory buckets (named base--zone--x-s3), in place of
+    /// --latency: fixed ("3ms") or uniform ("2ms..6ms")
+    #[arg(long, value_parser = parse_latency, value_name = "LATENCY")]
+    directory_latency: Option<LatencySpec>,
     /// Bandwidth cap per connection, bytes per second ("100MB" = 100 MB/s)
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     bandwidth: Option<u64>,
@@ -166,6 +170,9 @@ impl ServeArgs {
         }
         if let Some(l) = self.latency {
             builder = builder.with_latency(l);
+        }
+        if let Some(l) = self.directory_latency {
+            builder = builder.with_directory_latency(l);
         }
         if let Some(b) = self.bandwidth {
             builder = builder.with_bandwidth(b);

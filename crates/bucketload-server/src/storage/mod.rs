@@ -48,6 +48,7 @@
 //! Writes and deletes change the tree under one lock (`commits`); reads take no lock.
 //! Every function here is blocking; the S3 layer calls them on Tokio's blocking pool.
 
+mod append;
 mod assembly;
 mod bucket_config;
 mod cleanup;
@@ -996,6 +997,11 @@ impl Storage {
             false => self.key_rel(bucket, key).map(Some),
         }?;
         self.bucket_dir(bucket)?;
+        // Directory buckets show opaque ETags, never the content MD5 (as S3 Express does).
+        let etag = match crate::directory::is_directory_bucket(bucket) {
+            true => crate::directory::etag(&etag),
+            false => etag,
+        };
         let mut temp = temp;
         if self.fsync {
             temp.file.sync_all().map_err(internal)?;
@@ -1052,6 +1058,17 @@ impl Storage {
         let cache_key = rel.map_or(data, |rel| self.root.join(bucket).join(rel));
         self.remember(&cache_key, &meta);
         Ok(meta)
+    }
+
+    /// Checks `precondition` against the current object `key`, outside the commit lock (an
+    /// append checks the caller's condition first, then commits on its own).
+    pub(crate) fn check_precondition(
+        &self,
+        bucket: &str,
+        key: &str,
+        precondition: &Precondition,
+    ) -> Result<(), S3Error> {
+        self.check_current(bucket, key, precondition)
     }
 
     /// Checks `precondition` against the current object `key`. Under the commit lock.
@@ -1245,11 +1262,14 @@ impl TempObject {
         &mut self,
         algorithm: crate::checksum::Algorithm,
     ) -> Result<String, S3Error> {
-        use std::io::Seek;
         let mut hasher =
             crate::checksum::hasher_for(&algorithm.checksum(String::new())).unwrap_or_default();
-        let mut file = &self.file;
-        file.seek(io::SeekFrom::Start(0)).map_err(internal)?;
+        // Read through a handle of its own: the file may be open for writing only.
+        let path = self
+            .path
+            .as_deref()
+            .ok_or_else(|| s3_error!(InternalError, "object already committed"))?;
+        let mut file = File::open(path).map_err(internal)?;
         let mut buf = vec![0u8; 1 << 20];
         loop {
             let n = file.read(&mut buf).map_err(internal)?;
@@ -1258,7 +1278,6 @@ impl TempObject {
             }
             hasher.update(&buf[..n]);
         }
-        file.seek(io::SeekFrom::End(0)).map_err(internal)?;
         let sums = hasher.finalize();
         Ok(algorithm.value(&sums).cloned().unwrap_or_default())
     }

@@ -393,6 +393,20 @@ impl Storage {
                 "parts must be listed in ascending order of part number"
             ));
         }
+        // S3 Express: "the PartNumber must start at 1 and the part numbers must be consecutive".
+        if crate::directory::is_directory_bucket(bucket)
+            && let Some((i, p)) = parts
+                .iter()
+                .enumerate()
+                .find(|(i, p)| p.number != *i as i32 + 1)
+        {
+            return Err(s3_error!(
+                InvalidPartOrder,
+                "in a directory bucket the part numbers must start at 1 and be consecutive; part {} is listed where part {} belongs",
+                p.number,
+                i + 1
+            ));
+        }
         let stored = read_parts(&dir).map_err(internal)?;
         let mut md5s = Md5::new();
         let mut sizes = Vec::with_capacity(parts.len());
@@ -636,6 +650,39 @@ mod tests {
             .unwrap();
         let upload = storage.internal("uploads", "b").join(&id);
         (dir, storage, id, upload)
+    }
+
+    #[test]
+    fn a_directory_bucket_needs_consecutive_parts_and_hides_the_md5() {
+        let bucket = "d--use1-az4--x-s3";
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), false).unwrap();
+        storage.create_bucket(bucket).unwrap();
+        let id = storage
+            .create_upload(bucket, "k", ObjectAttrs::default())
+            .unwrap();
+        let upload = |n: i32, bytes: &[u8]| {
+            let mut temp = storage.begin_write().unwrap();
+            temp.write(bytes).unwrap();
+            storage
+                .commit_part(bucket, "k", &id, n, PartWriter::Own(temp), None)
+                .unwrap()
+        };
+        let (i1, i3) = (upload(1, b"one"), upload(3, b"three"));
+        let none = s3s::dto::Checksum::default();
+        let gap = [part(1, &i1.etag), part(3, &i3.etag)];
+        let e = storage
+            .complete_upload(bucket, "k", &id, (&gap, &none), 0, &Precondition::None)
+            .unwrap_err();
+        assert_eq!(e.code(), &s3s::S3ErrorCode::InvalidPartOrder);
+        let i2 = upload(2, b"two");
+        let all = [part(1, &i1.etag), part(2, &i2.etag), part(3, &i3.etag)];
+        let meta = storage
+            .complete_upload(bucket, "k", &id, (&all, &none), 0, &Precondition::None)
+            .unwrap();
+        let plain = etag_of(&[b"one", b"two", b"three"]);
+        assert_eq!(meta.etag, crate::directory::etag(&plain));
+        assert_eq!(storage.head(bucket, "k").unwrap().etag, meta.etag);
     }
 
     #[test]
