@@ -5,7 +5,9 @@
 //! step at a time, each printed as the command line that reproduces it:
 //!
 //! 1. `gen` — the dataset, one object per sample in a folder per class;
-//! 2. `bench --format files`, three epochs without and with the local cache;
+//! 2. `bench --format files`, three epochs without and with the local cache, then the same
+//!    files from an S3 Express One Zone directory bucket, a few ms to first byte (the embedded
+//!    server's `demo--use1-az4--x-s3`, or `--express-bucket` on a real store);
 //! 3. `shard` — the same samples packed into indexed tar shards;
 //! 4. `bench --format shards` and `--format indexed`, three epochs each (these runs skip
 //!    decoding, so they measure the store and the loader), then shards once more with decoding
@@ -50,6 +52,10 @@ pub struct DemoArgs {
     /// First-byte latency of the embedded server, fixed ("50ms") or a range ("30ms..120ms")
     #[arg(long, default_value = "50ms", value_parser = parse_latency, value_name = "LATENCY")]
     latency: LatencySpec,
+    /// First-byte latency of the embedded server's directory bucket (S3 Express One Zone
+    /// answers in single-digit milliseconds)
+    #[arg(long, default_value = "3ms..6ms", value_parser = parse_latency, value_name = "LATENCY")]
+    express_latency: LatencySpec,
     /// Directory of the logs, cache, local checkpoints and report (created; must be empty or a
     /// previous demo's)
     #[arg(long, default_value = "bucketload-demo", value_name = "DIR")]
@@ -58,6 +64,10 @@ pub struct DemoArgs {
     /// instead of the embedded server; the demo writes under `bucketload-demo/` in it
     #[arg(long, value_name = "NAME")]
     bucket: Option<String>,
+    /// With --bucket: also read the small files from this S3 Express One Zone directory bucket
+    /// (`name--zone-id--x-s3`; the demo writes under `bucketload-demo/` in it)
+    #[arg(long, value_name = "NAME")]
+    express_bucket: Option<String>,
     /// Keep the embedded server's objects (under DIR/s3) after the run
     #[arg(long)]
     keep_data: bool,
@@ -92,14 +102,22 @@ impl Step {
 pub async fn demo(store: &StoreArgs, args: DemoArgs) -> anyhow::Result<()> {
     let out = prepare_out(&args.out)?;
     let started = Instant::now();
-    let (server, env, base) = match &args.bucket {
-        Some(bucket) => (None, Vec::new(), format!("s3://{bucket}/bucketload-demo")),
+    let (server, env, base, express) = match &args.bucket {
+        Some(bucket) => (
+            None,
+            Vec::new(),
+            format!("s3://{bucket}/bucketload-demo"),
+            args.express_bucket
+                .as_ref()
+                .map(|b| format!("s3://{b}/bucketload-demo")),
+        ),
         None => {
-            let (server, env) = start_server(&out, args.latency).await?;
-            (Some(server), env, "s3://demo".to_owned())
+            let (server, env) = start_server(&out, args.latency, args.express_latency).await?;
+            let express = format!("s3://{EXPRESS_BUCKET}");
+            (Some(server), env, "s3://demo".to_owned(), Some(express))
         }
     };
-    let steps = story(&args, &out, &base);
+    let steps = story(&args, &out, &base, express.as_deref());
     let outcome = run_steps(store, &env, &steps).await;
     if let Some(server) = server {
         server.shutdown().await;
@@ -148,11 +166,15 @@ fn prepare_out(out: &Path) -> anyhow::Result<PathBuf> {
     std::path::absolute(out).with_context(|| format!("cannot resolve {}", out.display()))
 }
 
+/// The embedded server's directory bucket (an S3 Express One Zone name).
+const EXPRESS_BUCKET: &str = "demo--use1-az4--x-s3";
+
 /// The embedded server on a free loopback port, its root under `out/s3`, and the environment
 /// that points the child processes at it.
 async fn start_server(
     out: &Path,
     latency: LatencySpec,
+    express_latency: LatencySpec,
 ) -> anyhow::Result<(bucketload_server::RunningServer, Vec<(String, String)>)> {
     let root = out.join("s3");
     std::fs::create_dir_all(&root)
@@ -161,12 +183,14 @@ async fn start_server(
         .with_addr(([127, 0, 0, 1], 0).into())
         .with_credentials(DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY)
         .with_latency(latency)
+        .with_directory_latency(express_latency)
         .build()?;
     let server = bucketload_server::start(config)
         .await
         .context("cannot start the embedded S3 server")?;
     println!(
-        "bucketload demo: embedded S3 server at {} with {latency:?} to first byte (root {})",
+        "bucketload demo: embedded S3 server at {} with {latency:?} to first byte, \
+         {express_latency:?} for its directory bucket {EXPRESS_BUCKET} (root {})",
         server.endpoint(),
         root.display()
     );
@@ -185,8 +209,8 @@ async fn start_server(
     Ok((server, env))
 }
 
-/// The steps, in order.
-fn story(args: &DemoArgs, out: &Path, base: &str) -> Vec<Step> {
+/// The steps, in order; `express` is the directory bucket's base, if there is one.
+fn story(args: &DemoArgs, out: &Path, base: &str, express: Option<&str>) -> Vec<Step> {
     let files = format!("{base}/train");
     let shards = format!("{base}/train-shards");
     let logs = out.join("logs");
@@ -206,13 +230,33 @@ fn story(args: &DemoArgs, out: &Path, base: &str) -> Vec<Step> {
     };
     // Shards of about 1/8 of the dataset: enough shards to stream several at once.
     let shard_size = (args.samples * args.size / 8).max(8 << 20);
-    vec![
-        Step::new("generate the dataset: one JPEG object per sample", &["gen"])
+    let gen = |title: &str, dataset: &str| {
+        Step::new(title, &["gen"])
             .arg("--samples", args.samples)
             .arg("--classes", args.classes)
             .arg("--size", args.size)
             .arg("--seed", 7)
-            .with_positional(&files),
+            .with_positional(dataset)
+    };
+    // The same files (the same seed) in a directory bucket, read as small files again.
+    let express_steps = express.map(|express| {
+        let express_files = format!("{express}/train");
+        [
+            gen(
+                "the same dataset in an S3 Express One Zone directory bucket",
+                &express_files,
+            ),
+            bench(
+                "small files from the directory bucket: a few ms to first byte",
+                "files",
+                &express_files,
+                "files-express",
+            )
+            .flag("--no-decode"),
+        ]
+    });
+    let mut steps = vec![
+        gen("generate the dataset: one JPEG object per sample", &files),
         bench(
             "small files, no cache: every epoch goes to the store",
             "files",
@@ -228,6 +272,9 @@ fn story(args: &DemoArgs, out: &Path, base: &str) -> Vec<Step> {
         )
         .flag("--no-decode")
         .arg("--cache", &cache),
+    ];
+    steps.extend(express_steps.into_iter().flatten());
+    steps.extend([
         Step::new("pack the files into indexed tar shards", &["shard"])
             .with_positional(&files)
             .with_positional(&shards)
@@ -264,7 +311,8 @@ fn story(args: &DemoArgs, out: &Path, base: &str) -> Vec<Step> {
         Step::new("draw the report", &["report"])
             .with_positional(&logs)
             .arg("--out", out.join("report").to_string_lossy()),
-    ]
+    ]);
+    steps
 }
 
 impl Step {
@@ -345,13 +393,20 @@ mod tests {
     #[test]
     fn the_story_runs_every_step_in_order() {
         let cli = Cli::parse_from(["demo", "--samples", "100", "--size", "10KB"]);
-        let steps = story(&cli.demo, Path::new("/tmp/d"), "s3://demo");
+        let steps = story(
+            &cli.demo,
+            Path::new("/tmp/d"),
+            "s3://demo",
+            Some("s3://demo--use1-az4--x-s3"),
+        );
         let commands: Vec<&str> = steps.iter().map(|s| s.args[0].as_str()).collect();
         assert_eq!(
             commands,
             [
                 "gen",
                 "bench",
+                "bench",
+                "gen",
                 "bench",
                 "shard",
                 "bench",
@@ -368,6 +423,14 @@ mod tests {
                 .any(|w| w == ["--cache", "/tmp/d/cache"])
         );
         assert!(steps[0].args.contains(&"s3://demo/train".to_owned()));
+        assert!(
+            steps[4]
+                .args
+                .windows(2)
+                .any(|w| w == ["--dataset", "s3://demo--use1-az4--x-s3/train"])
+        );
+        let without = story(&cli.demo, Path::new("/tmp/d"), "s3://demo", None);
+        assert_eq!(without.len(), steps.len() - 2);
     }
 
     #[test]
