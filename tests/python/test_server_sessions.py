@@ -212,3 +212,25 @@ def test_boto3_client_errors_name_the_cause(server):
     with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.list_objects_v2(Bucket=directory_bucket())
     assert e.value.response["Error"]["Code"] in ("SignatureDoesNotMatch", "AccessDenied")
+
+
+def test_copies_are_signed_with_the_ordinary_key_as_boto3_signs_them(server):
+    """boto3 opens no session for CopyObject and UploadPartCopy (S3 authorizes them with IAM
+    credentials), so the server takes them signed with its own key."""
+    s3 = express_client(server.endpoint)
+    bucket = directory_bucket()
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="src/a", Body=b"copied bytes")
+    s3.copy_object(Bucket=bucket, Key="dst/a", CopySource={"Bucket": bucket, "Key": "src/a"})
+    assert s3.get_object(Bucket=bucket, Key="dst/a")["Body"].read() == b"copied bytes"
+    upload = s3.create_multipart_upload(Bucket=bucket, Key="dst/b")["UploadId"]
+    part = s3.upload_part_copy(Bucket=bucket, Key="dst/b", UploadId=upload, PartNumber=1,
+                               CopySource={"Bucket": bucket, "Key": "src/a"})
+    s3.complete_multipart_upload(
+        Bucket=bucket, Key="dst/b", UploadId=upload,
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["CopyPartResult"]["ETag"]}]})
+    assert s3.get_object(Bucket=bucket, Key="dst/b")["Body"].read() == b"copied bytes"
+    # Signed with the ordinary key but with a wrong secret: refused.
+    status, body = send(sign("PUT", f"{server.endpoint}/{bucket}/dst/c", ACCESS_KEY, "wrong",
+                             "s3express", {"x-amz-copy-source": f"/{bucket}/src/a"}))
+    assert (status, error_code(body)) == (403, "SignatureDoesNotMatch")

@@ -7,8 +7,9 @@
 //! the session has expired (400 `ExpiredToken`), when the token is unknown (400
 //! `InvalidToken`), when it was made for another bucket or is read-only and the request
 //! writes (403 `AccessDenied`), and when a request comes without a session (403
-//! `AccessDenied`). Only the control-plane requests, CreateBucket and DeleteBucket, are
-//! signed with the ordinary credentials.
+//! `AccessDenied`). Only the control-plane requests, CreateBucket and DeleteBucket, and the
+//! copies (CopyObject, UploadPartCopy, which S3 authorizes with IAM credentials) are signed with
+//! the ordinary credentials.
 //!
 //! The request layer (s3s) checks Signature Version 4 for the service `s3` with the server's
 //! one key. So the signature of a directory-bucket request is checked here, against the
@@ -345,6 +346,9 @@ impl Sessions {
         let control_plane = matches!(*method, Method::PUT | Method::DELETE)
             && path_rest.is_empty()
             && uri.query().unwrap_or("").is_empty();
+        // CopyObject and UploadPartCopy are signed with the ordinary credentials, not a
+        // session, as S3 documents (the AWS SDKs open no session for them); a session works too.
+        let copy = *method == Method::PUT && headers.contains_key("x-amz-copy-source");
 
         let resign = |canonical: &str| -> Verdict {
             let signature = signature(
@@ -381,7 +385,7 @@ impl Sessions {
             )
         };
 
-        if token.is_none() && (create_session || control_plane) {
+        if token.is_none() && (create_session || control_plane || copy) {
             if let Some(refused) = check_own_key() {
                 return refused;
             }

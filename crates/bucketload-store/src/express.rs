@@ -20,7 +20,9 @@
 //!   once when the bucket answers `ExpiredToken` (or `InvalidToken`: a server that forgot it);
 //!   the refused request is then sent once more.
 //! - CreateBucket is a control-plane request, signed with the ordinary credentials and no
-//!   session: its request carries [`ControlPlane`] and is sent as it is.
+//!   session: its request carries [`ControlPlane`] and is sent as it is. CopyObject and
+//!   UploadPartCopy are signed with the ordinary credentials too, as S3 requires of them on
+//!   directory buckets ([`is_copy`]).
 //!
 //! A CreateSession refused for the credentials fails the request with [`SessionError`], which
 //! names the bucket and the permission (`s3express:CreateSession`) and maps to
@@ -395,6 +397,44 @@ impl Express {
         Ok(hex::encode(hasher.finalize()))
     }
 
+    /// `request` signed with the ordinary credentials and no session, for the requests S3
+    /// authorizes with IAM credentials instead of a session: CopyObject and UploadPartCopy
+    /// ([`is_copy`]).
+    pub(crate) async fn sign_without_session(
+        &self,
+        mut request: HttpRequest,
+        payload_sha256: &str,
+    ) -> Result<HttpRequest, HttpError> {
+        let base = self
+            .credentials
+            .get_credential()
+            .await
+            .map_err(|e| HttpError::new(HttpErrorKind::Unknown, e))?;
+        let base = Credentials {
+            key: base.key_id.clone(),
+            secret: base.secret_key.clone(),
+            token: base.token.clone(),
+        };
+        strip_signature(&mut request);
+        let (method, url) = (request.method().clone(), request.uri().clone());
+        let params = SignParams {
+            method: &method,
+            url: &url,
+            payload_sha256,
+            region: &self.region,
+            service: "s3express",
+            now: Utc::now(),
+        };
+        sigv4::sign(request.headers_mut(), &params, &base).map_err(|e| {
+            self.error(
+                HttpErrorKind::Unknown,
+                format!("the credentials contain invalid characters: {e}"),
+                false,
+            )
+        })?;
+        Ok(request)
+    }
+
     /// `request` signed with `session`: any signature it carried is replaced.
     pub(crate) fn sign(
         &self,
@@ -402,16 +442,7 @@ impl Express {
         held: &Held,
         payload_sha256: &str,
     ) -> Result<HttpRequest, HttpError> {
-        for name in [
-            "authorization",
-            "x-amz-date",
-            "x-amz-security-token",
-            "x-amz-s3session-token",
-            "x-amz-content-sha256",
-            "host",
-        ] {
-            request.headers_mut().remove(name);
-        }
+        strip_signature(&mut request);
         let (method, url) = (request.method().clone(), request.uri().clone());
         let params = SignParams {
             method: &method,
@@ -436,6 +467,26 @@ impl Express {
         })?;
         Ok(request)
     }
+}
+
+/// Removes whatever signature `request` carried.
+fn strip_signature(request: &mut HttpRequest) {
+    for name in [
+        "authorization",
+        "x-amz-date",
+        "x-amz-security-token",
+        "x-amz-s3session-token",
+        "x-amz-content-sha256",
+        "host",
+    ] {
+        request.headers_mut().remove(name);
+    }
+}
+
+/// Whether `request` is a CopyObject or UploadPartCopy, which S3 authorizes with the ordinary
+/// (IAM) credentials on a directory bucket, not with a session.
+pub(crate) fn is_copy(request: &HttpRequest) -> bool {
+    request.method() == Method::PUT && request.headers().contains_key("x-amz-copy-source")
 }
 
 /// How long a session whose credentials expire at `expiration` is valid from now: measured on
@@ -637,6 +688,53 @@ mod tests {
         assert!(two_seconds.is_fresh(Instant::now()));
         assert!(!two_seconds.is_fresh(Instant::now() + Duration::from_millis(1700)));
         assert!(!Session::new(creds(), Duration::ZERO).is_fresh(Instant::now()));
+    }
+
+    /// CopyObject and UploadPartCopy go with the ordinary credentials and no session token, as
+    /// the AWS SDKs send them to a directory bucket; anything else is not a copy.
+    #[tokio::test]
+    async fn copies_are_signed_with_the_ordinary_credentials() {
+        let provider: AwsCredentialProvider = Arc::new(
+            object_store::StaticCredentialProvider::new(object_store::aws::AwsCredential {
+                key_id: "AKIDBASE".into(),
+                secret_key: "base-secret".into(),
+                token: None,
+            }),
+        );
+        let express = Express::new(
+            "b--use1-az4--x-s3",
+            "http://127.0.0.1:9/b--use1-az4--x-s3",
+            "us-east-1",
+            false,
+            provider,
+        )
+        .unwrap();
+        let request = |copy: bool| {
+            let mut r = http::Request::builder()
+                .method(Method::PUT)
+                .uri("http://127.0.0.1:9/b--use1-az4--x-s3/dst")
+                .header("x-amz-s3session-token", "stale")
+                .body(HttpRequestBody::empty())
+                .unwrap();
+            if copy {
+                r.headers_mut().insert(
+                    "x-amz-copy-source",
+                    "/b--use1-az4--x-s3/src".parse().unwrap(),
+                );
+            }
+            r
+        };
+        assert!(is_copy(&request(true)) && !is_copy(&request(false)));
+        let signed = express
+            .sign_without_session(request(true), "UNSIGNED-PAYLOAD")
+            .await
+            .unwrap();
+        let auth = signed.headers()["authorization"].to_str().unwrap();
+        assert!(
+            auth.contains("Credential=AKIDBASE/") && auth.contains("/s3express/aws4_request"),
+            "{auth}"
+        );
+        assert!(!signed.headers().contains_key("x-amz-s3session-token"));
     }
 
     fn session(life: Duration) -> Session {

@@ -193,6 +193,11 @@ impl MeteredService {
         fp: u64,
     ) -> Result<HttpResponse, HttpError> {
         let payload = express.payload_sha256(&req).await?;
+        if crate::express::is_copy(&req) {
+            return self
+                .send(express.sign_without_session(req, &payload).await?)
+                .await;
+        }
         let held = match self.session(express).await? {
             Ok(held) => held,
             Err(answer) => return Ok(answer),

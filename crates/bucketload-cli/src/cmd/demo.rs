@@ -230,7 +230,7 @@ fn story(args: &DemoArgs, out: &Path, base: &str, express: Option<&str>) -> Vec<
     };
     // Shards of about 1/8 of the dataset: enough shards to stream several at once.
     let shard_size = (args.samples * args.size / 8).max(8 << 20);
-    let gen = |title: &str, dataset: &str| {
+    let generate = |title: &str, dataset: &str| {
         Step::new(title, &["gen"])
             .arg("--samples", args.samples)
             .arg("--classes", args.classes)
@@ -242,7 +242,7 @@ fn story(args: &DemoArgs, out: &Path, base: &str, express: Option<&str>) -> Vec<
     let express_steps = express.map(|express| {
         let express_files = format!("{express}/train");
         [
-            gen(
+            generate(
                 "the same dataset in an S3 Express One Zone directory bucket",
                 &express_files,
             ),
@@ -256,7 +256,7 @@ fn story(args: &DemoArgs, out: &Path, base: &str, express: Option<&str>) -> Vec<
         ]
     });
     let mut steps = vec![
-        gen("generate the dataset: one JPEG object per sample", &files),
+        generate("generate the dataset: one JPEG object per sample", &files),
         bench(
             "small files, no cache: every epoch goes to the store",
             "files",
