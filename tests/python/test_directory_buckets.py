@@ -16,14 +16,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from conftest import _binary
 from test_mount import _mounted, _require_fuse, _wait
 from test_server_sessions import counters, express_client
 
 
 def run(env, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([_binary(), *args], env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run([_binary(), *args], env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
 
 
 def ok(env, *args: str) -> str:
@@ -147,7 +147,7 @@ def dmount(server, dbucket, tmp_path):
     for p in done:
         if _mounted(p):
             subprocess.run(["fusermount3", "-u", str(p)], check=True)
-        _wait("the mount is gone", lambda: not _mounted(p))
+        _wait("the mount is gone", lambda p=p: not _mounted(p))
 
 
 def test_the_mount_appends_on_a_directory_bucket(server, dbucket, dmount):
@@ -168,7 +168,7 @@ def test_the_mount_appends_on_a_directory_bucket(server, dbucket, dmount):
 
     # Another writer appends while the file is open: the mount's append is refused for its
     # offset, appends nothing, and the close says so.
-    f = open(log, "ab", buffering=0)
+    f = open(log, "ab", buffering=0)  # noqa: SIM115  (its close is what must fail)
     f.write(b"mine\n")
     s3.put_object(Bucket=dbucket, Key="logs/run.log", Body=b"theirs\n", WriteOffsetBytes=len(expected))
     with pytest.raises(OSError):
@@ -179,7 +179,8 @@ def test_the_mount_appends_on_a_directory_bucket(server, dbucket, dmount):
 def test_general_purpose_buckets_still_refuse_appends_through_the_mount(server, bucket, s3, dmount):
     s3.put_object(Bucket=bucket, Key="run.log", Body=b"start\n")
     point = dmount(bucket, "--allow-overwrite")
-    out = subprocess.run(f"echo one >> '{point}/run.log'", shell=True, capture_output=True, text=True)
+    out = subprocess.run(f"echo one >> '{point}/run.log'", shell=True, capture_output=True, text=True,
+                         check=False)
     assert out.returncode != 0
     assert s3.get_object(Bucket=bucket, Key="run.log")["Body"].read() == b"start\n"
 
@@ -189,3 +190,19 @@ def test_no_session_is_opened_for_a_general_purpose_bucket(server, bucket, s3):
     ok(server.env(), "gen", f"s3://{bucket}/g", "--samples", "4", "--classes", "1", "--size", "2KB")
     ok(server.env(), "ls", f"s3://{bucket}/g/")
     assert counters(server.endpoint).get("CreateSession", 0) == before
+
+
+def test_the_aws_cli_and_bucketload_share_a_directory_bucket(aws_cli, server, dbucket, tmp_path):
+    """The AWS CLI (botocore's own S3 Express support) writes, bucketload reads, and back."""
+    from test_server_awscli import aws
+
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(9 * 1024 * 1024 + 5))
+    aws(aws_cli, server, "s3", "cp", str(big), f"s3://{dbucket}/in/big.bin")
+    ok(server.env(), "cp", f"s3://{dbucket}/in/big.bin", str(tmp_path / "back.bin"))
+    assert (tmp_path / "back.bin").read_bytes() == big.read_bytes()
+    ok(server.env(), "cp", str(big), f"s3://{dbucket}/out/big.bin")
+    listing = aws(aws_cli, server, "s3", "ls", "--recursive", f"s3://{dbucket}/")
+    assert "in/big.bin" in listing and "out/big.bin" in listing, listing
+    aws(aws_cli, server, "s3", "cp", f"s3://{dbucket}/out/big.bin", str(tmp_path / "aws.bin"))
+    assert (tmp_path / "aws.bin").read_bytes() == big.read_bytes()
