@@ -51,6 +51,8 @@ pub struct LoggedWaitPercentiles {
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(default)]
 pub struct RunConfig {
+    /// The dataset's URI (the first, when several were mixed).
+    pub dataset: Option<String>,
     /// `files`, `shards` or `indexed`.
     pub format: Option<String>,
     pub cache: Option<bool>,
@@ -60,6 +62,23 @@ pub struct RunConfig {
     pub compute_ms: Option<f64>,
     /// Whether samples were decoded into images (false: raw bytes).
     pub decode: Option<bool>,
+}
+
+impl RunConfig {
+    /// The format, and `express` when the dataset is in an S3 Express One Zone directory
+    /// bucket: the same workload there is another row of the workshop's comparison.
+    fn what(&self) -> Vec<String> {
+        let mut parts = vec![self.format.clone().unwrap_or_else(|| "?".into())];
+        let bucket = self
+            .dataset
+            .as_deref()
+            .and_then(|d| d.strip_prefix("s3://"))
+            .map(|rest| rest.split('/').next().unwrap_or(""));
+        if bucket.is_some_and(bucketload_store::is_directory_bucket) {
+            parts.push("express".into());
+        }
+        parts
+    }
 }
 
 /// `ckpt`: checkpoint saves (and loads, when measured).
@@ -128,13 +147,14 @@ impl RunLog {
         self.requests.as_ref().map(|r| r.values().sum())
     }
 
-    /// What was read and how, without the knobs (format · cache · decoded or raw), so runs of
-    /// different tools on the same workload share a group; the run's label without a `config`.
+    /// What was read and how, without the knobs (format · where · cache · decoded or raw), so
+    /// runs of different tools on the same workload share a group; the run's label without a
+    /// `config`.
     pub fn workload_label(&self) -> String {
         let Some(c) = self.config.as_ref() else {
             return self.label().to_string();
         };
-        let mut parts = vec![c.format.clone().unwrap_or_else(|| "?".into())];
+        let mut parts = c.what();
         if c.cache == Some(true) {
             parts.push("cached".into());
         }
@@ -149,7 +169,7 @@ impl RunLog {
     /// The configuration in a few words, when the log has a `config`.
     pub fn config_words(&self) -> Option<String> {
         let c = self.config.as_ref()?;
-        let mut parts = vec![c.format.clone().unwrap_or_else(|| "?".into())];
+        let mut parts = c.what();
         match c.cache {
             Some(true) => parts.push("cached".into()),
             Some(false) => parts.push("uncached".into()),
@@ -339,6 +359,24 @@ mod tests {
         assert_eq!(runs[2].config_words().unwrap(), "files · raw");
         assert_eq!(runs[2].workload_label(), "files · raw");
         assert_eq!(runs[1].workload_label(), "?");
+    }
+
+    /// The same files read from a general purpose bucket and from a directory bucket are two
+    /// workloads, each with its bar, not one bar drawn twice.
+    #[test]
+    fn a_directory_bucket_is_its_own_workload() {
+        let runs = parse_runs(
+            r#"[{"config":{"dataset":"s3://demo/train","format":"files","decode":false}},
+                {"config":{"dataset":"s3://demo--use1-az4--x-s3/train","format":"files",
+                           "cache":false,"decode":false}}]"#,
+        )
+        .unwrap();
+        assert_eq!(runs[0].workload_label(), "files · raw");
+        assert_eq!(runs[1].workload_label(), "files · express · raw");
+        assert_eq!(
+            runs[1].config_words().unwrap(),
+            "files · express · uncached · raw"
+        );
     }
 
     #[test]
