@@ -32,33 +32,7 @@ pub struct Appended {
 
 /// Whether `bucket` is named as an S3 Express One Zone directory bucket, `base--zone--x-s3`.
 pub fn is_directory_bucket(bucket: &str) -> bool {
-    let Some(rest) = bucket.strip_suffix("--x-s3") else {
-        return false;
-    };
-    let Some((base, zone)) = rest.rsplit_once("--") else {
-        return false;
-    };
-    !base.is_empty()
-        && !zone.is_empty()
-        && !zone.starts_with('-')
-        && !zone.ends_with('-')
-        && zone
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-}
-
-/// `key` percent-encoded for a URL path: every byte but the unreserved ones and `/`.
-fn encode_key(key: &str) -> String {
-    let mut out = String::with_capacity(key.len());
-    for b in key.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+    crate::express::zone_of(bucket).is_some()
 }
 
 fn error_code(body: &[u8]) -> Option<String> {
@@ -91,7 +65,7 @@ impl Store {
         let url = format!(
             "{}/{}",
             bucket_url(self).trim_end_matches('/'),
-            encode_key(key)
+            crate::exact::encode_key(key)
         );
         let len = data.len() as u64;
         let mut headers = HeaderMap::new();

@@ -71,7 +71,7 @@ impl Store {
 }
 
 /// `key` percent-encoded for a URL path: every byte but the unreserved ones and `/`.
-fn encode_key(key: &str) -> String {
+pub(crate) fn encode_key(key: &str) -> String {
     let mut out = String::with_capacity(key.len());
     for b in key.bytes() {
         match b {

@@ -402,7 +402,7 @@ impl Express {
     /// ([`is_copy`]).
     pub(crate) async fn sign_without_session(
         &self,
-        mut request: HttpRequest,
+        request: HttpRequest,
         payload_sha256: &str,
     ) -> Result<HttpRequest, HttpError> {
         let base = self
@@ -415,33 +415,37 @@ impl Express {
             secret: base.secret_key.clone(),
             token: base.token.clone(),
         };
-        strip_signature(&mut request);
-        let (method, url) = (request.method().clone(), request.uri().clone());
-        let params = SignParams {
-            method: &method,
-            url: &url,
-            payload_sha256,
-            region: &self.region,
-            service: "s3express",
-            now: Utc::now(),
-        };
-        sigv4::sign(request.headers_mut(), &params, &base).map_err(|e| {
-            self.error(
-                HttpErrorKind::Unknown,
-                format!("the credentials contain invalid characters: {e}"),
-                false,
-            )
-        })?;
-        Ok(request)
+        self.signed(request, payload_sha256, &base, TokenHeader::Security)
+            .map_err(|e| format!("the credentials contain invalid characters: {e}"))
+            .map_err(|reason| self.error(HttpErrorKind::Unknown, reason, false))
     }
 
     /// `request` signed with `session`: any signature it carried is replaced.
     pub(crate) fn sign(
         &self,
-        mut request: HttpRequest,
+        request: HttpRequest,
         held: &Held,
         payload_sha256: &str,
     ) -> Result<HttpRequest, HttpError> {
+        self.signed(
+            request,
+            payload_sha256,
+            &held.session.credentials,
+            TokenHeader::S3Session,
+        )
+        .map_err(|e| format!("the session's credentials contain invalid characters: {e}"))
+        .map_err(|reason| self.error(HttpErrorKind::Unknown, reason, false))
+    }
+
+    /// `request` with whatever signature it carried replaced by one with `credentials`, for
+    /// the service `s3express`, their token (if any) in `token`.
+    fn signed(
+        &self,
+        mut request: HttpRequest,
+        payload_sha256: &str,
+        credentials: &Credentials,
+        token: TokenHeader,
+    ) -> Result<HttpRequest, http::header::InvalidHeaderValue> {
         strip_signature(&mut request);
         let (method, url) = (request.method().clone(), request.uri().clone());
         let params = SignParams {
@@ -452,19 +456,7 @@ impl Express {
             service: "s3express",
             now: Utc::now(),
         };
-        sigv4::sign_with(
-            request.headers_mut(),
-            &params,
-            &held.session.credentials,
-            TokenHeader::S3Session,
-        )
-        .map_err(|e| {
-            self.error(
-                HttpErrorKind::Unknown,
-                format!("the session's credentials contain invalid characters: {e}"),
-                false,
-            )
-        })?;
+        sigv4::sign_with(request.headers_mut(), &params, credentials, token)?;
         Ok(request)
     }
 }

@@ -102,7 +102,7 @@ impl Store {
         let object = format!(
             "{}/{}",
             base.trim_end_matches('/'),
-            encode_key(&self.full_key(key))
+            crate::exact::encode_key(&self.full_key(key))
         );
         let mut url = url::Url::parse(&object).map_err(|e| self.invalid(&e))?;
         url.query_pairs_mut().append_pair("uploadId", upload_id);
@@ -126,7 +126,7 @@ impl Store {
         let object = format!(
             "{}/{}",
             bucket_url(self).trim_end_matches('/'),
-            encode_key(&self.full_key(&marker))
+            crate::exact::encode_key(&self.full_key(&marker))
         );
         let url = url::Url::parse(&object).map_err(|e| self.invalid(&e))?;
         let client = self.http_client()?;
@@ -201,20 +201,6 @@ impl Store {
     }
 }
 
-/// Percent-encodes a key for a URL path, keeping `/` between segments.
-fn encode_key(key: &str) -> String {
-    let mut out = String::with_capacity(key.len());
-    for b in key.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -245,7 +231,7 @@ mod tests {
 
     #[test]
     fn keys_are_encoded_segment_by_segment() {
-        assert_eq!(encode_key("a b/ü.pt"), "a%20b/%C3%BC.pt");
-        assert_eq!(encode_key("ck/step-1.pt"), "ck/step-1.pt");
+        assert_eq!(crate::exact::encode_key("a b/ü.pt"), "a%20b/%C3%BC.pt");
+        assert_eq!(crate::exact::encode_key("ck/step-1.pt"), "ck/step-1.pt");
     }
 }
