@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import _binary
-from test_mount import _mounted, _require_fuse, _wait
+from test_mount import mounter
 from test_server_sessions import counters, express_client
 
 
@@ -130,24 +130,11 @@ def test_checkpoints_save_load_list_prune(server, dbucket, tmp_path):
 
 
 @pytest.fixture
-def dmount(server, dbucket, tmp_path):
-    _require_fuse()
-    point = (tmp_path / "mnt").resolve()
-    point.mkdir()
-    done = []
-
-    def start(bucket: str, *flags: str) -> Path:
-        subprocess.run([_binary(), "mount", f"s3://{bucket}", str(point), "--part-size", "5MiB", *flags],
-                       env=server.env(), check=True, capture_output=True)
-        assert _mounted(point)
-        done.append(point)
-        return point
-
+def dmount(server, tmp_path):
+    """Mounts a bucket (named by the test) on a temporary directory; unmounts after the test."""
+    start, stop = mounter(server, tmp_path)
     yield start
-    for p in done:
-        if _mounted(p):
-            subprocess.run(["fusermount3", "-u", str(p)], check=True)
-        _wait("the mount is gone", lambda p=p: not _mounted(p))
+    stop()
 
 
 def test_the_mount_appends_on_a_directory_bucket(server, dbucket, dmount):

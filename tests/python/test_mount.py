@@ -40,15 +40,15 @@ def _wait(what: str, cond) -> None:
         time.sleep(0.01)
 
 
-@pytest.fixture
-def mount(server, bucket, tmp_path):
-    """Mounts s3://<bucket> on a temporary directory; unmounts after the test."""
+def mounter(server, tmp_path):
+    """A function mounting `s3://<bucket>` on a temporary directory, and one unmounting what
+    it mounted."""
     _require_fuse()
     point = (tmp_path / "mnt").resolve()
     point.mkdir()
     done = []
 
-    def start(*flags: str) -> Path:
+    def start(bucket: str, *flags: str) -> Path:
         subprocess.run(
             [_binary(), "mount", f"s3://{bucket}", str(point), "--part-size", "5MiB", *flags],
             env=server.env(), check=True, capture_output=True,
@@ -57,11 +57,21 @@ def mount(server, bucket, tmp_path):
         done.append(point)
         return point
 
-    yield start
-    for p in done:
-        if _mounted(p):
-            subprocess.run(["fusermount3", "-u", str(p)], check=True)
-        _wait("the mount is gone", lambda: not _mounted(p))
+    def stop() -> None:
+        for p in done:
+            if _mounted(p):
+                subprocess.run(["fusermount3", "-u", str(p)], check=True)
+            _wait("the mount is gone", lambda p=p: not _mounted(p))
+
+    return start, stop
+
+
+@pytest.fixture
+def mount(server, bucket, tmp_path):
+    """Mounts s3://<bucket> on a temporary directory; unmounts after the test."""
+    start, stop = mounter(server, tmp_path)
+    yield lambda *flags: start(bucket, *flags)
+    stop()
 
 
 def _jpeg(seed: int) -> bytes:
