@@ -94,6 +94,37 @@ def test_loader_streams_and_indexes_the_shards(dataset, fmt):
         assert all(bytes(s["jpg"]) == members[s["__key__"]] for s in samples)
 
 
+def test_loader_resumes_mid_epoch_with_nothing_repeated_or_skipped(dataset):
+    _, bucket, files, _ = dataset
+    uri = f"s3://{bucket}/train"
+    loader = bucketload.Loader(uri, format="files", decode=False, batch_size=100, seed=6)
+    batches = iter(loader)
+    first = [s["__key__"] for _ in range(4) for s in next(batches)]
+    state = loader.state_dict()
+    resumed = bucketload.Loader(uri, format="files", decode=False, batch_size=100, seed=6)
+    resumed.load_state_dict(state)
+    rest = [s["__key__"] for s in _samples(resumed)]
+    assert len(first) == 400 and len(first) + len(rest) == SAMPLES
+    assert sorted("train/" + k for k in first + rest) == sorted(files)
+
+
+def _key_and_members(sample):
+    return sample.key, {ext: bytes(data) for ext, data in sample.members.items()}
+
+
+@pytest.mark.parametrize("fmt", ["shards", "indexed"])
+def test_s3torch_iterable_dataset_over_shards_in_workers(dataset, env, fmt):  # noqa: F811
+    from torch.utils.data import DataLoader
+
+    _, bucket, files, _ = dataset
+    ds = S3IterableDataset.from_prefix(f"s3://{bucket}/shards", region="us-east-1",
+                                       endpoint=env["AWS_ENDPOINT_URL"], format=fmt,
+                                       enable_sharding=True, transform=_key_and_members)
+    got = list(DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork"))
+    assert len(got) == SAMPLES and len({k for k, _ in got}) == SAMPLES
+    assert sorted(m["jpg"] for _, m in got) == sorted(files.values())
+
+
 def test_decoded_batches_from_a_directory_bucket(dataset):
     _, bucket, _, _ = dataset
     loader = bucketload.Loader(f"s3://{bucket}/train", batch_size=128, image_size=16,
