@@ -94,20 +94,6 @@ def test_loader_streams_and_indexes_the_shards(dataset, fmt):
         assert all(bytes(s["jpg"]) == members[s["__key__"]] for s in samples)
 
 
-def test_loader_resumes_mid_epoch_with_nothing_repeated_or_skipped(dataset):
-    _, bucket, files, _ = dataset
-    uri = f"s3://{bucket}/train"
-    loader = bucketload.Loader(uri, format="files", decode=False, batch_size=100, seed=6)
-    batches = iter(loader)
-    first = [s["__key__"] for _ in range(4) for s in next(batches)]
-    state = loader.state_dict()
-    resumed = bucketload.Loader(uri, format="files", decode=False, batch_size=100, seed=6)
-    resumed.load_state_dict(state)
-    rest = [s["__key__"] for s in _samples(resumed)]
-    assert len(first) == 400 and len(first) + len(rest) == SAMPLES
-    assert sorted("train/" + k for k in first + rest) == sorted(files)
-
-
 def _key_and_members(sample):
     return sample.key, {ext: bytes(data) for ext, data in sample.members.items()}
 
