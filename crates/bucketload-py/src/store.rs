@@ -157,16 +157,21 @@ impl NativeStore {
     /// The objects whose keys start with `prefix` (relative to the store's prefix, any string:
     /// `train/class_0` matches `train/class_0/a.jpg` and `train/class_001.jpg`) as
     /// `(key, size)`, in key order, page by page. Keys are as the store holds them; folder
-    /// markers (keys ending in `/`) are left out.
+    /// markers (keys ending in `/`) are left out. A directory bucket lists only prefixes
+    /// ending in `/`: there the folder the prefix is in is listed, and its keys filtered.
     fn list_prefix(&self, py: Python<'_>, prefix: &str) -> PyResult<Vec<Object>> {
         let this = self.store.get("store")?;
-        let pages = this.list_pages(prefix, false);
+        let listed_prefix = match this.is_directory_bucket() {
+            true => &prefix[..prefix.rfind('/').map_or(0, |i| i + 1)],
+            false => prefix,
+        };
+        let pages = this.list_pages(listed_prefix, false);
         let listed = py.detach(|| self.rt.block_on(pages.try_collect::<Vec<_>>()));
         let pages = listed.map_err(errors::store)?;
         let mut objects: Vec<Object> = pages
             .into_iter()
             .flat_map(|page| page.objects)
-            .filter(|l| l.kind() != ListedKind::Folder)
+            .filter(|l| l.kind() != ListedKind::Folder && l.key.starts_with(prefix))
             .map(|l| (l.key, l.size))
             .collect();
         // S3 lists in key order; local folders list in directory order.
