@@ -293,3 +293,20 @@ def test_s3torch_checkpoint_round_trip(server, env):  # noqa: F811
     assert torch.equal(torch.load(io.BytesIO(
         s3.get_object(Bucket=bucket, Key="run/small.ckpt")["Body"].read()))["w"], torch.arange(64.0))
     assert not s3.list_multipart_uploads(Bucket=bucket).get("Uploads")
+
+
+def test_loader_resumes_mid_epoch_with_nothing_repeated_or_skipped(dataset):
+    """A second loader opened while the first is mid-epoch (its fetch stage waiting for its
+    consumer) resumes from the first's state. It used to hang at open: a request of the first
+    loader queued for the bucket's session, and left unpolled, held the session's lock."""
+    _, bucket, files, _ = dataset
+    uri = f"s3://{bucket}/train"
+    loader = bucketload.Loader(uri, format="files", decode=False, batch_size=100, seed=6)
+    batches = iter(loader)
+    first = [s["__key__"] for _ in range(4) for s in next(batches)]
+    state = loader.state_dict()
+    resumed = bucketload.Loader(uri, format="files", decode=False, batch_size=100, seed=6)
+    resumed.load_state_dict(state)
+    rest = [s["__key__"] for s in _samples(resumed)]
+    assert len(first) == 400 and len(first) + len(rest) == SAMPLES
+    assert sorted("train/" + k for k in first + rest) == sorted(files)

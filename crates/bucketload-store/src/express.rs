@@ -167,30 +167,47 @@ impl Session {
 }
 
 /// One bucket's session in the process-wide cache: fetched by one task at a time.
+///
+/// A fresh session is taken under a plain lock, never awaited: a task queued on an async lock
+/// and then left unpolled (a loader's fetch stage is polled only while its consumer asks for
+/// a batch) would hold the lock's next turn and stall every other task of the process, other
+/// loaders' included. Only a fetch waits on the async lock, so that one task fetches.
 #[derive(Debug, Default)]
 struct Slot {
-    session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    session: Mutex<Option<Arc<Session>>>,
+    fetching: tokio::sync::Mutex<()>,
 }
 
 impl Slot {
+    fn fresh(&self) -> Option<Arc<Session>> {
+        let session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
+        session
+            .as_ref()
+            .filter(|s| s.is_fresh(Instant::now()))
+            .map(Arc::clone)
+    }
+
     /// The cached session if fresh, else the one `fetch` makes (tasks arriving meanwhile wait
     /// for it and take it).
     async fn get<E, Fut>(&self, fetch: impl FnOnce() -> Fut) -> Result<Arc<Session>, E>
     where
         Fut: Future<Output = Result<Session, E>>,
     {
-        let mut session = self.session.lock().await;
-        if let Some(s) = session.as_ref().filter(|s| s.is_fresh(Instant::now())) {
-            return Ok(Arc::clone(s));
+        if let Some(s) = self.fresh() {
+            return Ok(s);
+        }
+        let _fetching = self.fetching.lock().await;
+        if let Some(s) = self.fresh() {
+            return Ok(s);
         }
         let fresh = Arc::new(fetch().await?);
-        *session = Some(Arc::clone(&fresh));
+        *self.session.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&fresh));
         Ok(fresh)
     }
 
     /// Forgets `stale` (refused as expired), unless another task has replaced it already.
     async fn expired(&self, stale: &Arc<Session>) {
-        let mut session = self.session.lock().await;
+        let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
         if session.as_ref().is_some_and(|s| Arc::ptr_eq(s, stale)) {
             *session = None;
         }
@@ -761,7 +778,7 @@ mod tests {
                 .unwrap()
             }));
         }
-        while Arc::strong_count(&slot) > 1 && slot.session.try_lock().is_ok() {
+        while Arc::strong_count(&slot) > 1 && slot.fetching.try_lock().is_ok() {
             tokio::task::yield_now().await;
         }
         release.send(true).unwrap();
@@ -804,7 +821,28 @@ mod tests {
         // A failed fetch leaves nothing behind.
         let slot = Slot::default();
         assert!(slot.get(|| async { Err::<Session, _>(()) }).await.is_err());
-        assert!(slot.session.lock().await.is_none());
+        assert!(slot.session.lock().unwrap().is_none());
+    }
+
+    /// A task that queued for a fetch and is then never polled again (a loader's fetch stage
+    /// waits for its consumer, which may be busy with another loader) must not keep the other
+    /// tasks of the process from a fresh session: they never wait on the fetch's lock.
+    #[tokio::test]
+    async fn a_fresh_session_is_served_while_a_fetch_is_stuck() {
+        use futures::FutureExt;
+        let slot = Slot::default();
+        let made = slot
+            .get(|| async { Ok::<_, ()>(session(Duration::from_secs(300))) })
+            .await
+            .unwrap();
+        let stuck = slot.fetching.lock().await;
+        let fresh = slot
+            .get(|| async { Ok::<_, ()>(session(Duration::from_secs(300))) })
+            .now_or_never()
+            .expect("a fresh session is served at once")
+            .unwrap();
+        assert!(Arc::ptr_eq(&made, &fresh));
+        drop(stuck);
     }
 
     #[test]
