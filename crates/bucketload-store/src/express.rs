@@ -14,8 +14,9 @@
 //!   signed.
 //! - Sessions live in one process-wide cache keyed by (endpoint, bucket, access key id), so
 //!   every store and every request of the process, object_store's and bucketload's own signed
-//!   requests alike, share one session per bucket. A fetch is single-flight: tasks that need
-//!   a session while another fetches wait for its result. A session is fetched again when
+//!   requests alike, share one session per bucket. A fetch is single-flight and runs as a
+//!   task of its own: tasks that need a session meanwhile wait for its outcome, and none of
+//!   them, the one that started it included, has to be polled for it to finish. A session is fetched again when
 //!   less than [`REFRESH_BEFORE`] (or a fifth of its life, for short sessions) is left, and at
 //!   once when the bucket answers `ExpiredToken` (or `InvalidToken`: a server that forgot it);
 //!   the refused request is then sent once more.
@@ -166,50 +167,145 @@ impl Session {
     }
 }
 
-/// One bucket's session in the process-wide cache: fetched by one task at a time.
+/// Why a fetch gave no session, shareable with every task that waited for it.
+#[derive(Debug, Clone)]
+enum Failed {
+    /// CreateSession's own answer (no such bucket, a server error, throttling).
+    Answer {
+        status: StatusCode,
+        headers: Box<HeaderMap>,
+        body: bytes::Bytes,
+    },
+    /// CreateSession could not be sent, or was refused.
+    Error(HttpErrorKind, SessionError),
+}
+
+impl From<Failed> for NoSession {
+    fn from(failed: Failed) -> NoSession {
+        match failed {
+            Failed::Answer {
+                status,
+                headers,
+                body,
+            } => {
+                let mut response = http::Response::new(body);
+                *response.status_mut() = status;
+                *response.headers_mut() = *headers;
+                let (parts, body) = response.into_parts();
+                NoSession::Answer(HttpResponse::from_parts(parts, body.into()))
+            }
+            Failed::Error(kind, error) => NoSession::Error(HttpError::new(kind, error)),
+        }
+    }
+}
+
+/// What the tasks waiting for a fetch see: nothing yet, then its outcome.
+type Outcome = Option<Result<Arc<Session>, Failed>>;
+
+/// One bucket's session in the process-wide cache, and the fetch of its next one if any.
+#[derive(Debug, Default)]
+struct SlotState {
+    session: Option<Arc<Session>>,
+    fetch: Option<tokio::sync::watch::Receiver<Outcome>>,
+}
+
+/// One bucket's session in the process-wide cache.
 ///
-/// A fresh session is taken under a plain lock, never awaited: a task queued on an async lock
-/// and then left unpolled (a loader's fetch stage is polled only while its consumer asks for
-/// a batch) would hold the lock's next turn and stall every other task of the process, other
-/// loaders' included. Only a fetch waits on the async lock, so that one task fetches.
+/// A fresh session is taken under a plain lock, never awaited. A fetch runs as a task of its
+/// own, and the tasks that need the session meanwhile wait on a watch channel for its outcome:
+/// no task holds a turn that others queue behind. A task left unpolled (a loader's fetch stage
+/// is polled only while its consumer asks for a batch) therefore delays nobody, whether it
+/// started the fetch or was waiting for one.
 #[derive(Debug, Default)]
 struct Slot {
-    session: Mutex<Option<Arc<Session>>>,
-    fetching: tokio::sync::Mutex<()>,
+    state: Mutex<SlotState>,
 }
 
 impl Slot {
-    fn fresh(&self) -> Option<Arc<Session>> {
-        let session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
-        session
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn fresh(state: &SlotState) -> Option<Arc<Session>> {
+        state
+            .session
             .as_ref()
             .filter(|s| s.is_fresh(Instant::now()))
             .map(Arc::clone)
     }
 
-    /// The cached session if fresh, else the one `fetch` makes (tasks arriving meanwhile wait
-    /// for it and take it).
-    async fn get<E, Fut>(&self, fetch: impl FnOnce() -> Fut) -> Result<Arc<Session>, E>
+    /// The cached session if fresh, else the outcome of the fetch under way, else of one
+    /// `fetch` starts. Every task that asks while a fetch is under way gets its outcome, a
+    /// failure included (the next request after it starts another fetch).
+    async fn get<Fut>(self: &Arc<Self>, fetch: impl Fn() -> Fut) -> Result<Arc<Session>, Failed>
     where
-        Fut: Future<Output = Result<Session, E>>,
+        Fut: Future<Output = Result<Session, Failed>> + Send + 'static,
     {
-        if let Some(s) = self.fresh() {
-            return Ok(s);
+        loop {
+            let runtime = tokio::runtime::Handle::try_current();
+            let under_way = {
+                let mut state = self.lock();
+                if let Some(s) = Self::fresh(&state) {
+                    return Ok(s);
+                }
+                match (&state.fetch, &runtime) {
+                    (Some(under_way), _) => Some(under_way.clone()),
+                    // No runtime to run the fetch on: this task fetches for itself.
+                    (None, Err(_)) => None,
+                    (None, Ok(runtime)) => {
+                        let (tell, outcome) = tokio::sync::watch::channel(None);
+                        state.fetch = Some(outcome.clone());
+                        let (slot, fetched) = (Arc::clone(self), fetch());
+                        runtime.spawn(async move {
+                            let outcome = slot.finish(fetched.await);
+                            slot.lock().fetch = None;
+                            let _ = tell.send(Some(outcome));
+                        });
+                        Some(outcome)
+                    }
+                }
+            };
+            let Some(mut outcome) = under_way else {
+                return self.finish(fetch().await);
+            };
+            let waited = outcome
+                .wait_for(Option::is_some)
+                .await
+                .map(|done| done.clone());
+            match waited {
+                Ok(Some(done)) => return done,
+                Ok(None) | Err(_) => {
+                    // The fetch's task ended without an outcome: its runtime shut down (a
+                    // runtime of one call, from Python). Forget it and fetch again.
+                    let mut state = self.lock();
+                    if state
+                        .fetch
+                        .as_ref()
+                        .is_some_and(|f| f.same_channel(&outcome))
+                    {
+                        state.fetch = None;
+                    }
+                }
+            }
         }
-        let _fetching = self.fetching.lock().await;
-        if let Some(s) = self.fresh() {
-            return Ok(s);
-        }
-        let fresh = Arc::new(fetch().await?);
-        *self.session.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&fresh));
+    }
+
+    /// Caches a fetched session.
+    fn finish(&self, fetched: Result<Session, Failed>) -> Result<Arc<Session>, Failed> {
+        let fresh = Arc::new(fetched?);
+        self.lock().session = Some(Arc::clone(&fresh));
         Ok(fresh)
     }
 
     /// Forgets `stale` (refused as expired), unless another task has replaced it already.
-    async fn expired(&self, stale: &Arc<Session>) {
-        let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
-        if session.as_ref().is_some_and(|s| Arc::ptr_eq(s, stale)) {
-            *session = None;
+    fn expired(&self, stale: &Arc<Session>) {
+        let mut state = self.lock();
+        if state
+            .session
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, stale))
+        {
+            state.session = None;
         }
     }
 }
@@ -275,21 +371,24 @@ impl Express {
         &self.bucket
     }
 
-    fn error(&self, kind: HttpErrorKind, reason: String, refused: bool) -> HttpError {
-        let error = SessionError {
+    fn failure(&self, reason: String, refused: bool) -> SessionError {
+        SessionError {
             bucket: self.bucket.clone(),
             reason,
             refused,
-        };
-        HttpError::new(kind, error)
+        }
+    }
+
+    fn error(&self, kind: HttpErrorKind, reason: String, refused: bool) -> HttpError {
+        HttpError::new(kind, self.failure(reason, refused))
     }
 
     /// The session to sign a request with: the cached one, or one CreateSession (sent with
     /// `send`) opens.
-    pub(crate) async fn session<F, Fut>(&self, send: F) -> Result<Held, NoSession>
+    pub(crate) async fn session<F, Fut>(self: &Arc<Self>, send: F) -> Result<Held, NoSession>
     where
-        F: FnOnce(HttpRequest) -> Fut,
-        Fut: Future<Output = Result<HttpResponse, HttpError>>,
+        F: Fn(HttpRequest) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<HttpResponse, HttpError>> + Send,
     {
         let base = self.credentials.get_credential().await.map_err(|e| {
             // Keeps the credential source's own error in the chain (see `crate::error`).
@@ -307,27 +406,27 @@ impl Express {
             token: base.token.clone(),
         };
         let slot = slot(key);
-        let session = slot.get(|| self.create_session(&base, send)).await?;
+        let fetch = || {
+            let (express, base, send) = (Arc::clone(self), base.clone(), send.clone());
+            async move { express.create_session(&base, send).await }
+        };
+        let session = slot.get(fetch).await?;
         Ok(Held { slot, session })
     }
 
     /// Forgets `held`'s session, which the bucket refused as expired: the next request opens
     /// another.
-    pub(crate) async fn expired(&self, held: &Held) {
-        held.slot.expired(&held.session).await;
+    pub(crate) fn expired(&self, held: &Held) {
+        held.slot.expired(&held.session);
     }
 
     /// CreateSession, signed with `base`.
-    async fn create_session<F, Fut>(
-        &self,
-        base: &Credentials,
-        send: F,
-    ) -> Result<Session, NoSession>
+    async fn create_session<F, Fut>(&self, base: &Credentials, send: F) -> Result<Session, Failed>
     where
         F: FnOnce(HttpRequest) -> Fut,
         Fut: Future<Output = Result<HttpResponse, HttpError>>,
     {
-        let invalid = |e: String| NoSession::Error(self.error(HttpErrorKind::Unknown, e, false));
+        let invalid = |e: String| Failed::Error(HttpErrorKind::Unknown, self.failure(e, false));
         let mut headers = HeaderMap::new();
         let params = SignParams {
             method: &Method::GET,
@@ -347,7 +446,7 @@ impl Express {
         *request.headers_mut() = headers;
         let sent = Instant::now();
         let failed = |e: HttpError| {
-            NoSession::Error(self.error(e.kind(), crate::error::chain_text(&e), false))
+            Failed::Error(e.kind(), self.failure(crate::error::chain_text(&e), false))
         };
         let response = send(request).await.map_err(failed)?;
         let (parts, body) = response.into_parts();
@@ -364,16 +463,16 @@ impl Express {
                     (Some(code), None) => code,
                     _ => status.to_string(),
                 };
-                return Err(NoSession::Error(self.error(
+                return Err(Failed::Error(
                     HttpErrorKind::Unknown,
-                    reason,
-                    true,
-                )));
+                    self.failure(reason, true),
+                ));
             }
-            return Err(NoSession::Answer(HttpResponse::from_parts(
-                parts,
-                body.into(),
-            )));
+            return Err(Failed::Answer {
+                status,
+                headers: Box::new(parts.headers),
+                body,
+            });
         }
         let date = parts
             .headers
@@ -757,6 +856,40 @@ mod tests {
         )
     }
 
+    /// A fetch that waits until `gate` opens, counting itself in `fetches`.
+    fn gated(
+        fetches: &Arc<AtomicU64>,
+        gate: &tokio::sync::watch::Receiver<bool>,
+    ) -> impl Fn() -> std::pin::Pin<Box<dyn Future<Output = Result<Session, Failed>> + Send>> + use<>
+    {
+        let (fetches, gate) = (Arc::clone(fetches), gate.clone());
+        move || {
+            let (fetches, mut gate) = (Arc::clone(&fetches), gate.clone());
+            Box::pin(async move {
+                fetches.fetch_add(1, Ordering::SeqCst);
+                // Held until the test lets go: the tasks asking meanwhile wait for it.
+                let _ = gate.wait_for(|open| *open).await;
+                Ok(session(Duration::from_secs(300)))
+            })
+        }
+    }
+
+    fn failure() -> Failed {
+        let refused = SessionError {
+            bucket: "b--use1-az4--x-s3".into(),
+            reason: "AccessDenied".into(),
+            refused: true,
+        };
+        Failed::Error(HttpErrorKind::Unknown, refused)
+    }
+
+    /// A hang shows as a failure rather than a test that never ends.
+    async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(20), f)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: still waiting after 20 s"))
+    }
+
     /// Many tasks needing a session at once: one fetch, every task gets its session.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_requests_wait_for_one_fetch() {
@@ -765,26 +898,16 @@ mod tests {
         let (release, released) = tokio::sync::watch::channel(false);
         let mut tasks = Vec::new();
         for _ in 0..16 {
-            let (slot, fetches, mut released) =
-                (Arc::clone(&slot), Arc::clone(&fetches), released.clone());
-            tasks.push(tokio::spawn(async move {
-                slot.get(|| async move {
-                    fetches.fetch_add(1, Ordering::SeqCst);
-                    // Held until the test lets go: the tasks asking meanwhile wait for it.
-                    released.wait_for(|r| *r).await.unwrap();
-                    Ok::<_, ()>(session(Duration::from_secs(300)))
-                })
-                .await
-                .unwrap()
-            }));
+            let (slot, fetch) = (Arc::clone(&slot), gated(&fetches, &released));
+            tasks.push(tokio::spawn(async move { slot.get(fetch).await.unwrap() }));
         }
-        while Arc::strong_count(&slot) > 1 && slot.fetching.try_lock().is_ok() {
+        while fetches.load(Ordering::SeqCst) == 0 {
             tokio::task::yield_now().await;
         }
         release.send(true).unwrap();
         let mut sessions = Vec::new();
         for task in tasks {
-            sessions.push(task.await.unwrap());
+            sessions.push(within("a task", task).await.unwrap());
         }
         assert_eq!(fetches.load(Ordering::SeqCst), 1);
         assert!(sessions.iter().all(|s| Arc::ptr_eq(s, &sessions[0])));
@@ -792,57 +915,156 @@ mod tests {
 
     #[tokio::test]
     async fn expired_sessions_are_replaced_once_and_failures_not_cached() {
-        let slot = Slot::default();
-        let fetches = AtomicU64::new(0);
-        let fetch = || async {
-            fetches.fetch_add(1, Ordering::SeqCst);
-            Ok::<_, ()>(session(Duration::from_secs(300)))
-        };
-        let first = slot.get(fetch).await.unwrap();
-        let again = slot.get(fetch).await.unwrap();
+        let slot = Arc::new(Slot::default());
+        let fetches = Arc::new(AtomicU64::new(0));
+        let (_open, gate) = tokio::sync::watch::channel(true);
+        let fetch = gated(&fetches, &gate);
+        let first = slot.get(&fetch).await.unwrap();
+        let again = slot.get(&fetch).await.unwrap();
         assert!(Arc::ptr_eq(&first, &again));
         assert_eq!(fetches.load(Ordering::SeqCst), 1);
         // Two requests meet ExpiredToken with the same session: one new session, not two.
-        slot.expired(&first).await;
-        let second = slot.get(fetch).await.unwrap();
-        slot.expired(&first).await;
-        let still = slot.get(fetch).await.unwrap();
+        slot.expired(&first);
+        let second = slot.get(&fetch).await.unwrap();
+        slot.expired(&first);
+        let still = slot.get(&fetch).await.unwrap();
         assert!(Arc::ptr_eq(&second, &still));
         assert!(!Arc::ptr_eq(&first, &second));
         assert_eq!(fetches.load(Ordering::SeqCst), 2);
         // A session about to run out is fetched again before it does.
-        let slot = Slot::default();
+        let slot = Arc::new(Slot::default());
         let short = slot
-            .get(|| async { Ok::<_, ()>(session(Duration::ZERO)) })
+            .get(|| async { Ok(session(Duration::ZERO)) })
             .await
             .unwrap();
-        let next = slot.get(fetch).await.unwrap();
+        let next = slot.get(&fetch).await.unwrap();
         assert!(!Arc::ptr_eq(&short, &next));
-        // A failed fetch leaves nothing behind.
-        let slot = Slot::default();
-        assert!(slot.get(|| async { Err::<Session, _>(()) }).await.is_err());
-        assert!(slot.session.lock().unwrap().is_none());
+        // A failed fetch leaves nothing behind: the next request fetches again.
+        let slot = Arc::new(Slot::default());
+        assert!(slot.get(|| async { Err(failure()) }).await.is_err());
+        assert!(slot.lock().session.is_none() && slot.lock().fetch.is_none());
+        assert!(slot.get(&fetch).await.is_ok());
     }
 
-    /// A task that queued for a fetch and is then never polled again (a loader's fetch stage
-    /// waits for its consumer, which may be busy with another loader) must not keep the other
-    /// tasks of the process from a fresh session: they never wait on the fetch's lock.
+    /// Every task that waited for a failed fetch gets its failure: one CreateSession, not one
+    /// per waiting request.
     #[tokio::test]
-    async fn a_fresh_session_is_served_while_a_fetch_is_stuck() {
-        use futures::FutureExt;
-        let slot = Slot::default();
-        let made = slot
-            .get(|| async { Ok::<_, ()>(session(Duration::from_secs(300))) })
-            .await
+    async fn a_failed_fetch_fails_every_waiting_task_once() {
+        let slot = Arc::new(Slot::default());
+        let fetches = Arc::new(AtomicU64::new(0));
+        let (release, released) = tokio::sync::watch::channel(false);
+        let fetch = {
+            let (fetches, released) = (Arc::clone(&fetches), released.clone());
+            move || {
+                let (fetches, mut released) = (Arc::clone(&fetches), released.clone());
+                async move {
+                    fetches.fetch_add(1, Ordering::SeqCst);
+                    let _ = released.wait_for(|r| *r).await;
+                    Err(failure())
+                }
+            }
+        };
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let (slot, fetch) = (Arc::clone(&slot), fetch.clone());
+            tasks.push(tokio::spawn(async move { slot.get(fetch).await }));
+        }
+        // One thread: the spawned tasks all run (and wait) before this one goes on.
+        while fetches.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        release.send(true).unwrap();
+        for task in tasks {
+            let failed = within("a task", task).await.unwrap();
+            assert!(matches!(failed, Err(Failed::Error(_, ref e)) if e.is_refusal()));
+        }
+        assert_eq!(fetches.load(Ordering::SeqCst), 1);
+        assert!(slot.lock().session.is_none());
+    }
+
+    /// The task that started a fetch is polled once and then never again (a loader's fetch
+    /// stage waits for its consumer, which may be busy with another loader): the fetch still
+    /// finishes, and the other tasks of the process get its session.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fetch_finishes_while_the_task_that_started_it_is_never_polled() {
+        let slot = Arc::new(Slot::default());
+        let fetches = Arc::new(AtomicU64::new(0));
+        let (release, released) = tokio::sync::watch::channel(false);
+        let fetch = gated(&fetches, &released);
+        let mut starter = Box::pin(slot.get(&fetch));
+        assert!(futures::poll!(starter.as_mut()).is_pending());
+        let other = {
+            let (slot, fetch) = (Arc::clone(&slot), gated(&fetches, &released));
+            tokio::spawn(async move { slot.get(fetch).await.unwrap() })
+        };
+        release.send(true).unwrap();
+        let got = within("the other task", other).await.unwrap();
+        assert_eq!(fetches.load(Ordering::SeqCst), 1);
+        // The starter, polled at last, has the same session.
+        let started = within("the starter", starter).await.unwrap();
+        assert!(Arc::ptr_eq(&got, &started));
+    }
+
+    /// A task that started waiting for a fetch and is then never polled again holds no turn:
+    /// the tasks asking after it get the session as soon as it is fetched.
+    #[tokio::test]
+    async fn a_waiting_task_never_polled_again_delays_nobody() {
+        let slot = Arc::new(Slot::default());
+        let fetches = Arc::new(AtomicU64::new(0));
+        let (release, released) = tokio::sync::watch::channel(false);
+        let starter = {
+            let (slot, fetch) = (Arc::clone(&slot), gated(&fetches, &released));
+            tokio::spawn(async move { slot.get(fetch).await.unwrap() })
+        };
+        while fetches.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let fetch = gated(&fetches, &released);
+        let mut stalled = Box::pin(slot.get(&fetch));
+        assert!(futures::poll!(stalled.as_mut()).is_pending());
+        let later = {
+            let (slot, fetch) = (Arc::clone(&slot), gated(&fetches, &released));
+            tokio::spawn(async move { slot.get(fetch).await.unwrap() })
+        };
+        // One thread: the later task runs, and starts waiting, before this one goes on.
+        tokio::task::yield_now().await;
+        release.send(true).unwrap();
+        let first = within("the starter", starter).await.unwrap();
+        let second = within("the later task", later).await.unwrap();
+        assert!(Arc::ptr_eq(&first, &second));
+        assert_eq!(fetches.load(Ordering::SeqCst), 1);
+        drop(stalled);
+    }
+
+    /// A fetch whose runtime shut down before it finished (a runtime of one call, from Python)
+    /// is forgotten: the next request, on another runtime, fetches again rather than waiting
+    /// for ever.
+    #[test]
+    fn a_fetch_cut_off_by_its_runtime_is_started_again() {
+        let slot = Arc::new(Slot::default());
+        let fetches = Arc::new(AtomicU64::new(0));
+        let (_never, closed) = tokio::sync::watch::channel(false);
+        let first = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
             .unwrap();
-        let stuck = slot.fetching.lock().await;
-        let fresh = slot
-            .get(|| async { Ok::<_, ()>(session(Duration::from_secs(300))) })
-            .now_or_never()
-            .expect("a fresh session is served at once")
+        first.block_on(async {
+            let fetch = gated(&fetches, &closed);
+            let mut get = Box::pin(slot.get(&fetch));
+            assert!(futures::poll!(get.as_mut()).is_pending());
+            while fetches.load(Ordering::SeqCst) == 0 {
+                tokio::task::yield_now().await;
+            }
+        });
+        drop(first);
+        let second = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
             .unwrap();
-        assert!(Arc::ptr_eq(&made, &fresh));
-        drop(stuck);
+        let (_open, open) = tokio::sync::watch::channel(true);
+        let got = second.block_on(within("the next request", slot.get(gated(&fetches, &open))));
+        assert!(got.is_ok());
+        assert_eq!(fetches.load(Ordering::SeqCst), 2);
     }
 
     #[test]

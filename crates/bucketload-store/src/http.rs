@@ -149,7 +149,7 @@ impl HttpConnector for MeteredConnector {
 }
 
 /// The counting [`HttpService`].
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct MeteredService {
     client: HttpClient,
     metrics: Metrics,
@@ -188,7 +188,7 @@ impl MeteredService {
     /// if the bucket answers that the session expired.
     async fn call_in_session(
         &self,
-        express: &Express,
+        express: &Arc<Express>,
         req: HttpRequest,
         fp: u64,
     ) -> Result<HttpResponse, HttpError> {
@@ -217,7 +217,7 @@ impl MeteredService {
             bucket = express.bucket(),
             "session expired; opening another"
         );
-        express.expired(&held).await;
+        express.expired(&held);
         let held = match self.session(express).await? {
             Ok(held) => held,
             Err(answer) => return Ok(answer),
@@ -232,12 +232,17 @@ impl MeteredService {
     /// e.g. no such bucket).
     async fn session(
         &self,
-        express: &Express,
+        express: &Arc<Express>,
     ) -> Result<Result<crate::express::Held, HttpResponse>, HttpError> {
-        let send = |request: HttpRequest| async move {
-            self.metrics.http_attempt();
-            tracing::trace!(uri = %request.uri(), "create session");
-            self.send(request).await
+        // Owned: the fetch runs as a task of its own (see `crate::express`).
+        let service = self.clone();
+        let send = move |request: HttpRequest| {
+            let service = service.clone();
+            async move {
+                service.metrics.http_attempt();
+                tracing::trace!(uri = %request.uri(), "create session");
+                service.send(request).await
+            }
         };
         match express.session(send).await {
             Ok(held) => Ok(Ok(held)),
