@@ -33,8 +33,11 @@
 //! each through its own `Loader`, as one weighted stream.
 //!
 //! Back-pressure: nothing is requested that the memory budget (files, indexed) or the prefetch
-//! windows and channels (shards) cannot hold; a consumer that stops polling stops new requests.
-//! Cancellation: dropping a [`SampleStream`] drops its requests and aborts its shard tasks.
+//! windows and channels (shards) cannot hold. From its first poll a [`SampleStream`] fetches on
+//! a task of its own, `concurrency` samples ahead of the consumer at most, so the requests go
+//! on while the consumer computes; a consumer that stops polling stops new requests once that
+//! queue is full. Cancellation: dropping a [`SampleStream`] aborts that task, its requests and
+//! its shard tasks.
 //!
 //! ```no_run
 //! use bucketload::loader::{Loader, LoaderConfig};
@@ -477,6 +480,7 @@ impl Loader {
             planned: remaining,
             ended: false,
             waiting_since: None,
+            driven: Driven::NotYet,
         })
     }
 
@@ -508,6 +512,8 @@ pub struct SampleStream {
     /// Set once the stream yielded its end or an error that ends it.
     ended: bool,
     waiting_since: Option<Instant>,
+    /// Whether `items` runs on a task of its own (from the first poll on).
+    driven: Driven,
 }
 
 impl std::fmt::Debug for SampleStream {
@@ -565,6 +571,23 @@ impl SampleStream {
     /// Polls the samples; a panic in them ends the stream with an error naming the dataset
     /// and carrying the panic's message (the stream is not polled again).
     fn poll_items(&mut self, cx: &mut Context<'_>) -> Result<Poll<Option<Result<Item>>>> {
+        if matches!(self.driven, Driven::NotYet) {
+            self.driven = match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => self.drive(&runtime),
+                Err(_) => Driven::Inline,
+            };
+        }
+        if let Driven::Task { items, .. } = &mut self.driven {
+            return match items.poll_recv(cx) {
+                Poll::Ready(Some(Next::Item(item))) => Ok(Poll::Ready(Some(item))),
+                Poll::Ready(Some(Next::Panicked(e))) => {
+                    self.ended = true;
+                    Err(e)
+                }
+                Poll::Ready(None) => Ok(Poll::Ready(None)),
+                Poll::Pending => Ok(Poll::Pending),
+            };
+        }
         let items = &mut self.items;
         let polled = std::panic::catch_unwind(AssertUnwindSafe(|| items.as_mut().poll_next(cx)));
         polled.map_err(|payload| {
@@ -572,6 +595,34 @@ impl SampleStream {
             let what = format!("reading {}", self.inner.location);
             crate::panics::error(what, payload.as_ref())
         })
+    }
+
+    /// Moves `items` onto a task of `runtime` that keeps fetching while the consumer is busy
+    /// (a training step, a decode), up to `concurrency` items queued ahead and within the
+    /// memory budget; dropping the stream aborts it.
+    fn drive(&mut self, runtime: &tokio::runtime::Handle) -> Driven {
+        let mut items = std::mem::replace(&mut self.items, futures::stream::empty().boxed());
+        let (tx, rx) = tokio::sync::mpsc::channel(self.inner.config.concurrency.clamp(1, 4096));
+        let what = format!("reading {}", self.inner.location);
+        let task = runtime.spawn(async move {
+            loop {
+                let next = match AssertUnwindSafe(items.next()).catch_unwind().await {
+                    Ok(Some(item)) => Next::Item(item),
+                    Ok(None) => return,
+                    Err(payload) => {
+                        Next::Panicked(crate::panics::error(what.clone(), payload.as_ref()))
+                    }
+                };
+                let last = matches!(next, Next::Panicked(_));
+                if tx.send(next).await.is_err() || last {
+                    return;
+                }
+            }
+        });
+        Driven::Task {
+            items: rx,
+            task: random_access::AbortOnDrop(task),
+        }
     }
 
     /// The end of the inner stream: an [`Error::Incomplete`](crate::Error::Incomplete) if
@@ -602,6 +653,27 @@ impl SampleStream {
             self.prefix += 1;
         }
     }
+}
+
+/// How a [`SampleStream`]'s items are fetched.
+enum Driven {
+    /// Not polled yet: nothing has been requested.
+    NotYet,
+    /// On a task of their own, which fills `items` ahead of the consumer.
+    Task {
+        items: tokio::sync::mpsc::Receiver<Next>,
+        #[allow(dead_code)] // Held to abort the task when the stream is dropped.
+        task: random_access::AbortOnDrop<()>,
+    },
+    /// Polled by the consumer itself (no Tokio runtime at the first poll).
+    Inline,
+}
+
+/// What the task fetching a stream's items sends.
+enum Next {
+    Item(Result<Item>),
+    /// The fetching panicked; the stream ends.
+    Panicked(crate::Error),
 }
 
 impl Stream for SampleStream {
@@ -659,6 +731,7 @@ mod tests {
     use bucketload_store::StoreConfig;
     use bucketload_store::object_store::{ObjectStoreExt, PutPayload};
     use futures::TryStreamExt;
+    use std::time::Duration;
 
     /// An epoch of three objects in a memory store, not yet polled.
     async fn epoch_of_three(name: &str) -> SampleStream {
@@ -675,9 +748,10 @@ mod tests {
     #[tokio::test]
     async fn an_epoch_that_ends_short_is_an_error_naming_the_dataset() {
         let mut stream = epoch_of_three("short-epoch").await;
-        assert!(stream.try_next().await.unwrap().is_some());
         // The fetching ends after one sample of three, without an error of its own.
-        stream.items = futures::stream::empty().boxed();
+        let items = std::mem::replace(&mut stream.items, futures::stream::empty().boxed());
+        stream.items = items.take(1).boxed();
+        assert!(stream.try_next().await.unwrap().is_some());
         let err = stream.try_next().await.unwrap_err().to_string();
         assert!(err.contains("mem://short-epoch"), "{err}");
         assert!(err.contains("after 1 of its 3 samples"), "{err}");
@@ -697,6 +771,73 @@ mod tests {
             "{err}"
         );
         assert!(stream.try_next().await.unwrap().is_none());
+    }
+
+    /// A consumer busy between samples (a training step, a decode) does not stop the
+    /// fetching: requests go on while it is away, up to the queue ahead of it, and no further.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_fetching_goes_on_while_the_consumer_is_busy() {
+        let store = Store::open("mem://busy-consumer", &StoreConfig::default()).unwrap();
+        for i in 0..64 {
+            let path = bucketload_store::key_path(&format!("c/{i:02}.jpg"));
+            let put = PutPayload::from_static(b"jpeg");
+            store.object_store().put(&path, put).await.unwrap();
+        }
+        let concurrency = 4;
+        let config = LoaderConfig::for_store(store)
+            .with_concurrency(concurrency)
+            .build()
+            .unwrap();
+        let loader = Loader::open(config).await.unwrap();
+        let mut stream = loader.epoch(0).unwrap();
+        assert!(stream.try_next().await.unwrap().is_some());
+        let gets = || {
+            stream
+                .inner
+                .counters
+                .gets
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        // Not polled again: the fetching goes on past the requests of the first poll, until
+        // `concurrency` samples wait for the consumer (and one more for room).
+        let first_poll = concurrency as u64;
+        let ahead = 1 + concurrency as u64 + 1;
+        assert!(ahead > first_poll + 1);
+        tokio::time::timeout(Duration::from_secs(20), async {
+            while gets() < ahead {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{} GETs while the consumer was away", gets()));
+        // And stops at the queue ahead of the consumer (its items and the requests in flight).
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            gets() <= ahead + concurrency as u64,
+            "{} GETs: no bound",
+            gets()
+        );
+        let mut samples = 1;
+        while stream.try_next().await.unwrap().is_some() {
+            samples += 1;
+        }
+        assert_eq!(samples, 64);
+    }
+
+    /// Without a Tokio runtime at the first poll, the consumer's polls do the fetching.
+    #[test]
+    fn a_stream_polled_outside_a_runtime_is_fetched_by_its_polls() {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let mut stream = runtime.block_on(epoch_of_three("inline-epoch"));
+        let samples = futures::executor::block_on(async {
+            let mut n = 0;
+            while stream.try_next().await.unwrap().is_some() {
+                n += 1;
+            }
+            n
+        });
+        assert_eq!(samples, 3);
+        assert!(matches!(stream.driven, Driven::Inline));
     }
 
     #[test]
