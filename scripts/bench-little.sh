@@ -5,7 +5,9 @@
 # (benchmarks/peers/s3torch_files.py: S3MapDataset in a DataLoader, for each of FILE_WORKERS)
 # against the same server in the same run. For each row: samples/s, the bound (requests in
 # flight ÷ latency) and the share of it, and the CPU of the reader (its process and workers)
-# and of the server per sample, from their rusage and /proc.
+# and of the server per sample, from their rusage and /proc. bucketload's rate is its epoch's
+# (from the first request to the last sample, as its `--json` gives it); the connector's is
+# from before its listing to its last batch (as benchmarks/peers/s3torch_files.py gives it).
 #   SKIP_BUILD=1 BUCKETLOAD_BIN=target/release/bucketload BENCH_PYTHON=.venv-bench/bin/python \
 #       scripts/bench-little.sh
 # Knobs: SAMPLES (6000), SIZE (100KB), LATENCY (50ms), CONCURRENCY (16,32,64,128,256),
@@ -60,9 +62,13 @@ for run in $(seq "$runs"); do
         /usr/bin/time -f "%e %U %S" -o "$work/time" "$bin" read s3://little/train --format files \
             --concurrency "$c" --json >"$work/read.json"
         after="$(server_cpu)"
-        read -r wall user sys <"$work/time"
-        n="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["samples"])' "$work/read.json" 2>/dev/null || echo "$samples")"
-        row "bucketload read" "$c" "$n" "$wall" "$(echo "$user + $sys" | bc -l)" "$(echo "$after - $before" | bc -l)"
+        read -r _ user sys <"$work/time"
+        # The epoch's own wall time (from its first request to its last sample; opening the
+        # dataset, one listing, is before it); CPU is the whole process's.
+        read -r n wall inflight < <(python3 -c 'import json,sys
+e = json.load(open(sys.argv[1]))["epochs"][0]
+print(e["samples"], e["seconds"], round(e["mean_in_flight"]))' "$work/read.json")
+        row "bucketload read (mean in flight $inflight)" "$c" "$n" "$wall" "$(echo "$user + $sys" | bc -l)" "$(echo "$after - $before" | bc -l)"
     done
     for w in ${file_workers//,/ }; do
         before="$(server_cpu)"
