@@ -16,6 +16,10 @@
 # to first batch is in every row. RUNS repeats everything; the table at the end gives the median
 # and min–max. JSON lines go to OUT/results.jsonl. docs/BENCHMARKS.md records the table with
 # this command.
+#   indexed:    the same shards read by their indexes (`format="indexed"`), cold and warm, by
+#               default and with metadata_ttl="indefinite" (bucketload-indexed, -indexed-ttl).
+# TOOLS (default: all, comma-separated: bucketload, bucketload-ttl, bucketload-indexed,
+# bucketload-indexed-ttl, mosaic, litdata) and MODES (default: raw,decoded) choose what runs.
 # CACHE_ROOT=DIR puts the caches there (default: the scratch directory under /tmp).
 # SKIP_BUILD=1 skips the release build and install (then BUCKETLOAD_BIN and BENCH_PYTHON, a
 # python with a bucketload package that has `decode=False`, name what to run).
@@ -26,6 +30,9 @@ size="${SIZE:-100KB}"
 shard_size="${SHARD_SIZE:-64MB}"
 latencies="${LATENCIES:-0ms,50ms}"
 runs="${RUNS:-3}"
+tools=",${TOOLS:-bucketload,bucketload-ttl,bucketload-indexed,bucketload-indexed-ttl,mosaic,litdata},"
+modes="${MODES:-raw,decoded}"
+wants() { [[ "$tools" == *",$1,"* ]]; }  # wants TOOL: whether TOOLS names it
 raw_workers="${RAW_WORKERS:-0}"
 decoded_workers="${DECODED_WORKERS:-2}"
 port="${PORT:-9351}"
@@ -105,20 +112,29 @@ for latency in ${latencies//,/ }; do
     serve "$latency"
     for run in $(seq "$runs"); do
         echo "== latency $latency, run $run"
-        for mode in raw decoded; do
+        for mode in ${modes//,/ }; do
             workers="$raw_workers"
             [ "$mode" = decoded ] && workers="$decoded_workers"
-            for cache in none cached; do
-                measure "$python" bucketload_cache.py --mode "$mode" --cache "$cache" \
+            if wants bucketload; then
+                for cache in none cached; do
+                    measure "$python" bucketload_cache.py --mode "$mode" --cache "$cache" \
+                        --uri s3://bench/shards
+                done
+            fi
+            for tool in bucketload-ttl bucketload-indexed bucketload-indexed-ttl; do
+                wants "$tool" || continue
+                measure "$python" bucketload_cache.py --tool "$tool" --mode "$mode" \
                     --uri s3://bench/shards
             done
-            measure "$python" bucketload_cache.py --tool bucketload-ttl --mode "$mode" \
-                --uri s3://bench/shards
             for w in ${workers//,/ }; do
-                measure "$peers" streaming_cache.py --tool mosaic --mode "$mode" --workers "$w" \
-                    --uri s3://bench/mds
-                measure "$peers" streaming_cache.py --tool litdata --mode "$mode" --workers "$w" \
-                    --uri s3://bench/litdata
+                if wants mosaic; then
+                    measure "$peers" streaming_cache.py --tool mosaic --mode "$mode" \
+                        --workers "$w" --uri s3://bench/mds
+                fi
+                if wants litdata; then
+                    measure "$peers" streaming_cache.py --tool litdata --mode "$mode" \
+                        --workers "$w" --uri s3://bench/litdata
+                fi
             done
         done
     done

@@ -108,8 +108,8 @@ def test_a_shard_rewritten_in_place_is_read_anew(bucketload_bin, env, dataset, s
     uri, bucket, source = dataset
     cache = tmp_path / "cache"
     assert _samples(uri, cache) == source
-    shard = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="wds/")["Contents"]
-                   if o["Key"].endswith(".tar"))[0]
+    shard = min(o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="wds/")["Contents"]
+                if o["Key"].endswith(".tar"))
     body = bytearray(s3.get_object(Bucket=bucket, Key=shard)["Body"].read())
     with tarfile.open(fileobj=io.BytesIO(bytes(body))) as tar:
         member = next(m for m in tar.getmembers() if m.name.endswith(".jpg"))
