@@ -33,6 +33,8 @@ runs="${RUNS:-3}"
 tools=",${TOOLS:-bucketload,bucketload-ttl,bucketload-indexed,bucketload-indexed-ttl,mosaic,litdata},"
 modes="${MODES:-raw,decoded}"
 wants() { [[ "$tools" == *",$1,"* ]]; }  # wants TOOL: whether TOOLS names it
+# The peers' shards written: only those of the peers that run.
+peer_tools="$(for t in mosaic litdata; do wants "$t" && echo "$t"; done | paste -sd, -)"
 raw_workers="${RAW_WORKERS:-0}"
 decoded_workers="${DECODED_WORKERS:-2}"
 port="${PORT:-9351}"
@@ -75,10 +77,13 @@ echo "machine: $(machine)"
 # Format 1 (JSON): benchmarks/peers/bucketload_cache.py reads the shards' sample counts from it.
 "$bin" shard s3://bench/files s3://bench/shards --shard-size "$shard_size" \
     --manifest-format 1 | head -n 1
-(cd benchmarks/peers && "$peers" streaming_write.py --source s3://bench/files \
-    --mosaic-uri s3://bench/mds --litdata-uri s3://bench/litdata --shard-size "$shard_bytes" \
-    --work "$work/write" >"$work/write.log" 2>&1) || { cat "$work/write.log" >&2; exit 1; }
-grep '^{' "$work/write.log"  # one line per peer (litdata.optimize prints its progress on stdout)
+if [ -n "$peer_tools" ]; then
+    (cd benchmarks/peers && "$peers" streaming_write.py --source s3://bench/files \
+        --mosaic-uri s3://bench/mds --litdata-uri s3://bench/litdata --shard-size "$shard_bytes" \
+        --tools "$peer_tools" --work "$work/write" >"$work/write.log" 2>&1) \
+        || { cat "$work/write.log" >&2; exit 1; }
+    grep '^{' "$work/write.log"  # one line per peer (litdata.optimize prints its progress on stdout)
+fi
 echo "dataset: $samples x $size in s3://bench/files; shards of $shard_size in s3://bench/shards" \
     "(bucketload), s3://bench/mds (MosaicML Streaming) and s3://bench/litdata (LitData)"
 
