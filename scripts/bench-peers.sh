@@ -16,6 +16,10 @@
 # to first batch is in every row. RUNS repeats everything; the table at the end gives the median
 # and min–max. JSON lines go to OUT/results.jsonl. docs/BENCHMARKS.md records the table with
 # this command.
+#   indexed:    the same shards read by their indexes (`format="indexed"`), cold and warm, by
+#               default and with metadata_ttl="indefinite" (bucketload-indexed, -indexed-ttl).
+# TOOLS (default: all, comma-separated: bucketload, bucketload-ttl, bucketload-indexed,
+# bucketload-indexed-ttl, mosaic, litdata) and MODES (default: raw,decoded) choose what runs.
 # CACHE_ROOT=DIR puts the caches there (default: the scratch directory under /tmp).
 # SKIP_BUILD=1 skips the release build and install (then BUCKETLOAD_BIN and BENCH_PYTHON, a
 # python with a bucketload package that has `decode=False`, name what to run).
@@ -26,6 +30,11 @@ size="${SIZE:-100KB}"
 shard_size="${SHARD_SIZE:-64MB}"
 latencies="${LATENCIES:-0ms,50ms}"
 runs="${RUNS:-3}"
+tools=",${TOOLS:-bucketload,bucketload-ttl,bucketload-indexed,bucketload-indexed-ttl,mosaic,litdata},"
+modes="${MODES:-raw,decoded}"
+wants() { [[ "$tools" == *",$1,"* ]]; }  # wants TOOL: whether TOOLS names it
+# The peers' shards written: only those of the peers that run.
+peer_tools="$(for t in mosaic litdata; do wants "$t" && echo "$t"; done | paste -sd, -)"
 raw_workers="${RAW_WORKERS:-0}"
 decoded_workers="${DECODED_WORKERS:-2}"
 port="${PORT:-9351}"
@@ -68,10 +77,13 @@ echo "machine: $(machine)"
 # Format 1 (JSON): benchmarks/peers/bucketload_cache.py reads the shards' sample counts from it.
 "$bin" shard s3://bench/files s3://bench/shards --shard-size "$shard_size" \
     --manifest-format 1 | head -n 1
-(cd benchmarks/peers && "$peers" streaming_write.py --source s3://bench/files \
-    --mosaic-uri s3://bench/mds --litdata-uri s3://bench/litdata --shard-size "$shard_bytes" \
-    --work "$work/write" >"$work/write.log" 2>&1) || { cat "$work/write.log" >&2; exit 1; }
-grep '^{' "$work/write.log"  # one line per peer (litdata.optimize prints its progress on stdout)
+if [ -n "$peer_tools" ]; then
+    (cd benchmarks/peers && "$peers" streaming_write.py --source s3://bench/files \
+        --mosaic-uri s3://bench/mds --litdata-uri s3://bench/litdata --shard-size "$shard_bytes" \
+        --tools "$peer_tools" --work "$work/write" >"$work/write.log" 2>&1) \
+        || { cat "$work/write.log" >&2; exit 1; }
+    grep '^{' "$work/write.log"  # one line per peer (litdata.optimize prints its progress on stdout)
+fi
 echo "dataset: $samples x $size in s3://bench/files; shards of $shard_size in s3://bench/shards" \
     "(bucketload), s3://bench/mds (MosaicML Streaming) and s3://bench/litdata (LitData)"
 
@@ -105,20 +117,29 @@ for latency in ${latencies//,/ }; do
     serve "$latency"
     for run in $(seq "$runs"); do
         echo "== latency $latency, run $run"
-        for mode in raw decoded; do
+        for mode in ${modes//,/ }; do
             workers="$raw_workers"
             [ "$mode" = decoded ] && workers="$decoded_workers"
-            for cache in none cached; do
-                measure "$python" bucketload_cache.py --mode "$mode" --cache "$cache" \
+            if wants bucketload; then
+                for cache in none cached; do
+                    measure "$python" bucketload_cache.py --mode "$mode" --cache "$cache" \
+                        --uri s3://bench/shards
+                done
+            fi
+            for tool in bucketload-ttl bucketload-indexed bucketload-indexed-ttl; do
+                wants "$tool" || continue
+                measure "$python" bucketload_cache.py --tool "$tool" --mode "$mode" \
                     --uri s3://bench/shards
             done
-            measure "$python" bucketload_cache.py --tool bucketload-ttl --mode "$mode" \
-                --uri s3://bench/shards
             for w in ${workers//,/ }; do
-                measure "$peers" streaming_cache.py --tool mosaic --mode "$mode" --workers "$w" \
-                    --uri s3://bench/mds
-                measure "$peers" streaming_cache.py --tool litdata --mode "$mode" --workers "$w" \
-                    --uri s3://bench/litdata
+                if wants mosaic; then
+                    measure "$peers" streaming_cache.py --tool mosaic --mode "$mode" \
+                        --workers "$w" --uri s3://bench/mds
+                fi
+                if wants litdata; then
+                    measure "$peers" streaming_cache.py --tool litdata --mode "$mode" \
+                        --workers "$w" --uri s3://bench/litdata
+                fi
             done
         done
     done

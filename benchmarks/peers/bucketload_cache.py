@@ -10,6 +10,10 @@ pad=False)`, the same way as the streaming peers (streaming_cache.py):
 the store for each shard's version once, so the warm epoch sends no request, as the peers'
 warm epochs (which never ask); by default it sends one HEAD per shard per epoch.
 
+`--tool bucketload-indexed` (and `bucketload-indexed-ttl`, with `metadata_ttl="indefinite"`)
+reads the same shards by their indexes, `format="indexed"`: each sample (or a run of close ones)
+a ranged GET, or from the cache's blocks of its shard (docs/CACHE.md), in the same order.
+
 Each invocation is a new process, so no row inherits connections or warmed-up state from
 another.
 
@@ -51,11 +55,14 @@ import bucketload
 
 def loader(args: Any, cache_dir: str | None) -> bucketload.Loader:
     decoded = args.mode == "decoded"
-    return bucketload.Loader(args.uri, format="shards", batch_size=args.batch_size, shuffle=False,
+    indexed = args.tool.startswith("bucketload-indexed")
+    ttl = args.tool.endswith("-ttl")
+    return bucketload.Loader(args.uri, format="indexed" if indexed else "shards",
+                             batch_size=args.batch_size, shuffle=False,
                              pad=False, cache_dir=cache_dir, cache_size=args.cache_limit,
                              decode=decoded,
                              return_indices=decoded, endpoint=args.endpoint, region=args.region,
-                             metadata_ttl="indefinite" if args.tool == "bucketload-ttl" else None)
+                             metadata_ttl="indefinite" if ttl else None)
 
 
 class Positions:
@@ -94,7 +101,8 @@ def batches(epoch: Any, mode: str, keys: list[str], position: Positions) -> Iter
 
 
 def main() -> None:
-    args = parse_args(__doc__ or "", ["bucketload", "bucketload-ttl"], caches=["none", "cached"])
+    args = parse_args(__doc__ or "", ["bucketload", "bucketload-ttl", "bucketload-indexed",
+                                      "bucketload-indexed-ttl"], caches=["none", "cached"])
     client = s3_client(args.endpoint, args.region)
     source = list_source(client, args.source)
     position = Positions(client, args.uri)

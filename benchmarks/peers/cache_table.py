@@ -17,6 +17,8 @@ from collections import defaultdict
 from typing import Any
 
 TOOLS = {"bucketload": "bucketload", "bucketload-ttl": "bucketload, metadata_ttl=indefinite",
+         "bucketload-indexed": "bucketload, indexed",
+         "bucketload-indexed-ttl": "bucketload, indexed, metadata_ttl=indefinite",
          "mosaic": "MosaicML Streaming", "litdata": "LitData"}
 MODES = ["raw", "decoded"]
 CACHES = ["none", "cold", "warm"]

@@ -59,6 +59,7 @@ mod compact_index;
 mod config;
 mod file_bytes;
 mod files_table;
+mod indexed_blocks;
 mod indexes;
 mod mixture;
 mod random_access;
@@ -250,6 +251,9 @@ pub(crate) struct Inner {
     /// only with a cache and a [`LoaderBuilder::with_metadata_ttl`] above zero (see
     /// `streamed_shards::shard_version`).
     pub(crate) shard_versions: Box<[std::sync::Mutex<Option<CheckedVersion>>]>,
+    /// Indexed shards' cached blocks held in memory, when they are read in blocks
+    /// (`indexed_blocks`: a cache that holds the whole dataset).
+    pub(crate) blocks: Option<indexed_blocks::Blocks>,
 }
 
 impl Inner {
@@ -356,23 +360,29 @@ impl Loader {
             }
             _ => Box::default(),
         };
+        let mut inner = Inner {
+            store_uri: store.uri().to_string(),
+            budget: Arc::new(Semaphore::new(budget_kib as usize)),
+            budget_kib,
+            prefetch: shared.map_or_else(Arc::default, |l| l.inner.prefetch.clone()),
+            counters: shared.map_or_else(Arc::default, |l| l.inner.counters.clone()),
+            location,
+            store,
+            catalog,
+            indexes,
+            manifest,
+            source,
+            cache,
+            shard_versions,
+            blocks: None,
+            config,
+        };
+        let indexed = matches!(inner.catalog, Catalog::Shards { indexed: true, .. });
+        if indexed && indexed_blocks::enabled(&inner) {
+            inner.blocks = Some(indexed_blocks::Blocks::default());
+        }
         Ok(Loader {
-            inner: Arc::new(Inner {
-                store_uri: store.uri().to_string(),
-                budget: Arc::new(Semaphore::new(budget_kib as usize)),
-                budget_kib,
-                prefetch: shared.map_or_else(Arc::default, |l| l.inner.prefetch.clone()),
-                counters: shared.map_or_else(Arc::default, |l| l.inner.counters.clone()),
-                location,
-                store,
-                catalog,
-                indexes,
-                manifest,
-                source,
-                cache,
-                shard_versions,
-                config,
-            }),
+            inner: Arc::new(inner),
         })
     }
 

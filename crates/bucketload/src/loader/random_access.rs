@@ -27,6 +27,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::catalog::Catalog;
 use super::compact_index::CompactIndex;
 use super::config::{Delivery, MAX_COALESCED_BYTES};
+use super::indexed_blocks::{Versions, sample_bytes};
 use super::indexes::index_of;
 use super::{Inner, Item, Sample};
 use crate::shards::index_key;
@@ -52,8 +53,10 @@ pub(crate) fn samples(inner: Arc<Inner>, iter: WorkerIter) -> BoxStream<'static,
             let chunks = Chunks { refs, window };
             let lookahead = lookahead_chunks(concurrency, window);
             let inner = inner.clone();
+            // One look at each shard's version per stream (per worker and epoch).
+            let versions = Arc::new(Versions::default());
             stream::iter(chunks)
-                .map(move |chunk| planned(inner.clone(), chunk))
+                .map(move |chunk| planned(inner.clone(), chunk, versions.clone()))
                 .buffered(lookahead)
                 .flat_map(stream::iter)
                 .boxed()
@@ -102,9 +105,10 @@ fn lookahead_chunks(concurrency: usize, window: usize) -> usize {
 fn planned(
     inner: Arc<Inner>,
     chunk: Vec<(u64, SampleRef)>,
+    versions: Arc<Versions>,
 ) -> impl std::future::Future<Output = Vec<Unit>> {
     let what = format!("planning samples of {}", inner.location);
-    let mut task = AbortOnDrop(tokio::spawn(plan_units(inner, chunk)));
+    let mut task = AbortOnDrop(tokio::spawn(plan_units(inner, chunk, versions)));
     async move {
         let error = match (&mut task.0).await {
             Ok(units) => return units,
@@ -212,9 +216,13 @@ struct Wanted {
 
 /// Groups a chunk's samples by shard and merges close ranges, once the indexes of the chunk's
 /// shards are at hand (fetched together); units come in order of their first position.
-async fn plan_units(inner: Arc<Inner>, chunk: Vec<(u64, SampleRef)>) -> Vec<Unit> {
+async fn plan_units(
+    inner: Arc<Inner>,
+    chunk: Vec<(u64, SampleRef)>,
+    versions: Arc<Versions>,
+) -> Vec<Unit> {
     match locate_all(&inner, chunk).await {
-        Ok(wanted) => units_of(&inner, wanted),
+        Ok(wanted) => units_of(&inner, wanted, &versions),
         Err(e) => vec![futures::future::ready(Err(e)).boxed()],
     }
 }
@@ -238,7 +246,7 @@ async fn locate_all(inner: &Arc<Inner>, chunk: Vec<(u64, SampleRef)>) -> Result<
     Ok(wanted)
 }
 
-fn units_of(inner: &Arc<Inner>, mut wanted: Vec<Wanted>) -> Vec<Unit> {
+fn units_of(inner: &Arc<Inner>, mut wanted: Vec<Wanted>, versions: &Arc<Versions>) -> Vec<Unit> {
     wanted.sort_by_key(|w| (w.shard, w.range.0));
     let mut groups: Vec<Vec<Wanted>> = Vec::new();
     for w in wanted {
@@ -250,7 +258,7 @@ fn units_of(inner: &Arc<Inner>, mut wanted: Vec<Wanted>) -> Vec<Unit> {
     groups.sort_by_key(|g| g.iter().map(|w| w.position).min());
     groups
         .into_iter()
-        .map(|group| fetch_group(inner.clone(), group).boxed())
+        .map(|group| fetch_group(inner.clone(), group, versions.clone()).boxed())
         .collect()
 }
 
@@ -306,14 +314,25 @@ fn locate(inner: &Inner, index: &CompactIndex, position: u64, sref: SampleRef) -
     })
 }
 
-/// Fetches a group: cached samples from disk, the others with one ranged GET covering them.
-async fn fetch_group(inner: Arc<Inner>, group: Vec<Wanted>) -> Result<Vec<Item>> {
+/// Fetches a group: cached samples from disk (from their blocks, when the loader reads in
+/// blocks), the others with one ranged GET covering them.
+async fn fetch_group(
+    inner: Arc<Inner>,
+    group: Vec<Wanted>,
+    versions: Arc<Versions>,
+) -> Result<Vec<Item>> {
     let bytes = group.iter().fold(0u64, |sum, w| {
         sum.saturating_add(w.range.1.saturating_sub(w.range.0))
     });
     let permit = reserve(&inner, bytes).await?;
     let mut found: Vec<Option<Bytes>> = vec![None; group.len()];
-    if let Some(cache) = &inner.cache {
+    if inner.blocks.is_some() {
+        for (slot, w) in found.iter_mut().zip(&group) {
+            if let SampleRef::Shard { sample, .. } = w.sref {
+                *slot = sample_bytes(&inner, &versions, w.shard, sample, w.range).await?;
+            }
+        }
+    } else if let Some(cache) = &inner.cache {
         for (slot, w) in found.iter_mut().zip(&group) {
             let (key, version) = range_key(&inner, w);
             *slot = cache.get(&key, &version).await;
@@ -343,7 +362,8 @@ async fn fetch_group(inner: Arc<Inner>, group: Vec<Wanted>) -> Result<Vec<Item>>
         let bytes = bytes.unwrap_or_default();
         let sample = parse_sample(&inner, w, bytes.clone())?;
         // Cached only once its members matched the index: bytes of a changed shard never are.
-        if let (true, Some(cache)) = (fresh, &inner.cache) {
+        // (A sample outside its block is read on its own and not cached.)
+        if let (true, Some(cache), None) = (fresh, &inner.cache, &inner.blocks) {
             let (key, version) = range_key(&inner, w);
             cache.insert_later(key, version, bytes).await;
         }

@@ -300,7 +300,7 @@ async fn open_span(
 /// manifest's is an error naming the shard. With a metadata TTL
 /// ([`LoaderBuilder::with_metadata_ttl`](super::LoaderBuilder::with_metadata_ttl)), a version
 /// asked less than the TTL ago is used without asking again (a failed HEAD keeps nothing).
-async fn shard_version(inner: &Inner, number: usize) -> Result<ObjectVersion> {
+pub(crate) async fn shard_version(inner: &Inner, number: usize) -> Result<ObjectVersion> {
     let key = inner.shards().key(number);
     let size = inner.shards().size(number);
     let ask = || async {
