@@ -29,7 +29,6 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use bucketload_cache::{CacheKey, ObjectVersion};
-use bucketload_store::object_store::{GetOptions, GetRange};
 use bytes::Bytes;
 use tokio::sync::OnceCell;
 
@@ -218,7 +217,8 @@ async fn load(
             fetched: false,
         });
     }
-    let (bytes, returned) = fetch(inner, id.0, range.clone()).await?;
+    let (bytes, returned) =
+        super::random_access::get_range_versioned(inner, id.0, range.clone()).await?;
     if returned != *version {
         return Err(changed(inner, id.0));
     }
@@ -258,36 +258,6 @@ async fn block_range(inner: &Inner, id: BlockId, per_block: u64) -> Result<Range
             ),
         }),
     }
-}
-
-/// The bytes of `range` of shard `shard` and the version the store returned them as.
-async fn fetch(inner: &Inner, shard: usize, range: Range<u64>) -> Result<(Bytes, ObjectVersion)> {
-    let loc = &inner.location;
-    let key = &inner.shards().key(shard);
-    let _request = inner.counters.request(true);
-    let options = GetOptions {
-        range: Some(GetRange::Bounded(range.clone())),
-        ..GetOptions::default()
-    };
-    let got = async {
-        let got = loc.store().get_opts(key, options).await?;
-        let etag = bucketload_store::ETag::from_store(got.meta.e_tag.as_deref());
-        let version = ObjectVersion::with_etag(etag, got.meta.size);
-        Ok::<_, bucketload_store::object_store::Error>((got.bytes().await?, version))
-    };
-    let (body, version) = got.await.map_err(|e| loc.error(key, e))?;
-    if Some(body.len() as u64) != range.end.checked_sub(range.start) {
-        return Err(Error::Corrupt {
-            uri: loc.uri_of(key),
-            reason: format!(
-                "bytes {}..{} came back as {} bytes; the shard is shorter than its index says",
-                range.start,
-                range.end,
-                body.len()
-            ),
-        });
-    }
-    Ok((body, version))
 }
 
 fn changed(inner: &Inner, shard: usize) -> Error {

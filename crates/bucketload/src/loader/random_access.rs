@@ -408,6 +408,16 @@ fn range_key(inner: &Inner, w: &Wanted) -> (CacheKey, ObjectVersion) {
 }
 
 async fn get_range(inner: &Inner, shard: usize, range: std::ops::Range<u64>) -> Result<Bytes> {
+    Ok(get_range_versioned(inner, shard, range).await?.0)
+}
+
+/// The bytes of `range` of shard `shard` (exactly that many, or an error naming the shard) and
+/// the version the store returned them as.
+pub(crate) async fn get_range_versioned(
+    inner: &Inner,
+    shard: usize,
+    range: std::ops::Range<u64>,
+) -> Result<(Bytes, ObjectVersion)> {
     let loc = &inner.location;
     let key = &inner.shards().key(shard);
     let _request = inner.counters.request(true);
@@ -415,8 +425,13 @@ async fn get_range(inner: &Inner, shard: usize, range: std::ops::Range<u64>) -> 
         range: Some(GetRange::Bounded(range.clone())),
         ..GetOptions::default()
     };
-    let body = async { loc.store().get_opts(key, options).await?.bytes().await }.await;
-    let body = body.map_err(|e| loc.error(key, e))?;
+    let got = async {
+        let got = loc.store().get_opts(key, options).await?;
+        let etag = bucketload_store::ETag::from_store(got.meta.e_tag.as_deref());
+        let version = ObjectVersion::with_etag(etag, got.meta.size);
+        Ok::<_, bucketload_store::object_store::Error>((got.bytes().await?, version))
+    };
+    let (body, version) = got.await.map_err(|e| loc.error(key, e))?;
     if Some(body.len() as u64) != range.end.checked_sub(range.start) {
         return Err(Error::Corrupt {
             uri: loc.uri_of(key),
@@ -428,7 +443,7 @@ async fn get_range(inner: &Inner, shard: usize, range: std::ops::Range<u64>) -> 
             ),
         });
     }
-    Ok(body)
+    Ok((body, version))
 }
 
 /// Cuts a sample's members out of its byte range by the index, checking each member's CRC32C.
