@@ -112,6 +112,9 @@ class NativeLoader:
     def samples_per_epoch(self) -> int: ...
     def batches_per_epoch(self) -> int: ...
     def dataset_samples(self) -> int: ...
+    def decode_stats(self) -> dict[str, float] | None:
+        """The image pipeline's counters (``images``, ``skipped``, ``decode_s``,
+        ``augment_s``, ``buffers_allocated``), ``None`` without decoding."""
     def check_state(self, state: str) -> None:
         """Raises ``ConfigError`` naming what differs when ``state`` (a ``NativeEpoch.state()``)
         does not continue this loader's dataset as it is built."""

@@ -288,6 +288,17 @@ class Loader(_Base):
         """Batches per epoch for this rank (and DataLoader worker)."""
         return self._open().batches_per_epoch()
 
+    def decode_stats(self) -> dict[str, float] | None:
+        """This process's image pipeline so far: ``images`` decoded, ``skipped``,
+        ``decode_s`` and ``augment_s`` (thread time) and ``buffers_allocated`` (batch
+        buffers made new because no batch had been freed for reuse: a loop that keeps every
+        batch makes one per batch, one that lets them go a handful in all). ``None`` when the
+        loader does not decode or this process has not read (DataLoader workers count in
+        their own processes)."""
+        if self._native is None:
+            return None
+        return self._native.decode_stats()
+
     @property
     def epoch(self) -> int:
         """The epoch the next iteration reads (also when DataLoader workers iterate)."""

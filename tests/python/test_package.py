@@ -86,6 +86,36 @@ def test_uint8_batches_are_nchw_channels_last(dataset):
     assert labels.dtype == torch.int64
 
 
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_batches_let_go_are_written_again_and_batches_kept_never(dataset, dtype):
+    def epoch(**kw):
+        return bucketload.Loader(dataset[0], batch_size=2, image_size=16, seed=5, dtype=dtype, **kw)
+
+    # A loop that lets each batch go: its buffer comes back, and the pipeline makes only the
+    # few that are in flight at once (filled ahead, waiting, being used).
+    data = epoch()
+    assert data.decode_stats() is None  # nothing read yet in this process
+    copies = [images.clone() for images, _ in data]
+    stats = data.decode_stats()
+    assert stats["images"] == SAMPLES and len(copies) == SAMPLES // 2
+    assert stats["buffers_allocated"] <= 6, stats
+    # A loop that keeps every batch: one buffer each, and none written over while kept.
+    data = epoch()
+    kept = [images for images, _ in data]
+    assert data.decode_stats()["buffers_allocated"] == len(kept)
+    assert all(torch.equal(a, b) for a, b in zip(kept, copies, strict=True))
+    # Freed in a forked child: its copy is freed as plain memory (the pipeline's lock is the
+    # parent's business), and the child exits cleanly.
+    pid = os.fork()
+    if pid == 0:
+        kept.clear()
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    # Freed after the loader is gone: nothing to go back to, nothing fails.
+    del data
+    kept.clear()
+
+
 def test_jpeg_decode_modes_region_whole_and_scaled(dataset):
     def batches(mode):
         data = bucketload.Loader(dataset[0], batch_size=8, image_size=24, seed=4, shuffle=False,

@@ -133,6 +133,9 @@ pub struct PipelineStats {
     pub decode_nanos: u64,
     /// Thread time spent cropping, resizing, flipping and normalising, in nanoseconds.
     pub augment_nanos: u64,
+    /// Batch buffers allocated because none was handed back for reuse
+    /// ([`ImagePipeline::recycle`]); each new one is page-faulted in as it is first written.
+    pub buffers_allocated: u64,
 }
 
 #[derive(Debug, Default)]
@@ -141,6 +144,7 @@ struct Counters {
     skipped: AtomicU64,
     decode_nanos: AtomicU64,
     augment_nanos: AtomicU64,
+    buffers_allocated: AtomicU64,
 }
 
 /// Builds an [`ImagePipeline`]; every setter states its default.
@@ -319,6 +323,7 @@ impl ImagePipeline {
             skipped: c.skipped.load(Ordering::Relaxed),
             decode_nanos: c.decode_nanos.load(Ordering::Relaxed),
             augment_nanos: c.augment_nanos.load(Ordering::Relaxed),
+            buffers_allocated: c.buffers_allocated.load(Ordering::Relaxed),
         }
     }
 
@@ -350,7 +355,7 @@ impl ImagePipeline {
                     Some(BatchData::HwcU8(b)) => b.reuse(len),
                     _ => None,
                 }
-                .unwrap_or_else(|| AlignedBuf::zeroed(len));
+                .unwrap_or_else(|| self.allocate(len));
                 let outcomes = self.run(epoch, samples, &mut buf, item, |chunk| Sink::HwcU8(chunk));
                 (BatchData::HwcU8(buf), outcomes)
             }
@@ -359,7 +364,7 @@ impl ImagePipeline {
                     Some(BatchData::ChwF32(b)) => b.reuse(len),
                     _ => None,
                 }
-                .unwrap_or_else(|| AlignedBuf::zeroed(len));
+                .unwrap_or_else(|| self.allocate(len));
                 let outcomes = self.run(epoch, samples, &mut buf, item, |out| Sink::ChwF32 {
                     out,
                     norm,
@@ -373,11 +378,24 @@ impl ImagePipeline {
     /// Hands a consumed batch's buffer back, so a later [`process`](Self::process) fills it
     /// instead of allocating (and page-faulting in) a new one. At most two are kept.
     pub fn recycle(&self, batch: Batch) {
+        self.recycle_data(batch.data);
+    }
+
+    /// [`recycle`](Self::recycle) for a batch's pixels alone, as a consumer that handed them
+    /// on (a tensor over the memory) gives them back once nothing refers to them.
+    pub fn recycle_data(&self, data: BatchData) {
         if let Ok(mut kept) = self.recycled.lock()
             && kept.len() < RECYCLED_BUFFERS
         {
-            kept.push(batch.data);
+            kept.push(data);
         }
+    }
+
+    fn allocate<T: Copy + Default>(&self, len: usize) -> AlignedBuf<T> {
+        self.counters
+            .buffers_allocated
+            .fetch_add(1, Ordering::Relaxed);
+        AlignedBuf::zeroed(len)
     }
 
     fn take_recycled(&self) -> Option<BatchData> {

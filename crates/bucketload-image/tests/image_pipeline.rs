@@ -219,6 +219,25 @@ fn recycled_buffers_are_refilled_in_place() {
     assert_eq!(again.as_f32().unwrap().as_ptr() as usize, address);
     assert_eq!(again.as_f32().unwrap(), &expected[..]);
     assert_eq!(again.as_f32().unwrap().as_ptr() as usize % BATCH_ALIGN, 0);
+    assert_eq!(pipeline.stats().buffers_allocated, 1);
+}
+
+#[test]
+fn pixels_handed_back_alone_are_reused_and_counted() {
+    let input = samples(IMAGES);
+    let pipeline = small(2).build().unwrap();
+    let first = pipeline.process(0, &input).unwrap();
+    let held = pipeline.process(1, &input).unwrap();
+    assert_eq!(pipeline.stats().buffers_allocated, 2);
+    let address = first.as_f32().unwrap().as_ptr() as usize;
+    pipeline.recycle_data(first.data);
+    let next = pipeline.process(2, &input).unwrap();
+    assert_eq!(next.as_f32().unwrap().as_ptr() as usize, address);
+    assert_eq!(pipeline.stats().buffers_allocated, 2);
+    // Nothing handed back: a new buffer, counted.
+    let more = pipeline.process(3, &input).unwrap();
+    assert_eq!(pipeline.stats().buffers_allocated, 3);
+    drop((held, next, more));
 }
 
 /// Every JPEG fixture (baseline, progressive, 4:2:0/4:2:2/4:4:4, restart intervals, odd sizes,

@@ -5,7 +5,9 @@
 
 use std::ffi::{CStr, c_int, c_void};
 
-use bucketload_image::AlignedBuf;
+use std::sync::Weak;
+
+use bucketload_image::{AlignedBuf, BatchData, ImagePipeline};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::ffi;
@@ -18,6 +20,8 @@ enum Storage {
     U8(#[allow(dead_code)] AlignedBuf<u8>),
     I64(#[allow(dead_code)] Vec<i64>),
     Bytes(bytes::Bytes),
+    /// Handed back to its pipeline.
+    Returned,
 }
 
 /// A typed, shaped, C-contiguous block of memory owned by Rust, exported through Python's
@@ -26,6 +30,12 @@ enum Storage {
 #[pyclass(frozen, module = "bucketload._native")]
 pub struct Buffer {
     _storage: Storage,
+    /// The image pipeline a batch's pixels go back to when Python frees the buffer (no
+    /// tensor, view or memoryview refers to it any more: each holds a reference), so that the
+    /// next batch is written into memory already faulted in instead of fresh pages; with the
+    /// process that made it: a forked child frees its copy as any other memory, never
+    /// touching the pipeline's lock, which another thread may have held at the fork.
+    home: Option<(u32, Weak<ImagePipeline>)>,
     /// Address of the first element, inside `_storage` (heap memory that never moves).
     addr: usize,
     bytes: usize,
@@ -54,6 +64,7 @@ impl Buffer {
         }
         Buffer {
             _storage: storage,
+            home: None,
             addr: ptr as usize,
             bytes: count * itemsize,
             itemsize,
@@ -76,6 +87,12 @@ impl Buffer {
         Buffer::new(Storage::U8(data), ptr, 1, c"B", shape, false)
     }
 
+    /// This buffer, handed back to `pipeline` for reuse once Python frees it.
+    pub(crate) fn returning_to(mut self, pipeline: Weak<ImagePipeline>) -> Buffer {
+        self.home = Some((std::process::id(), pipeline));
+        self
+    }
+
     pub(crate) fn i64(mut data: Vec<i64>) -> Buffer {
         let shape = [data.len()];
         let ptr = data.as_mut_ptr().cast();
@@ -87,6 +104,28 @@ impl Buffer {
         let shape = [data.len()];
         let ptr = data.as_ptr().cast_mut().cast();
         Buffer::new(Storage::Bytes(data), ptr, 1, c"B", &shape, true)
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        let Some(pipeline) = self
+            .home
+            .take()
+            .filter(|(pid, _)| *pid == std::process::id())
+            .and_then(|(_, home)| home.upgrade())
+        else {
+            return;
+        };
+        let data = match std::mem::replace(&mut self._storage, Storage::Returned) {
+            Storage::F32(pixels) => BatchData::ChwF32(pixels),
+            Storage::U8(pixels) => BatchData::HwcU8(pixels),
+            other => {
+                self._storage = other;
+                return;
+            }
+        };
+        pipeline.recycle_data(data);
     }
 }
 

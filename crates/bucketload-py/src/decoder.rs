@@ -169,6 +169,6 @@ impl NativeDecoder {
             })
             .collect();
         let batch = py.detach(|| pipeline.process(epoch, &samples));
-        batch_tuple(py, batch.map_err(errors::image)?)
+        batch_tuple(py, batch.map_err(errors::image)?, Arc::downgrade(&pipeline))
     }
 }

@@ -5,7 +5,7 @@
 //! task drives the loader's [`SampleStream`], a thread turns the samples into batches, and
 //! Python takes them, without the GIL while it waits. Dropping the epoch stops both.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bucketload::decode::{DecodedBatches, Decoder, image_sample};
@@ -52,7 +52,7 @@ struct Parts {
 struct MemberDecode {
     /// The members' extensions, as named in samples.
     exts: Vec<String>,
-    pipeline: ImagePipeline,
+    pipeline: Arc<ImagePipeline>,
 }
 
 impl MemberDecode {
@@ -339,7 +339,7 @@ impl NativeLoader {
                 )?;
                 Some(Arc::new(MemberDecode {
                     exts: decode_members,
-                    pipeline: config.pipeline().map_err(errors::engine)?,
+                    pipeline: Arc::new(config.pipeline().map_err(errors::engine)?),
                 }))
             }
         };
@@ -389,6 +389,24 @@ impl NativeLoader {
             true => n / b,
             false => n.div_ceil(b),
         })
+    }
+
+    /// The image pipeline's counters since the loader was built, `None` when it does not
+    /// decode: `images`, `skipped`, `decode_s` and `augment_s` (thread time) and
+    /// `buffers_allocated` (batch buffers made new because none had come back for reuse).
+    fn decode_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let parts = self.parts.get("loader")?;
+        let Some(decoder) = &parts.decoder else {
+            return Ok(None);
+        };
+        let s = decoder.pipeline().stats();
+        let dict = PyDict::new(py);
+        dict.set_item("images", s.images)?;
+        dict.set_item("skipped", s.skipped)?;
+        dict.set_item("decode_s", s.decode_nanos as f64 / 1e9)?;
+        dict.set_item("augment_s", s.augment_nanos as f64 / 1e9)?;
+        dict.set_item("buffers_allocated", s.buffers_allocated)?;
+        Ok(Some(dict))
     }
 
     /// Samples in the dataset.
@@ -565,8 +583,13 @@ fn batch_images(data: BatchData, shape: &[usize]) -> PyResult<Buffer> {
     })
 }
 
-pub(crate) fn batch_tuple<'py>(py: Python<'py>, batch: Batch) -> PyResult<Bound<'py, PyTuple>> {
-    let images = batch_images(batch.data, &batch.shape)?;
+/// A batch as Python receives it; its pixels go back to `pipeline` when Python frees them.
+pub(crate) fn batch_tuple<'py>(
+    py: Python<'py>,
+    batch: Batch,
+    pipeline: Weak<ImagePipeline>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let images = batch_images(batch.data, &batch.shape)?.returning_to(pipeline);
     let labels = Buffer::i64(batch.labels);
     let indices = Buffer::i64(batch.indices.iter().map(|i| *i as i64).collect());
     let skipped: Vec<(String, String)> = batch
@@ -671,7 +694,7 @@ impl NativeEpoch {
         match got {
             Some(Ok(batch)) => {
                 self.consumed += (batch.len() + batch.skipped.len()) as u64;
-                batch_tuple(py, batch)
+                batch_tuple(py, batch, batches.pipeline())
             }
             Some(Err(e)) => {
                 *self.flow.get_mut("epoch")? = Flow::Done;
@@ -739,7 +762,8 @@ impl NativeEpoch {
         {
             for ext in &members.exts {
                 let batch = members.decode(py, self.epoch, ext, &samples)?;
-                decoded.set_item(ext, batch_images(batch.data, &batch.shape)?)?;
+                let images = batch_images(batch.data, &batch.shape)?;
+                decoded.set_item(ext, images.returning_to(Arc::downgrade(&members.pipeline)))?;
             }
         }
         let out = PyList::empty(py);

@@ -19,7 +19,7 @@
 
 use std::str::FromStr;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use bucketload_image::{
     Augment, Batch, Geometry, IMAGENET_MEAN, IMAGENET_STD, ImagePipeline, ImagePipelineBuilder,
@@ -484,6 +484,7 @@ impl Decoder {
         DecodedBatches {
             rx: Mutex::new(rx),
             feeder,
+            pipeline: Arc::downgrade(&self.pipeline),
         }
     }
 
@@ -613,9 +614,17 @@ fn already_failed() -> Error {
 pub struct DecodedBatches {
     rx: Mutex<Receiver<Result<Batch>>>,
     feeder: tokio::task::JoinHandle<()>,
+    pipeline: Weak<ImagePipeline>,
 }
 
 impl DecodedBatches {
+    /// The pipeline the batches come from, to hand their buffers back to
+    /// ([`ImagePipeline::recycle_data`]) once nothing refers to them; weak, so that a batch
+    /// kept after its loader is gone does not keep the pipeline's threads.
+    pub fn pipeline(&self) -> Weak<ImagePipeline> {
+        Weak::clone(&self.pipeline)
+    }
+
     /// The next batch, waiting for it; `None` after the last one (or after an error was
     /// returned).
     pub fn next_blocking(&self) -> Option<Result<Batch>> {
