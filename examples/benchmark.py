@@ -73,6 +73,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    cpu_start = time.process_time()
     loader = bucketload.Loader(
         args.uri, format=args.format, batch_size=args.batch_size, image_size=args.image_size,
         concurrency=args.concurrency, decode_threads=args.decode_threads, cache_dir=args.cache_dir,
@@ -105,6 +106,7 @@ def main() -> None:
     for handle in pending:
         handle.wait()
     total = time.perf_counter() - start
+    cpu = time.process_time() - cpu_start
     log = {
         "schema_version": 1,
         "name": args.name,
@@ -113,6 +115,8 @@ def main() -> None:
         "samples_per_second": samples / total,
         "samples_processed_total": samples,
         "accelerator_utilization": min(1.0, compute_s / total),
+        # CPU of every thread of the process (decode, fetch, the loop) from opening the loader.
+        "cpu_seconds": cpu,
         "config": {
             "dataset": args.uri, "format": args.format, "cache": args.cache_dir is not None,
             "epochs": args.epochs, "batch_size": args.batch_size, "image_size": args.image_size,

@@ -6,9 +6,17 @@ RandomResizedCrop(224, antialias=False), ToDtype(float32, scale=True), Normalize
 batches of 64 stacked as a DataLoader's default collate does. torch runs on one thread, so
 the numbers are per core. Prints one line: images/s, decode ms/img, transform ms/img,
 collate ms/img.
+
+PEER_PIPELINE picks another way to write the same transform, to check that the reference is
+not the peer's slowest: ``reference`` (the default, above; bucketload's pixels are its
+pixels), ``antialias`` (the same with RandomResizedCrop's antialias on, torchvision v2's
+default) or ``pil`` (RandomResizedCrop on the PIL image, then PILToTensor,
+ToDtype(float32) and Normalize: torchvision's classic ImageNet recipe, antialiased by PIL).
+None has the flip, which would only slow the peer.
 """
 
 import io
+import os
 import sys
 import time
 
@@ -21,15 +29,29 @@ def main() -> None:
     torch.set_num_threads(1)
     rounds = int(sys.argv[1])
     blobs = [open(name, "rb").read() for name in sys.argv[2:]]
-    transform = v2.Compose(
-        [
-            v2.ToImage(),
-            v2.ToDtype(torch.uint8, scale=True),
-            v2.RandomResizedCrop(224, antialias=False),
-            v2.ToDtype(torch.float32, scale=True),
-            v2.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
-        ]
-    )
+    normalize = v2.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
+    pipeline = os.environ.get("PEER_PIPELINE", "reference")
+    if pipeline in ("reference", "antialias"):
+        transform = v2.Compose(
+            [
+                v2.ToImage(),
+                v2.ToDtype(torch.uint8, scale=True),
+                v2.RandomResizedCrop(224, antialias=pipeline == "antialias"),
+                v2.ToDtype(torch.float32, scale=True),
+                normalize,
+            ]
+        )
+    elif pipeline == "pil":
+        transform = v2.Compose(
+            [
+                v2.RandomResizedCrop(224),
+                v2.PILToTensor(),
+                v2.ToDtype(torch.float32, scale=True),
+                normalize,
+            ]
+        )
+    else:
+        sys.exit(f"PEER_PIPELINE is reference, antialias or pil, not {pipeline!r}")
     decode = augment = collate = 0.0
     images = 0
     for r in range(rounds + 1):

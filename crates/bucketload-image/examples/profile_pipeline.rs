@@ -3,8 +3,11 @@
 //!
 //! `cargo run --release -p bucketload-image --example profile_pipeline -- DIR [EPOCHS]` runs
 //! RandomResizedCrop(224) + flip + ImageNet normalise into float CHW batches of 64 over every
-//! `*.jpg` in `DIR` (or, for `DIR` = `noise`, the bench's noise corpus) for `EPOCHS` (default 20) epochs, recycling batch buffers. `CHUNK` sets
-//! the batch size (default 64; 1 keeps the output in cache).
+//! `*.jpg` in `DIR` (or, for `DIR` = `noise`, the bench's noise corpus) for `EPOCHS` (default
+//! 20) epochs, recycling batch buffers, and prints the images per second (wall clock, one
+//! thread: the kernel's rate per core) and the split. `CHUNK` sets the batch size (default 64;
+//! 1 keeps the output in cache); `THREADS` the decode threads (default 1).
+//! `scripts/bench-decode.sh` uses it as "the kernel alone".
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use bucketload::dataset::synth::{ImageShape, NoiseTable, encode_sample};
@@ -45,7 +48,11 @@ fn main() {
             })
             .collect()
     };
-    let pipeline = ImagePipeline::builder().with_threads(1).build().unwrap();
+    let threads: usize = std::env::var("THREADS").map_or(1, |t| t.parse().unwrap());
+    let pipeline = ImagePipeline::builder()
+        .with_threads(threads)
+        .build()
+        .unwrap();
     // Warm up: the first two batches fault their buffers in; later ones reuse them.
     let chunk: usize = std::env::var("CHUNK").map_or(64, |c| c.parse().unwrap());
     for epoch in 0..2 {
@@ -55,6 +62,7 @@ fn main() {
         pipeline.recycle(batch);
     }
     let before = pipeline.stats();
+    let started = std::time::Instant::now();
     for epoch in 0..epochs {
         for chunk in samples.chunks(chunk) {
             let batch = pipeline.process(epoch, chunk).unwrap();
@@ -62,12 +70,14 @@ fn main() {
             pipeline.recycle(batch);
         }
     }
+    let wall = started.elapsed().as_secs_f64();
     let s = pipeline.stats();
     let n = (s.images - before.images) as f64;
     let decode = (s.decode_nanos - before.decode_nanos) as f64 / 1e6 / n;
     let augment = (s.augment_nanos - before.augment_nanos) as f64 / 1e6 / n;
     println!(
-        "{n} images: decode {decode:.4} ms, augment {augment:.4} ms ({:.1}% of decode)",
+        "{n} images: {:.1} img/s, decode {decode:.4} ms, augment {augment:.4} ms ({:.1}% of decode)",
+        n / wall,
         100.0 * augment / decode
     );
 }
