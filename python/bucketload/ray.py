@@ -8,7 +8,8 @@ torch.distributed, which TorchTrainer initialises): nothing to pass.
     import ray, bucketload.ray as blr
 
     ds = blr.read_dataset("s3://bucket/train-shards", format="shards")
-    ds = ds.map_batches(blr.decode_batch, fn_kwargs={"image_size": 224}, batch_format="numpy")
+    ds = ds.map_batches(blr.decode_batch, fn_kwargs={"image_size": 224}, batch_format="numpy",
+                        batch_size=256)
     # in a TorchTrainer: ray.train.get_dataset_shard("train").iter_torch_batches(batch_size=64)
 
     blr.shard("s3://bucket/train", "s3://bucket/train-shards", parts=8)
