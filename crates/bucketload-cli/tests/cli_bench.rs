@@ -172,6 +172,49 @@ fn shards_streamed_and_indexed_count_every_sample() {
     }
 }
 
+/// The next epoch's stream opens while the current epoch's last batches train (here after the
+/// first batch: the loader may hold the whole epoch ahead), every sample is still fetched once
+/// per epoch, and `--no-epoch-overlap` opens each epoch after the last batch of the one before.
+#[test]
+fn the_next_epoch_opens_while_the_last_batches_train() {
+    let fx = Fixture::start();
+    fx.generate("s3://bench-overlap/train", 40, 4, "2KB");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--dataset",
+            "s3://bench-overlap/train",
+            "--format",
+            "files",
+            "--epochs",
+            "3",
+            "--batch-size",
+            "8",
+            "--no-decode",
+            "--compute-ms",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        bench(&fx, &args)
+    };
+    let ahead = |log: &Value| -> Vec<u64> {
+        let epochs = log["epochs"].as_array().unwrap();
+        epochs
+            .iter()
+            .map(|e| e["opened_ahead_samples"].as_u64().unwrap())
+            .collect()
+    };
+    let overlapped = run(&[]);
+    assert_eq!(ahead(&overlapped), [0, 32, 32], "{overlapped:#}");
+    assert_eq!(overlapped["samples_processed_total"], 120);
+    assert_eq!(overlapped["requests"]["get"], 120, "{overlapped:#}");
+    let util = overlapped["accelerator_utilization"].as_f64().unwrap();
+    assert!(util > 0.0 && util <= 1.0, "{util}");
+    let apart = run(&["--no-epoch-overlap"]);
+    assert_eq!(ahead(&apart), [0, 0, 0], "{apart:#}");
+    assert_eq!(apart["samples_processed_total"], 120);
+    assert_eq!(apart["requests"]["get"], 120, "{apart:#}");
+}
+
 #[test]
 fn metrics_are_served_while_the_run_goes_on() {
     let fx = Fixture::start();

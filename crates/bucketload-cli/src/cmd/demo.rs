@@ -16,6 +16,11 @@
 //!    background;
 //! 6. `report` — the charts and one HTML page; its summary table is printed last.
 //!
+//! Every training run emulates an accelerator that computes for a fixed time per batch of 64
+//! (`--compute-ms`), by default one that asks for 1.5× the samples per second small files can
+//! give at the store's first-byte latency (Little's law: 256 requests in flight ÷ the latency;
+//! 8.3 ms per batch at 50 ms), so the accelerator column says which layouts keep it busy.
+//!
 //! Each step is this same binary run as a child process, so its progress bar and errors are
 //! exactly the ones a user sees, and a failed step stops the demo naming the step.
 
@@ -27,12 +32,13 @@ use bucketload_server::{DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY, LatencySpec, Ser
 use clap::Args;
 
 use crate::args::store::{StoreArgs, parse_size};
+use bucketload::loader::DEFAULT_LOADER_CONCURRENCY;
 
 /// Flags of `demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Samples in the generated dataset (the full workshop dataset is 100000)
-    #[arg(long, default_value_t = 2000, value_name = "N")]
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
     samples: u64,
     /// Size of each generated JPEG, e.g. 100KB
     #[arg(long, default_value = "100KB", value_parser = parse_size, value_name = "SIZE")]
@@ -43,9 +49,11 @@ pub struct DemoArgs {
     /// Epochs of every training run
     #[arg(long, default_value_t = 3, value_name = "N")]
     epochs: u32,
-    /// Emulated compute per batch in milliseconds (0: as fast as the input allows)
-    #[arg(long, default_value_t = 0.0, value_name = "MS")]
-    compute_ms: f64,
+    /// Emulated compute per batch of 64 in milliseconds (0: as fast as the input allows)
+    /// [default: the accelerator asks for 1.5× what 256 requests in flight give one object per
+    /// sample at --latency's mean: 8.3 ms at 50 ms]
+    #[arg(long, value_name = "MS")]
+    compute_ms: Option<f64>,
     /// Size of the checkpoint written to the object store and to the local disk
     #[arg(long, default_value = "256MiB", value_parser = parse_size, value_name = "SIZE")]
     ckpt_size: u64,
@@ -71,6 +79,25 @@ pub struct DemoArgs {
     /// Keep the embedded server's objects (under DIR/s3) after the run
     #[arg(long)]
     keep_data: bool,
+}
+
+/// Batch size of the demo's training runs (`bench`'s default).
+const BATCH: f64 = 64.0;
+/// How much faster than small files' Little's-law bound the default accelerator trains.
+const DEMAND_OVER_FILES: f64 = 1.5;
+
+/// The compute time per batch: the one asked for, else one that asks for
+/// [`DEMAND_OVER_FILES`]× the samples per second `concurrency` requests in flight give at the
+/// mean first-byte latency (Little's law), so that uncached small files cannot keep the
+/// accelerator busy and streamed shards, a handful of large GETs, can.
+fn compute_ms(args: &DemoArgs, concurrency: usize) -> f64 {
+    if let Some(ms) = args.compute_ms {
+        return ms;
+    }
+    let latency_s = (args.latency.min() + args.latency.max()).as_secs_f64() / 2.0;
+    let files_per_s = concurrency.max(1) as f64 / latency_s.max(1e-3);
+    let ms = BATCH / (DEMAND_OVER_FILES * files_per_s) * 1e3;
+    (ms * 100.0).round() / 100.0
 }
 
 fn parse_latency(s: &str) -> Result<LatencySpec, String> {
@@ -118,6 +145,14 @@ pub async fn demo(store: &StoreArgs, args: DemoArgs) -> anyhow::Result<()> {
         }
     };
     let steps = story(&args, &out, &base, express.as_deref());
+    let compute = compute_ms(&args, DEFAULT_LOADER_CONCURRENCY);
+    if compute > 0.0 {
+        println!(
+            "bucketload demo: the emulated accelerator computes {compute} ms per batch of {BATCH} \
+             ({:.0} samples/s when its input keeps up)",
+            BATCH / compute * 1e3
+        );
+    }
     let outcome = run_steps(store, &env, &steps).await;
     if let Some(server) = server {
         server.shutdown().await;
@@ -217,6 +252,7 @@ fn story(args: &DemoArgs, out: &Path, base: &str, express: Option<&str>) -> Vec<
     let logs = logs.to_string_lossy();
     let cache = out.join("cache");
     let cache = cache.to_string_lossy();
+    let compute = compute_ms(args, DEFAULT_LOADER_CONCURRENCY);
     // The I/O story is told without decoding (as DLIO does), so the store and the loader are
     // what is measured; one last run decodes and augments, to show what the CPU adds.
     let bench = |title: &str, format: &str, dataset: &str, name: &str| {
@@ -224,7 +260,7 @@ fn story(args: &DemoArgs, out: &Path, base: &str, express: Option<&str>) -> Vec<
             .arg("--dataset", dataset)
             .arg("--format", format)
             .arg("--epochs", args.epochs)
-            .arg("--compute-ms", args.compute_ms)
+            .arg("--compute-ms", compute)
             .arg("--log-dir", &logs)
             .arg("--name", name)
     };
@@ -431,6 +467,24 @@ mod tests {
         );
         let without = story(&cli.demo, Path::new("/tmp/d"), "s3://demo", None);
         assert_eq!(without.len(), steps.len() - 2);
+    }
+
+    #[test]
+    fn the_default_accelerator_outpaces_small_files_by_half() {
+        let cli = Cli::parse_from(["demo"]);
+        // 256 in flight at 50 ms: 5,120 samples/s; 1.5x that is 7,680/s, 8.33 ms per 64.
+        assert_eq!(compute_ms(&cli.demo, 256), 8.33);
+        let cli = Cli::parse_from(["demo", "--latency", "20ms..100ms"]);
+        assert_eq!(compute_ms(&cli.demo, 256), 10.0);
+        let cli = Cli::parse_from(["demo", "--compute-ms", "0"]);
+        assert_eq!(compute_ms(&cli.demo, 256), 0.0);
+        let steps = story(&cli.demo, Path::new("/tmp/d"), "s3://demo", None);
+        assert!(
+            steps
+                .iter()
+                .filter(|s| s.args[0] == "bench")
+                .all(|s| s.args.windows(2).any(|w| w == ["--compute-ms", "0"]))
+        );
     }
 
     #[test]

@@ -164,6 +164,9 @@ pub struct EpochLog {
     pub skipped: u64,
     /// Seconds the steps stalled for checkpoints.
     pub ckpt_s: f64,
+    /// Samples of the previous epoch still to train when this epoch's stream was opened
+    /// (0: opened after its last batch); its counters start at that moment.
+    pub opened_ahead_samples: u64,
 }
 
 /// Checkpoints written during the run.

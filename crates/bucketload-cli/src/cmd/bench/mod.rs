@@ -29,7 +29,7 @@ use crate::args::loader::{Datasets, LoaderArgs};
 use crate::args::store::StoreArgs;
 use crate::common::local_to_absolute;
 use crate::decode::{DecodeArgs, Dtype};
-use bucketload::decode::Decoder;
+use bucketload::decode::{Decoder, PREFETCH_BATCHES};
 use log::{BenchLog, FindMax, Machine, Probe, RunConfig, StageSeconds, WaitPercentiles};
 use train::{EpochRun, Trainer};
 
@@ -79,6 +79,11 @@ pub struct BenchArgs {
     /// Search the smallest compute time that keeps accelerator utilisation >= 90%
     #[arg(long, conflicts_with = "compute_ms")]
     pub find_max: bool,
+    /// Open each epoch only after the previous one's last batch, as a DataLoader without
+    /// persistent workers does (by default the next epoch starts fetching once the current
+    /// one's input has all arrived or is on its way)
+    #[arg(long)]
+    pub no_epoch_overlap: bool,
     /// Save a checkpoint every N training steps (0: none)
     #[arg(
         long,
@@ -149,6 +154,8 @@ pub async fn bench(store: &StoreArgs, a: BenchArgs) -> anyhow::Result<()> {
         compute: Duration::ZERO,
         compute_ms: 0.0,
         live,
+        lead: (!a.no_epoch_overlap).then(|| epoch_lead(store, &a, &loader.format())),
+        cached: a.loader.cache.is_some(),
     };
     let outcome = run(store, &a, &uri, trainer).await;
     if let Some(task) = server {
@@ -156,6 +163,23 @@ pub async fn bench(store: &StoreArgs, a: BenchArgs) -> anyhow::Result<()> {
     }
     let log = outcome?;
     write_log(&a, &log)
+}
+
+/// Samples the loader holds ahead of its consumer at most: its requests in flight, the
+/// shuffle buffer of streamed shards, and the batches queued for the training step. Once this
+/// few are left in an epoch, all of its input has arrived or is on its way.
+fn epoch_lead(store: &StoreArgs, a: &BenchArgs, format: &str) -> u64 {
+    let concurrency = store.concurrency.unwrap_or(DEFAULT_LOADER_CONCURRENCY) as u64;
+    let streamed = format.split('+').any(|f| f == "shards");
+    let buffer = match (streamed, a.loader.no_shuffle) {
+        (true, false) => a
+            .loader
+            .shuffle_buffer
+            .unwrap_or(bucketload::source::Order::DEFAULT_SHUFFLE_BUFFER),
+        _ => 0,
+    };
+    let queued = (PREFETCH_BATCHES * a.batch_size.max(1)) as u64;
+    concurrency + buffer + queued
 }
 
 /// A name that is one plain file name.
@@ -308,9 +332,14 @@ async fn train(
     let mut ckpt = checkpointer(store, a).await?;
     let store_before = snapshots(trainer.loader);
     let mut runs = Vec::new();
+    let mut opened = None;
     for epoch in 0..a.epochs {
         trainer.live.set_epoch(epoch);
-        let run = trainer.epoch(epoch, expected, &mut ckpt).await?;
+        let next = (epoch + 1 < a.epochs).then_some(epoch + 1);
+        let (run, ahead) = trainer
+            .epoch(epoch, expected, &mut ckpt, opened.take(), next)
+            .await?;
+        opened = ahead;
         if !a.json {
             print_epoch(&mut std::io::stdout().lock(), &run)?;
         }
