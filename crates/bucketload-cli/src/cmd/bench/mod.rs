@@ -167,7 +167,9 @@ pub async fn bench(store: &StoreArgs, a: BenchArgs) -> anyhow::Result<()> {
 
 /// Samples the loader holds ahead of its consumer at most: its requests in flight, the
 /// shuffle buffer of streamed shards, and the batches queued for the training step. Once this
-/// few are left in an epoch, all of its input has arrived or is on its way.
+/// few are left in an epoch, all of its input has arrived or is on its way. The shuffle buffer
+/// counts twice: the next epoch's fills to its size taking two samples in for every one it
+/// hands out, and opened this early that fill is over before its first batch is asked for.
 fn epoch_lead(store: &StoreArgs, a: &BenchArgs, format: &str) -> u64 {
     let concurrency = store.concurrency.unwrap_or(DEFAULT_LOADER_CONCURRENCY) as u64;
     let streamed = format.split('+').any(|f| f == "shards");
@@ -179,7 +181,7 @@ fn epoch_lead(store: &StoreArgs, a: &BenchArgs, format: &str) -> u64 {
         _ => 0,
     };
     let queued = (PREFETCH_BATCHES * a.batch_size.max(1)) as u64;
-    concurrency + buffer + queued
+    concurrency + 2 * buffer + queued
 }
 
 /// A name that is one plain file name.

@@ -12,7 +12,10 @@
 //! epoch are no more than the loader holds ahead of its consumer (`lead`: its requests in
 //! flight, the shuffle buffer of streamed shards and the queued batches), all of the epoch's
 //! input has arrived or is on its way, and the next epoch's stream is opened and polled, so its
-//! first requests (and a shard stream's shuffle buffer) fill while the last batches train.
+//! first requests (and a shard stream's shuffle buffer) fill while the last batches train. The
+//! shuffle buffer counts twice: while it grows to its size, it takes in two samples for every
+//! one it hands out. Memory: the next stream's own buffers (up to the memory budget) on top of
+//! the current epoch's last `lead` samples.
 //! With a disk cache the next epoch waits until every sample of the current one has arrived,
 //! so that it reads them from the cache instead of fetching them a second time.
 //! `--no-epoch-overlap` opens each epoch after the last batch of the one before.
