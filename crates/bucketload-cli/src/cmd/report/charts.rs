@@ -144,11 +144,28 @@ fn throughput(runs: &[RunLog]) -> Section {
                 .collect(),
         })
         .collect();
+    // Above each workload, how busy bucketload's fastest run of it kept the emulated
+    // accelerator, when it emulated one.
+    let notes: Vec<String> = configs
+        .iter()
+        .map(|config| {
+            measured
+                .iter()
+                .filter(|r| r.tool() == "bucketload" && &r.workload_label() == config)
+                .filter_map(|r| Some((r.samples_per_second?, r)))
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+                .map(|(_, r)| r)
+                .and_then(|r| r.utilization())
+                .map_or_else(String::new, |u| format!("accelerator {:.0}%", u * 100.0))
+        })
+        .collect();
+    let noted = notes.iter().any(|n| !n.is_empty());
     let chart = BarChart {
         title: TITLE.into(),
         y_label: "samples/s".into(),
         categories: configs,
         series,
+        notes: if noted { notes } else { Vec::new() },
         ..BarChart::default()
     };
     Section {
@@ -157,7 +174,9 @@ fn throughput(runs: &[RunLog]) -> Section {
         caption: "Samples per second over the whole run, one group per workload (format · cache \
             · decoded into images or raw bytes) and one bar per tool; taller is faster. Where \
             several runs of a tool share a workload (other concurrency or batch size), the best \
-            one is shown; the table below has each run's settings."
+            one is shown; the table below has each run's settings. Above a workload, how busy \
+            that run kept the emulated accelerator (compute time ÷ wall time), when it \
+            emulated one."
             .into(),
         figure: Some(Figure::Bar(chart)),
     }
@@ -350,6 +369,32 @@ mod tests {
         assert_eq!(chart.series[0].name, "bucketload");
         assert_eq!(chart.series[0].values, vec![Some(7.0)]);
         assert_eq!(chart.series[1].values, vec![Some(3.0)]);
+        assert!(
+            chart.notes.is_empty(),
+            "no compute emulated: {:?}",
+            chart.notes
+        );
+    }
+
+    #[test]
+    fn throughput_notes_how_busy_the_accelerator_was() {
+        let runs = [
+            run(r#"{"samples_per_second":5,"accelerator_utilization":0.62,
+                    "config":{"format":"files","compute_ms":8.33}}"#),
+            run(r#"{"samples_per_second":9,"accelerator_utilization":0.81,
+                    "config":{"format":"shards","compute_ms":8.33}}"#),
+            run(r#"{"samples_per_second":4,"accelerator_utilization":0.0,
+                    "config":{"format":"indexed","compute_ms":0.0}}"#),
+        ];
+        let Some(Figure::Bar(chart)) = &throughput(&runs).figure else {
+            panic!("throughput not drawn");
+        };
+        assert_eq!(chart.categories, vec!["files", "shards", "indexed"]);
+        assert_eq!(
+            chart.notes,
+            vec!["accelerator 62%", "accelerator 81%", ""],
+            "a run without compute has no note"
+        );
     }
 
     #[test]
