@@ -7,7 +7,8 @@
 #   SKIP_BUILD=1 BENCH_PYTHON=/path/to/python scripts/bench-ray.sh
 # BENCH_PYTHON needs ray[data], pyarrow, torch, torchvision and bucketload (a release build for
 # numbers; default .venv/bin/python). Knobs: SAMPLES (2000), SIZE (100KB), LATENCY (20ms),
-# EPOCHS (2), PORT (9617).
+# EPOCHS (2), PORT (9617), MODES ("raw decoded decoded-u8": decoded-u8 leaves the crops uint8
+# on both sides, normalised later on the accelerator).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 samples="${SAMPLES:-2000}"
@@ -33,7 +34,7 @@ wait_port "$port" 60
 echo "machine: $(machine)"
 echo "dataset: $samples × $size, one object each; server at $latency to first byte; $epochs epochs per run"
 printf '| mode | epoch | Ray rows/s | bucketload rows/s | ratio |\n|---|---|---|---|---|\n'
-for mode in raw decoded; do
+for mode in ${MODES:-raw decoded decoded-u8}; do
     for reader in ray bucketload; do
         "$python" benchmarks/peers/ray_read.py --reader "$reader" --mode "$mode" --bucket raybench \
             --prefix train --epochs "$epochs" 2>/dev/null | grep '^{' >"$work/$reader.json"

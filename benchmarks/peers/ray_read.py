@@ -1,7 +1,7 @@
 """Ray Data rows/s over one object per sample: Ray's own readers against bucketload.ray, the
 same objects on the same server (scripts/bench-ray.sh runs each in a process of its own).
 
-    python ray_read.py --reader ray|bucketload --mode raw|decoded --bucket B --prefix P
+    python ray_read.py --reader ray|bucketload --mode raw|decoded|decoded-u8 --bucket B --prefix P
 
 - ``ray``, raw: ``ray.data.read_binary_files`` over pyarrow's S3 filesystem;
 - ``ray``, decoded: ``ray.data.read_images(mode="RGB")`` (PIL), then ``map_batches`` with the
@@ -9,7 +9,13 @@ same objects on the same server (scripts/bench-ray.sh runs each in a process of 
   ImageNet normalisation) on each image, stacked, ``BATCH`` rows per call;
 - ``bucketload``, raw: ``bucketload.ray.read_dataset(format="files")``;
 - ``bucketload``, decoded: the same, ``map_batches(bucketload.ray.decode_batch)``, ``BATCH``
-  rows per call.
+  rows per call;
+- ``decoded-u8``, both readers: the same crops left as ``uint8`` (no float conversion, no
+  normalisation, which the accelerator then does on a quarter of the bytes): torchvision's
+  transform without its last two steps, ``decode_batch(dtype="uint8")``.
+
+``DECODE_THREADS`` in the environment sets ``decode_batch``'s decode threads (default: the
+cores).
 
 Ray runs locally with the machine's cores (``ray.init(num_cpus=os.cpu_count())``), started
 before the clock. Each of ``--epochs`` epochs (default 2) is timed from building the dataset
@@ -50,20 +56,23 @@ def ray_dataset(args: argparse.Namespace) -> Any:
     if args.mode == "raw":
         return ray.data.read_binary_files(path, filesystem=fs)
     return ray.data.read_images(path, filesystem=fs, mode="RGB").map_batches(
-        torchvision_batch, batch_format="numpy", batch_size=BATCH)
+        torchvision_batch, fn_kwargs={"u8": args.mode == "decoded-u8"}, batch_format="numpy",
+        batch_size=BATCH)
 
 
-def torchvision_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The workshop's transform on each image of a batch, as a map_batches function."""
+def torchvision_batch(batch: dict[str, np.ndarray], u8: bool = False) -> dict[str, np.ndarray]:
+    """The workshop's transform on each image of a batch, as a map_batches function; with
+    ``u8`` the crop alone, left as uint8."""
     import torch
     from torchvision.transforms import v2
 
     torch.set_num_threads(1)
-    transform = v2.Compose([
-        v2.ToImage(), v2.ToDtype(torch.uint8, scale=True),
-        v2.RandomResizedCrop(224, antialias=False), v2.ToDtype(torch.float32, scale=True),
-        v2.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
-    ])
+    steps = [v2.ToImage(), v2.ToDtype(torch.uint8, scale=True),
+             v2.RandomResizedCrop(224, antialias=False)]
+    if not u8:
+        steps += [v2.ToDtype(torch.float32, scale=True),
+                  v2.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
+    transform = v2.Compose(steps)
     images = [transform(torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1))
               for image in batch["image"]]
     return {"image": torch.stack(images).numpy()}
@@ -75,14 +84,18 @@ def bucketload_dataset(args: argparse.Namespace) -> Any:
     dataset = blr.read_dataset(f"s3://{args.bucket}/{args.prefix}", format="files")
     if args.mode == "raw":
         return dataset
-    return dataset.map_batches(blr.decode_batch, fn_kwargs={"image_size": 224},
-                               batch_format="numpy", batch_size=BATCH)
+    dtype = "uint8" if args.mode == "decoded-u8" else "float32"
+    kwargs: dict[str, Any] = {"image_size": 224, "dtype": dtype}
+    if os.environ.get("DECODE_THREADS"):
+        kwargs["decode_threads"] = int(os.environ["DECODE_THREADS"])
+    return dataset.map_batches(blr.decode_batch, fn_kwargs=kwargs, batch_format="numpy",
+                               batch_size=BATCH)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reader", choices=["ray", "bucketload"], required=True)
-    ap.add_argument("--mode", choices=["raw", "decoded"], required=True)
+    ap.add_argument("--mode", choices=["raw", "decoded", "decoded-u8"], required=True)
     ap.add_argument("--bucket", required=True)
     ap.add_argument("--prefix", required=True)
     ap.add_argument("--epochs", type=int, default=2)
