@@ -4,9 +4,9 @@ Each Train worker runs the model mock of ``examples/benchmark.py``: it reads its
 partition with ``bucketload.Loader`` (rank and world size come from Ray Train; nothing to
 pass), waits ``--compute-ms`` per batch, and every ``--ckpt-steps`` steps rank 0 saves the
 mock's state with ``bucketload.checkpoint.save``. With ``--input ray-data`` the workers
-instead consume a Ray Data stream: ``bucketload.ray.read_dataset`` reads the samples with
-bucketload's engine, ``map_batches(bucketload.ray.decode_batch)`` decodes them on any CPU
-of the cluster, and each worker takes its shard with ``get_dataset_shard("train")``.
+instead consume a Ray Data stream: ``bucketload.ray.read_images`` reads and decodes the
+samples with bucketload's engine in Ray Data's read tasks, on any CPU of the cluster, and
+each worker takes its shard with ``get_dataset_shard("train")``.
 
 The workers' counts are gathered by a Ray actor and the driver writes one JSON log
 with the workshop's keys (``training_time``, ``samples_per_second``,
@@ -44,7 +44,7 @@ def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(ap)  # examples/benchmark.py's flags
     ap.add_argument("--input", default="loader", choices=["loader", "ray-data"],
-                    help="per-worker bucketload.Loader, or a Ray Data stream decoded by map_batches")
+                    help="per-worker bucketload.Loader, or a Ray Data stream (bucketload.ray.read_images)")
     ap.add_argument("--workers", type=int, default=2, help="Ray Train workers")
     ap.add_argument("--cpus-per-worker", type=float, default=1.0)
     ap.add_argument("--address", default=None,
@@ -149,11 +149,12 @@ def main() -> None:
     if args.input == "ray-data":
         import bucketload.ray as blr
 
-        ds = blr.read_dataset(args.uri, format=args.format, shuffle=True, seed=args.seed,
-                              concurrency=args.concurrency)
-        datasets = {"train": ds.map_batches(
-            blr.decode_batch, fn_kwargs={"image_size": args.image_size, "seed": args.seed},
-            batch_format="numpy", batch_size=args.batch_size)}
+        # Ray executes the dataset once per epoch, and each execution reads the next
+        # epoch's order and crops.
+        datasets = {"train": blr.read_images(
+            args.uri, format=args.format, shuffle=True, seed=args.seed,
+            image_size=args.image_size, concurrency=args.concurrency,
+            decode_threads=args.decode_threads)}
     trainer = TorchTrainer(
         train_loop, train_loop_config=config, datasets=datasets,
         scaling_config=ScalingConfig(num_workers=args.workers, use_gpu=False,
@@ -185,7 +186,7 @@ def main() -> None:
             "dataset": args.uri, "format": args.format, "cache": args.cache_dir is not None,
             "epochs": args.epochs, "batch_size": args.batch_size, "image_size": args.image_size,
             "decode": True, "compute_ms": args.compute_ms, "concurrency": args.concurrency,
-            "loader": "bucketload.Loader" if args.input == "loader" else "bucketload.ray.read_dataset",
+            "loader": "bucketload.Loader" if args.input == "loader" else "bucketload.ray.read_images",
             "workers": args.workers,
             "machine": {"host": platform.node(), "cores": os.cpu_count(),
                         "os": platform.system().lower(), "arch": platform.machine()},

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Ray Data rows/s: Ray's own readers (read_binary_files; read_images + the workshop's
-# torchvision transform) against bucketload.ray (read_dataset; + decode_batch), raw and
-# decoded, over the same SAMPLES `gen` JPEGs of SIZE, one object each, from `bucketload serve
+# torchvision transform) against bucketload.ray (read_dataset; read_images, and read_dataset +
+# map_batches(decode_batch)), raw and decoded, over the same SAMPLES `gen` JPEGs of SIZE, one object each, from `bucketload serve
 # --latency LATENCY`, in the same run (benchmarks/peers/ray_read.py, one process and one local
 # Ray per reader and mode, EPOCHS epochs each: the first starts Ray's workers).
 #   SKIP_BUILD=1 BENCH_PYTHON=/path/to/python scripts/bench-ray.sh
@@ -33,20 +33,30 @@ wait_port "$port" 60
 
 echo "machine: $(machine)"
 echo "dataset: $samples × $size, one object each; server at $latency to first byte; $epochs epochs per run"
-printf '| mode | epoch | Ray rows/s | bucketload rows/s | ratio |\n|---|---|---|---|---|\n'
+printf '| mode | epoch | Ray rows/s | bucketload rows/s | ratio | read_dataset + decode_batch rows/s | ratio |\n'
+printf '|---|---|---|---|---|---|---|\n'
 for mode in ${MODES:-raw decoded decoded-u8}; do
-    for reader in ray bucketload; do
+    readers="ray bucketload"
+    [ "$mode" = raw ] || readers="$readers bucketload-map"
+    for reader in $readers; do
         "$python" benchmarks/peers/ray_read.py --reader "$reader" --mode "$mode" --bucket raybench \
             --prefix train --epochs "$epochs" 2>/dev/null | grep '^{' >"$work/$reader.json"
     done
-    python3 - "$work/ray.json" "$work/bucketload.json" "$mode" <<'EOF'
+    [ "$mode" != raw ] || : >"$work/bucketload-map.json"
+    python3 - "$work/ray.json" "$work/bucketload.json" "$work/bucketload-map.json" "$mode" <<'EOF'
 import json, sys
-theirs = [json.loads(line) for line in open(sys.argv[1])]
-ours = [json.loads(line) for line in open(sys.argv[2])]
-for t, o in zip(theirs, ours, strict=True):
+theirs, ours, mapped = ([json.loads(line) for line in open(path)] for path in sys.argv[1:4])
+for i, (t, o) in enumerate(zip(theirs, ours, strict=True)):
     assert t["rows"] == o["rows"], (t, o)
-    print(f"| {sys.argv[3]} | {t['epoch']} | {t['rows_per_s']:.0f} | {o['rows_per_s']:.0f} | "
-          f"{o['rows_per_s'] / t['rows_per_s']:.1f}× |")
+    row = f"| {sys.argv[4]} | {t['epoch']} | {t['rows_per_s']:.0f} | {o['rows_per_s']:.0f} | " \
+          f"{o['rows_per_s'] / t['rows_per_s']:.1f}× |"
+    if mapped:
+        m = mapped[i]
+        assert m["rows"] == t["rows"], (t, m)
+        row += f" {m['rows_per_s']:.0f} | {m['rows_per_s'] / t['rows_per_s']:.1f}× |"
+    else:
+        row += " — | — |"
+    print(row)
 EOF
 done
 echo "load at the end: $(load)"

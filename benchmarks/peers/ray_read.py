@@ -1,21 +1,23 @@
 """Ray Data rows/s over one object per sample: Ray's own readers against bucketload.ray, the
 same objects on the same server (scripts/bench-ray.sh runs each in a process of its own).
 
-    python ray_read.py --reader ray|bucketload --mode raw|decoded|decoded-u8 --bucket B --prefix P
+    python ray_read.py --reader ray|bucketload|bucketload-map --mode raw|decoded|decoded-u8 \
+        --bucket B --prefix P
 
 - ``ray``, raw: ``ray.data.read_binary_files`` over pyarrow's S3 filesystem;
 - ``ray``, decoded: ``ray.data.read_images(mode="RGB")`` (PIL), then ``map_batches`` with the
   workshop's torchvision v2 transform (RandomResizedCrop(224, antialias=False), float32,
   ImageNet normalisation) on each image, stacked, ``BATCH`` rows per call;
 - ``bucketload``, raw: ``bucketload.ray.read_dataset(format="files")``;
-- ``bucketload``, decoded: the same, ``map_batches(bucketload.ray.decode_batch)``, ``BATCH``
-  rows per call;
-- ``decoded-u8``, both readers: the same crops left as ``uint8`` (no float conversion, no
+- ``bucketload``, decoded: ``bucketload.ray.read_images(format="files")``, decoded in the read
+  tasks as Ray's ``read_images`` decodes in its own;
+- ``bucketload-map``, decoded: ``read_dataset`` then ``map_batches(bucketload.ray.decode_batch)``,
+  ``BATCH`` rows per call, the encoded bytes passing through Ray's object store;
+- ``decoded-u8``, every reader: the same crops left as ``uint8`` (no float conversion, no
   normalisation, which the accelerator then does on a quarter of the bytes): torchvision's
-  transform without its last two steps, ``decode_batch(dtype="uint8")``.
+  transform without its last two steps, ``dtype="uint8"``.
 
-``DECODE_THREADS`` in the environment sets ``decode_batch``'s decode threads (default: the
-cores).
+``DECODE_THREADS`` in the environment sets bucketload's decode threads (default: the cores).
 
 Ray runs locally with the machine's cores (``ray.init(num_cpus=os.cpu_count())``), started
 before the clock. Each of ``--epochs`` epochs (default 2) is timed from building the dataset
@@ -81,20 +83,22 @@ def torchvision_batch(batch: dict[str, np.ndarray], u8: bool = False) -> dict[st
 def bucketload_dataset(args: argparse.Namespace) -> Any:
     import bucketload.ray as blr
 
-    dataset = blr.read_dataset(f"s3://{args.bucket}/{args.prefix}", format="files")
+    uri = f"s3://{args.bucket}/{args.prefix}"
     if args.mode == "raw":
-        return dataset
-    dtype = "uint8" if args.mode == "decoded-u8" else "float32"
-    kwargs: dict[str, Any] = {"image_size": 224, "dtype": dtype}
+        return blr.read_dataset(uri, format="files")
+    kwargs: dict[str, Any] = {"image_size": 224,
+                              "dtype": "uint8" if args.mode == "decoded-u8" else "float32"}
     if os.environ.get("DECODE_THREADS"):
         kwargs["decode_threads"] = int(os.environ["DECODE_THREADS"])
-    return dataset.map_batches(blr.decode_batch, fn_kwargs=kwargs, batch_format="numpy",
-                               batch_size=BATCH)
+    if args.reader == "bucketload":
+        return blr.read_images(uri, format="files", **kwargs)
+    return blr.read_dataset(uri, format="files").map_batches(
+        blr.decode_batch, fn_kwargs=kwargs, batch_format="numpy", batch_size=BATCH)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reader", choices=["ray", "bucketload"], required=True)
+    ap.add_argument("--reader", choices=["ray", "bucketload", "bucketload-map"], required=True)
     ap.add_argument("--mode", choices=["raw", "decoded", "decoded-u8"], required=True)
     ap.add_argument("--bucket", required=True)
     ap.add_argument("--prefix", required=True)

@@ -6,8 +6,10 @@ gives the same samples as the single-process tool, and `bucketload verify` passe
 from __future__ import annotations
 
 import collections
+import glob
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -15,6 +17,7 @@ import numpy as np
 import pytest
 import ray
 
+import bucketload
 import bucketload.ray as blr
 
 from test_cli_dataset import ok
@@ -79,6 +82,76 @@ def test_ray_data_over_shards_yields_every_sample_once_decoded(bucketload_bin, c
     assert first["image"] == s3.get_object(Bucket="ray-data", Key=key)["Body"].read()
 
 
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_read_images_decodes_in_the_read_tasks_the_crops_decode_batch_makes(cluster, files, dtype):
+    # Two paths to the same pixels: decoding inside the read tasks, and the encoded bytes
+    # decoded by a map stage. The crop of each image depends on (seed, epoch, index) only.
+    decoded = blr.read_images(files, format="files", image_size=24, seed=5, epoch=2, dtype=dtype,
+                              shuffle=True, override_num_blocks=3).take_all()
+    mapped = blr.read_dataset(files, format="files", seed=5, epoch=2, shuffle=True).map_batches(
+        blr.decode_batch, fn_kwargs={"image_size": 24, "seed": 5, "epoch": 2, "dtype": dtype},
+        batch_format="numpy", batch_size=8).take_all()
+    assert sorted(r["index"] for r in decoded) == list(range(SAMPLES))
+    by_index = {r["index"]: r for r in mapped}
+    shape = (3, 24, 24) if dtype == "float32" else (24, 24, 3)
+    for row in decoded:
+        assert row["image"].dtype == np.dtype(dtype) and row["image"].shape == shape
+        assert row["label"] == by_index[row["index"]]["label"] != -1
+        np.testing.assert_array_equal(row["image"], by_index[row["index"]]["image"])
+    # Another epoch crops differently.
+    other = {r["index"]: r["image"] for r in blr.read_images(
+        files, format="files", image_size=24, seed=5, epoch=3, dtype=dtype).take_all()}
+    assert sum(not np.array_equal(other[i], by_index[i]["image"]) for i in other) > SAMPLES // 2
+
+
+def test_each_execution_of_a_dataset_reads_the_next_epoch(cluster, files):
+    # A Train run executes its dataset once per epoch; each execution must bring that epoch's
+    # order and crops, not epoch 0's again.
+    def rows(ds):
+        return [(r["index"], r["image"]) for r in ds.take_all()]
+
+    ds = blr.read_images(files, format="files", image_size=16, seed=2, shuffle=True,
+                         override_num_blocks=1)
+    first, second = rows(ds), rows(ds)
+    fresh = rows(blr.read_images(files, format="files", image_size=16, seed=2, shuffle=True,
+                                 epoch=1, override_num_blocks=1))
+    assert [i for i, _ in first] != [i for i, _ in second]
+    assert [i for i, _ in second] == [i for i, _ in fresh]
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(second, fresh, strict=True))
+    raw = blr.read_dataset(files, format="files", shuffle=True, seed=2, override_num_blocks=1)
+    assert [r["index"] for r in raw.take_all()] == [i for i, _ in first]
+    assert [r["index"] for r in raw.take_all()] == [i for i, _ in second]
+
+
+def test_a_read_task_yields_whole_blocks_not_slivers(cluster, files):
+    # Left to itself, Ray cut the one read task's output into as many blocks as the
+    # parallelism it asked for, and every later stage paid its per-block work on slivers.
+    raw = blr.read_dataset(files, format="files").materialize()
+    assert raw.num_blocks() == 1 and raw.count() == SAMPLES
+    decoded = blr.read_images(files, format="files", image_size=16).materialize()
+    assert decoded.num_blocks() == 1 and decoded.count() == SAMPLES
+    # Asked for tasks, it makes as many, one block each.
+    assert blr.read_dataset(files, format="files", override_num_blocks=4).materialize().num_blocks() == 4
+
+
+def test_read_images_names_a_corrupt_image_and_counts_what_it_skips(bucketload_bin, cluster, s3):
+    s3.create_bucket(Bucket="ray-corrupt")
+    ok(bucketload_bin, cluster, "gen", "s3://ray-corrupt/train", "--samples", "6",
+       "--classes", "2", "--size", "5KB", "--seed", "4")
+    s3.put_object(Bucket="ray-corrupt", Key="train/class_001/broken.jpg", Body=b"\xff\xd8 not a jpeg")
+    with pytest.raises(bucketload.CorruptDataError, match="broken.jpg"):
+        blr.read_images("s3://ray-corrupt/train", format="files", image_size=16).take_all()
+    rows = blr.read_images("s3://ray-corrupt/train", format="files", image_size=16,
+                           skip_corrupt=True).take_all()
+    assert len(rows) == 6
+    # The worker that left it out says so in its log (Ray shows it on the driver).
+    logs = ray._private.worker.global_worker.node.get_logs_dir_path()
+    said = [line for path in glob.glob(os.path.join(logs, "worker-*"))
+            for line in pathlib.Path(path).read_text(errors="replace").splitlines()
+            if "skipped 1 corrupt image" in line]
+    assert said and "broken.jpg" in said[0], said
+
+
 def test_distributed_sharding_matches_the_single_process_tool(bucketload_bin, cluster, files):
     report = blr.shard(files, "s3://ray-data/fanned", parts=3, samples_per_shard=6)
     assert sorted(p["written"] for p in report["parts"]) == [2, 2, 3]
@@ -122,15 +195,18 @@ def test_train_workers_read_equal_disjoint_parts(files, tmp_path):
     assert sorted(parts[0] + parts[1]) == list(range(SAMPLES))
 
 
-def test_the_benchmark_example_runs_as_a_train_job(cluster, files, s3, tmp_path):
-    s3.create_bucket(Bucket="ray-example")
+@pytest.mark.parametrize("source", ["loader", "ray-data"])
+def test_the_benchmark_example_runs_as_a_train_job(cluster, files, s3, tmp_path, source):
+    bucket = f"ray-example-{source}"
+    s3.create_bucket(Bucket=bucket)
     example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "ray_train_benchmark.py")
     address = ray.get_runtime_context().gcs_address
     out = subprocess.run(
         [sys.executable, example, "--address", address, "--uri", files, "--workers", "2",
          "--cpus-per-worker", "0.5", "--epochs", "2", "--batch-size", "4", "--image-size", "16",
-         "--compute-ms", "1", "--ckpt-steps", "2", "--ckpt-uri", "s3://ray-example/ckpt",
-         "--ckpt-size-mb", "1", "--log-dir", str(tmp_path), "--name", "ray-example"],
+         "--compute-ms", "1", "--ckpt-steps", "2",
+         "--ckpt-uri", f"s3://{bucket}/ckpt", "--ckpt-size-mb", "1", "--input", source,
+         "--log-dir", str(tmp_path), "--name", "ray-example"],
         capture_output=True, text=True, timeout=600, env={**os.environ, **cluster})
     assert out.returncode == 0, out.stderr[-4000:]
     log = json.loads((tmp_path / "ray-example.json").read_text())
@@ -140,5 +216,5 @@ def test_the_benchmark_example_runs_as_a_train_job(cluster, files, s3, tmp_path)
     assert log["samples_per_second"] > 0 and 0 < log["accelerator_utilization"] <= 1
     assert {"t_epoch_1", "t_epoch_2", "t_ckpt_1", "t_ckpt_ave"} <= log.keys()
     # Rank 0 saves every 2 of its 10 steps.
-    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="ray-example")["Contents"]]
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
     assert keys == [f"ckpt/step-{s:06d}.pt" for s in (2, 4, 6, 8, 10)]
