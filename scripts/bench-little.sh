@@ -11,7 +11,9 @@
 #   SKIP_BUILD=1 BUCKETLOAD_BIN=target/release/bucketload BENCH_PYTHON=.venv-bench/bin/python \
 #       scripts/bench-little.sh
 # Knobs: SAMPLES (6000), SIZE (100KB), LATENCY (50ms), CONCURRENCY (16,32,64,128,256),
-# FILE_WORKERS (2,8,16; empty: no peer), RUNS (1), PORT (9361).
+# FILE_WORKERS (2,8,16; empty: no peer), RUNS (1), PORT (9361), READER_THREADS (empty: the
+# reader's default, one runtime thread per core; a list such as "2,1" reads once with each,
+# through TOKIO_WORKER_THREADS in the reader's environment only, never the server's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 samples="${SAMPLES:-6000}"
@@ -57,10 +59,18 @@ row() {  # row READER INFLIGHT SAMPLES WALL CLIENT_CPU SERVER_CPU
 }
 
 for run in $(seq "$runs"); do
+    for threads in $(echo "${READER_THREADS:-default}" | tr , " "); do
     for c in ${concurrency//,/ }; do
         before="$(server_cpu)"
-        /usr/bin/time -f "%e %U %S" -o "$work/time" "$bin" read s3://little/train --format files \
-            --concurrency "$c" --json >"$work/read.json"
+        if [ "$threads" = default ]; then
+            label="bucketload read"
+            reader_env=()
+        else
+            label="bucketload read, $threads runtime thread(s)"
+            reader_env=("TOKIO_WORKER_THREADS=$threads")
+        fi
+        env "${reader_env[@]}" /usr/bin/time -f "%e %U %S" -o "$work/time" "$bin" read \
+            s3://little/train --format files --concurrency "$c" --json >"$work/read.json"
         after="$(server_cpu)"
         read -r _ user sys <"$work/time"
         # The epoch's own wall time (from its first request to its last sample; opening the
@@ -68,7 +78,8 @@ for run in $(seq "$runs"); do
         read -r n wall inflight < <(python3 -c 'import json,sys
 e = json.load(open(sys.argv[1]))["epochs"][0]
 print(e["samples"], e["seconds"], round(e["mean_in_flight"]))' "$work/read.json")
-        row "bucketload read (mean in flight $inflight)" "$c" "$n" "$wall" "$(echo "$user + $sys" | bc -l)" "$(echo "$after - $before" | bc -l)"
+        row "$label (mean in flight $inflight)" "$c" "$n" "$wall" "$(echo "$user + $sys" | bc -l)" "$(echo "$after - $before" | bc -l)"
+    done
     done
     for w in ${file_workers//,/ }; do
         before="$(server_cpu)"

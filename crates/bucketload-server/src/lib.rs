@@ -48,6 +48,7 @@ mod faults;
 mod fdlimit;
 mod fidelity;
 mod lanes;
+mod latency;
 #[allow(unsafe_code)]
 mod mapped;
 mod s3;

@@ -259,7 +259,7 @@ impl ConnService {
         );
         shared.counters.increment(op);
         if let Some(latency) = shared.latency_of(req.uri().path()) {
-            tokio::time::sleep(latency.sample(shared.rng.next_u64())).await;
+            crate::latency::sleep(latency.sample(shared.rng.next_u64())).await;
         }
         let head = req.method() == Method::HEAD;
         if let Some(limiter) = &shared.limiter
