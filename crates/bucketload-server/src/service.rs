@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -258,9 +259,32 @@ impl ConnService {
             req.headers(),
         );
         shared.counters.increment(op);
-        if let Some(latency) = shared.latency_of(req.uri().path()) {
-            crate::latency::sleep(latency.sample(shared.rng.next_u64())).await;
+        let delay = shared
+            .latency_of(req.uri().path())
+            .map(|latency| latency.sample(shared.rng.next_u64()));
+        if let Some(delay) = delay {
+            // A read is answered at its latency: its lookups run during the delay, as the
+            // store's own work is part of the first-byte latency S3 shows (after the delay
+            // they added up to a millisecond). Other requests wait first, so nothing they
+            // change is visible before their delay is over.
+            if req.method() == Method::GET || req.method() == Method::HEAD {
+                let deadline = Instant::now() + delay;
+                let response = self.answer(req, op).await;
+                crate::latency::sleep(deadline.saturating_duration_since(Instant::now())).await;
+                return response;
+            }
+            crate::latency::sleep(delay).await;
         }
+        self.answer(req, op).await
+    }
+
+    /// `respond` after the counters and the latency.
+    async fn answer(
+        &self,
+        req: Request<ReqBody>,
+        op: &'static str,
+    ) -> Result<Response<RespBody>, BoxError> {
+        let shared = &self.shared;
         let head = req.method() == Method::HEAD;
         if let Some(limiter) = &shared.limiter
             && !limiter.admit(partition_of(req.uri().path()))
