@@ -59,8 +59,12 @@ def _read_part(uri: str, settings: dict[str, Any], decode: dict[str, Any] | None
     """The rows of slice ``part`` of ``parts`` of the dataset, in blocks: the encoded images,
     or with ``decode`` (``NativeLoader``'s decode keywords) the decoded ones."""
     if decode is not None:
-        yield from _read_part_decoded(uri, settings, decode, epoch, part, parts)
-        return
+        return _read_part_decoded(uri, settings, decode, epoch, part, parts)
+    return _read_part_encoded(uri, settings, epoch, part, parts)
+
+
+def _read_part_encoded(uri: str, settings: dict[str, Any], epoch: int, part: int,
+                       parts: int) -> Iterator[pa.Table]:
     loader = _native.NativeLoader(uri, decode=False, worker=part, num_workers=parts, **settings)
     samples = loader.epoch(epoch)
     while True:
@@ -177,8 +181,11 @@ class BucketloadDatasource(Datasource):
         epoch = self._epoch + int(getattr(data_context, "_execution_idx", 0) or 0)
         base, extra = divmod(self._samples, parts)
         tasks = []
+        # With skip_corrupt, how many rows a decoding task yields is known only once it has
+        # read them: Ray would otherwise count the left-out images (`count()` said 7 of 6).
+        rows_known = not (self._decode and self._decode.get("skip_corrupt"))
         for part in range(parts):
-            rows = base + (1 if part < extra else 0)
+            rows = base + (1 if part < extra else 0) if rows_known else None
             read = functools.partial(_read_part, self._uri, self._settings, self._decode, epoch,
                                      part, parts)
             metadata = BlockMetadata(num_rows=rows, size_bytes=None, exec_stats=None, input_files=None)
@@ -206,8 +213,9 @@ def read_dataset(uri: str, *, format: Format = "auto", shuffle: bool = False, se
                  allow_incomplete: bool = False) -> ray.data.Dataset:
     """A ``ray.data.Dataset`` of the samples of ``uri`` read by bucketload's engine; see
     :class:`BucketloadDatasource`. ``shuffle=True`` visits the permutation of ``(seed, epoch)``
-    (each read task a slice of it; each further execution of the dataset the next epoch's). ``override_num_blocks`` sets the number of read tasks;
-    by default Ray's parallelism, at most one task per ``MIN_SAMPLES_PER_TASK`` samples."""
+    (each read task a slice of it; each further execution of the dataset the next epoch's).
+    ``override_num_blocks`` sets the number of read tasks; by default Ray's parallelism, at
+    most one task per ``MIN_SAMPLES_PER_TASK`` samples."""
     source = BucketloadDatasource(uri, format=format, shuffle=shuffle, seed=seed, epoch=epoch,
                                   concurrency=concurrency, endpoint=endpoint, region=region,
                                   tasks=override_num_blocks, use_manifest=use_manifest,

@@ -1,10 +1,10 @@
 //! The emulated first-byte latency, slept on the kernel's high-resolution timers.
 //!
 //! Tokio's timer counts whole milliseconds: it rounds every deadline up to its next
-//! millisecond tick, and its reactor waits in whole milliseconds as well, so `--latency 50ms`
-//! answered a HEAD 51.3 ms later than `--latency 0ms` did (the mean of 100 requests). A
-//! timerfd armed for the exact duration and waited on in Tokio's reactor fires within
-//! microseconds of it, and never before it.
+//! millisecond tick, and its reactor waits in whole milliseconds as well. A read at one
+//! request in flight against `--latency 50ms` took 52.1 ms on it, 51.1 ms on a timerfd armed
+//! for the exact duration and waited on in Tokio's reactor, which fires within microseconds of
+//! it and never before it (docs/BENCHMARKS.md).
 
 use std::time::{Duration, Instant};
 
