@@ -60,26 +60,25 @@ row() {  # row READER INFLIGHT SAMPLES WALL CLIENT_CPU SERVER_CPU
 
 for run in $(seq "$runs"); do
     for threads in $(echo "${READER_THREADS:-default}" | tr , " "); do
-    for c in ${concurrency//,/ }; do
-        before="$(server_cpu)"
-        if [ "$threads" = default ]; then
-            label="bucketload read"
-            reader_env=()
-        else
+        label="bucketload read"
+        reader_env=()
+        if [ "$threads" != default ]; then
             label="bucketload read, $threads runtime thread(s)"
             reader_env=("TOKIO_WORKER_THREADS=$threads")
         fi
-        env "${reader_env[@]}" /usr/bin/time -f "%e %U %S" -o "$work/time" "$bin" read \
-            s3://little/train --format files --concurrency "$c" --json >"$work/read.json"
-        after="$(server_cpu)"
-        read -r _ user sys <"$work/time"
-        # The epoch's own wall time (from its first request to its last sample; opening the
-        # dataset, one listing, is before it); CPU is the whole process's.
-        read -r n wall inflight < <(python3 -c 'import json,sys
+        for c in ${concurrency//,/ }; do
+            before="$(server_cpu)"
+            env "${reader_env[@]}" /usr/bin/time -f "%e %U %S" -o "$work/time" "$bin" read \
+                s3://little/train --format files --concurrency "$c" --json >"$work/read.json"
+            after="$(server_cpu)"
+            read -r _ user sys <"$work/time"
+            # The epoch's own wall time (from its first request to its last sample; opening
+            # the dataset, one listing, is before it); CPU is the whole process's.
+            read -r n wall inflight < <(python3 -c 'import json,sys
 e = json.load(open(sys.argv[1]))["epochs"][0]
 print(e["samples"], e["seconds"], round(e["mean_in_flight"]))' "$work/read.json")
-        row "$label (mean in flight $inflight)" "$c" "$n" "$wall" "$(echo "$user + $sys" | bc -l)" "$(echo "$after - $before" | bc -l)"
-    done
+            row "$label (mean in flight $inflight)" "$c" "$n" "$wall" "$(echo "$user + $sys" | bc -l)" "$(echo "$after - $before" | bc -l)"
+        done
     done
     for w in ${file_workers//,/ }; do
         before="$(server_cpu)"
